@@ -1,0 +1,31 @@
+# torchpace: `make demo` and `make test` do all their own set-up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+# The CPU build by default; GPU users install the torch build for their CUDA first
+# (or run `make TORCH_SPEC="torch==2.x.y" ...`).
+TORCH_SPEC ?= torch==2.13.0
+BIN = $(VENV)/bin
+STAMP = $(VENV)/.torchpace-installed
+
+.PHONY: install demo test bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/torchpace bench tabular --max-time 20
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_measurement.py
+
+clean:
+	rm -rf $(VENV) .torchpace build src/*.egg-info

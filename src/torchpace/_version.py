@@ -1,0 +1,3 @@
+"""The package version, kept apart so `--version` needs no other import."""
+
+__version__ = "0.1.0"

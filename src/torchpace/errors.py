@@ -1,0 +1,38 @@
+"""Errors that carry their exit code: 2 for bad input (usage), 1 for a failure in the user's code.
+
+The CLI turns these into a message on stderr and the exit code; nothing else in torchpace exits.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class TorchpaceError(Exception):
+    """Base class; `exit_code` is what the CLI returns."""
+
+    exit_code = EXIT_FAILURE
+
+
+class UsageError(TorchpaceError):
+    """Bad input from the user: a spec, knob, value or file that is not valid. Exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
+class UserCodeError(TorchpaceError):
+    """An exception raised inside the user's workload code. Exit 1, with their traceback.
+
+    Attributes:
+        where: what torchpace was doing when the user's code raised (e.g. "building workload 'x'").
+        user_traceback: the formatted traceback of the user's exception.
+    """
+
+    exit_code = EXIT_FAILURE
+
+    def __init__(self, where: str, user_traceback: str):
+        super().__init__(f"the workload's own code raised while {where}")
+        self.where = where
+        self.user_traceback = user_traceback

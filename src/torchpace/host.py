@@ -1,0 +1,262 @@
+"""HostFacts: what this machine is (CPU, cores usable, NUMA, distro, GPUs), shared by doctor, knobs
+and launch.
+
+Collectors read through an injectable filesystem `root` (so tests feed fixture trees shaped like
+`/proc`, `/sys`, `/etc`) and never raise: a value that could not be read is None. GPU facts come from
+torch only when the caller asks for them (`with_gpus=True`), since importing torch is slow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    """One NUMA node: its id and the logical CPUs on it."""
+
+    id: int
+    cpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One CUDA device as torch sees it."""
+
+    index: int
+    name: str
+    memory_bytes: int
+    pci_bus_id: str | None = None
+    numa_node: int | None = None
+
+
+@dataclass(frozen=True)
+class DistroInfo:
+    """From /etc/os-release: `id` (debian, ubuntu, rhel, rocky...) and `id_like`."""
+
+    id: str = "unknown"
+    id_like: tuple[str, ...] = ()
+    version_id: str = ""
+    pretty_name: str = ""
+
+    @property
+    def family(self) -> str:
+        """`debian`, `rhel` or `unknown`: which package manager family the remedies use."""
+        ids = {self.id, *self.id_like}
+        if ids & {"debian", "ubuntu"}:
+            return "debian"
+        if ids & {"rhel", "centos", "fedora", "rocky", "almalinux", "ol", "amzn"}:
+            return "rhel"
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the machine is. Every field is a plain value so it can be hashed and saved."""
+
+    cpu_model: str = "unknown"
+    logical_cpus: int = 1
+    usable_cores: int = 1
+    cpu_flags: frozenset[str] = frozenset()
+    machine: str = ""
+    numa_nodes: tuple[NumaNode, ...] = ()
+    memory_bytes: int | None = None
+    distro: DistroInfo = field(default_factory=DistroInfo)
+    torch_version: str | None = None
+    cuda_version: str | None = None
+    gpus: tuple[GpuInfo, ...] = ()
+    has_compiler: bool = False
+
+    @property
+    def cuda_available(self) -> bool:
+        return bool(self.gpus)
+
+    @property
+    def native_bf16(self) -> bool:
+        """True when the CPU computes bf16 natively (AVX512-BF16 / AMX on x86, bf16 on Arm)."""
+        return bool(self.cpu_flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+    def fingerprint(self) -> str:
+        """A short stable id of what affects speed: CPU, cores, GPUs, torch. Same host => same id."""
+        parts = [
+            self.cpu_model,
+            str(self.logical_cpus),
+            str(self.usable_cores),
+            ",".join(f"{g.name}:{g.memory_bytes}" for g in self.gpus),
+            self.torch_version or "",
+        ]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+    def summary(self) -> dict[str, object]:
+        """A JSON-able summary for reports and saved configs."""
+        return {
+            "fingerprint": self.fingerprint(),
+            "cpu_model": self.cpu_model,
+            "logical_cpus": self.logical_cpus,
+            "usable_cores": self.usable_cores,
+            "native_bf16": self.native_bf16,
+            "numa_nodes": len(self.numa_nodes),
+            "memory_bytes": self.memory_bytes,
+            "distro": self.distro.pretty_name or self.distro.id,
+            "torch_version": self.torch_version,
+            "cuda_version": self.cuda_version,
+            "gpus": [g.name for g in self.gpus],
+        }
+
+
+def read_text(root: Path, rel: str) -> str | None:
+    """Contents of `root/rel`, or None when it is missing or unreadable."""
+    try:
+        return (root / rel.lstrip("/")).read_text()
+    except OSError:
+        return None
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """Parse a kernel CPU list such as ``0-3,8,10-11`` into sorted CPU ids."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            cpus.extend(range(int(lo), int(hi) + 1))
+        else:
+            cpus.append(int(part))
+    return tuple(sorted(set(cpus)))
+
+
+def parse_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
+    """Model name and feature flags from /proc/cpuinfo text (x86 `flags`, Arm `Features`)."""
+    model, flags = "unknown", frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "Model", "cpu model") and model == "unknown":
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = frozenset(value.split())
+    return model, flags
+
+
+def parse_os_release(text: str) -> DistroInfo:
+    """DistroInfo from /etc/os-release text."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip().strip('"').strip("'")
+    return DistroInfo(
+        id=values.get("ID", "unknown").lower(),
+        id_like=tuple(values.get("ID_LIKE", "").lower().split()),
+        version_id=values.get("VERSION_ID", ""),
+        pretty_name=values.get("PRETTY_NAME", ""),
+    )
+
+
+def parse_cgroup_cpu_quota(cpu_max: str | None, v1_quota: str | None, v1_period: str | None) -> float | None:
+    """CPUs allowed by the cgroup quota (cgroup v2 `cpu.max`, or v1 cfs files); None if unlimited."""
+    if cpu_max:
+        quota, _, period = cpu_max.strip().partition(" ")
+        if quota != "max" and period:
+            return int(quota) / int(period)
+        return None
+    if v1_quota and v1_period and int(v1_quota) > 0:
+        return int(v1_quota) / int(v1_period)
+    return None
+
+
+def probe_usable_cores(root: Path, logical_cpus: int, affinity: set[int] | None) -> int:
+    """Cores this process may use: CPU affinity, capped by the cgroup CPU quota (rounded up)."""
+    usable = len(affinity) if affinity else logical_cpus
+    quota = parse_cgroup_cpu_quota(
+        read_text(root, "sys/fs/cgroup/cpu.max"),
+        read_text(root, "sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+        read_text(root, "sys/fs/cgroup/cpu/cpu.cfs_period_us"),
+    )
+    if quota is not None:
+        usable = min(usable, max(1, int(-(-quota // 1))))
+    return max(1, usable)
+
+
+def probe_numa_nodes(root: Path) -> tuple[NumaNode, ...]:
+    """NUMA nodes from /sys/devices/system/node/node*/cpulist (empty when the kernel shows none)."""
+    base = root / "sys/devices/system/node"
+    nodes = []
+    try:
+        entries = sorted(base.glob("node[0-9]*"), key=lambda p: int(p.name[4:]))
+    except OSError:
+        return ()
+    for entry in entries:
+        cpulist = read_text(root, str(entry.relative_to(root) / "cpulist"))
+        if cpulist is not None:
+            nodes.append(NumaNode(int(entry.name[4:]), parse_cpu_list(cpulist)))
+    return tuple(nodes)
+
+
+def probe_memory_bytes(root: Path) -> int | None:
+    """MemTotal from /proc/meminfo in bytes."""
+    text = read_text(root, "proc/meminfo") or ""
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def probe_gpus(root: Path) -> tuple[str | None, tuple[GpuInfo, ...]]:
+    """(CUDA version torch was built with, the visible CUDA devices). Imports torch."""
+    import torch
+
+    cuda_version = torch.version.cuda
+    if not torch.cuda.is_available():
+        return cuda_version, ()
+    gpus = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        bus_id = _pci_bus_id(props)
+        numa = read_text(root, f"sys/bus/pci/devices/{bus_id}/numa_node") if bus_id else None
+        numa_node = int(numa) if numa is not None and int(numa) >= 0 else None
+        gpus.append(GpuInfo(index, props.name, int(props.total_memory), bus_id, numa_node))
+    return cuda_version, tuple(gpus)
+
+
+def _pci_bus_id(props) -> str | None:
+    """`0000:3b:00.0`-style PCI address of a CUDA device, from torch's device properties."""
+    domain, bus, device = (getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device"))
+    if bus is None:
+        return None
+    return f"{domain or 0:04x}:{bus:02x}:{device or 0:02x}.0"
+
+
+def probe_host(root: str | Path = "/", with_gpus: bool = True) -> HostFacts:
+    """Collect HostFacts. `root` re-roots /proc, /sys and /etc for tests."""
+    root = Path(root)
+    model, flags = parse_cpuinfo(read_text(root, "proc/cpuinfo") or "")
+    logical = os.cpu_count() or 1
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") and str(root) == "/" else None
+    torch_version = cuda_version = None
+    gpus: tuple[GpuInfo, ...] = ()
+    if with_gpus:
+        import torch
+
+        torch_version = torch.__version__
+        cuda_version, gpus = probe_gpus(root)
+    return HostFacts(
+        cpu_model=model,
+        logical_cpus=logical,
+        usable_cores=probe_usable_cores(root, logical, affinity),
+        cpu_flags=flags,
+        machine=platform.machine(),
+        numa_nodes=probe_numa_nodes(root),
+        memory_bytes=probe_memory_bytes(root),
+        distro=parse_os_release(read_text(root, "etc/os-release") or ""),
+        torch_version=torch_version,
+        cuda_version=cuda_version,
+        gpus=gpus,
+        has_compiler=shutil.which("cc") is not None or shutil.which("gcc") is not None,
+    )
