@@ -1,0 +1,45 @@
+"""`torchpace bench [WORKLOAD]`: measure the training step (samples/s with a 95% CI)."""
+
+from __future__ import annotations
+
+import click
+
+from torchpace.cli._common import emit_json, json_option, make_console
+from torchpace.cli._options import build_config, check_writable, config_options, positive_seconds, workload_argument
+
+
+@click.command("bench")
+@workload_argument
+@config_options
+@click.option("--max-time", "max_time_s", type=float, default=60.0, show_default=True, callback=positive_seconds,
+              help="Time cap in seconds (warm-up + measurement).")
+@click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Also save the JSON result here.")
+@json_option
+def command(workload, config_path, assignments, max_time_s, device, out_path, as_json):
+    """Measure WORKLOAD's real training step (default: the built-in `tabular`).
+
+    WORKLOAD is `pkg.module:function`, `path/to/file.py:function`, or one of
+    vision, language, tabular, inference.
+    """
+    from torchpace.host import probe_host
+    from torchpace.measure.bench import BenchOptions
+    from torchpace.measure.run import bench_workload
+
+    check_writable(out_path, "--out")
+    config = build_config(config_path, assignments)
+    options = BenchOptions(max_time_s=max_time_s)
+    host = probe_host()
+    result = bench_workload(workload, config, options, host=host, device=device, show_progress=not as_json)
+    payload = result.to_dict()
+    if out_path:
+        from torchpace.measure.run import save_result
+
+        save_result(payload, out_path)
+    if as_json:
+        emit_json(payload)
+    else:
+        from torchpace.measure.render import render_bench
+
+        render_bench(make_console(), payload)
+    return 0

@@ -1,0 +1,180 @@
+"""RunConfig: a frozen, validated mapping knob name -> value, saved as TOML.
+
+File format (`torchpace.toml`)::
+
+    schema_version = 1
+
+    [knobs]                       # only knobs that differ from plain PyTorch need be listed
+    "data.num_workers" = 2        # or as a table: [knobs.data] num_workers = 2
+    "precision.amp" = "bf16"
+
+    [host]                        # what it was tuned on (written by tune; informational)
+    fingerprint = "..."
+
+    [result]                      # measured figures (written by tune; informational)
+    baseline_samples_per_s = 812.0
+
+Unknown knobs, bad values and newer schema versions are usage errors that name the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping
+
+from torchpace.errors import UsageError
+
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+
+
+@dataclass(frozen=True)
+class RunConfig(Mapping[str, Any]):
+    """Knob values that differ from (or restate) the defaults; a missing knob means its default.
+
+    Attributes:
+        values: knob name -> validated value (read-only).
+        host: the host summary it was tuned on (informational, may be empty).
+        result: measured figures saved with it (informational, may be empty).
+    """
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+    host: Mapping[str, Any] = field(default_factory=dict)
+    result: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from torchpace.knobs import get_knob
+
+        validated = {name: get_knob(name).validate(value) for name, value in self.values.items()}
+        object.__setattr__(self, "values", MappingProxyType(validated))
+        object.__setattr__(self, "host", MappingProxyType(dict(self.host)))
+        object.__setattr__(self, "result", MappingProxyType(dict(self.result)))
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def get_value(self, name: str) -> Any:
+        """The value of knob `name`: as set here, else the knob's default."""
+        from torchpace.knobs import get_knob
+
+        return self.values.get(name, get_knob(name).default)
+
+    def full_values(self) -> dict[str, Any]:
+        """Every registered knob's effective value."""
+        from torchpace.knobs import REGISTRY
+
+        return {name: self.get_value(name) for name in REGISTRY}
+
+    def with_values(self, **changes: Any) -> "RunConfig":
+        """A copy with `changes` (knob name -> value) applied; pass names via a dict: **{'a.b': 1}."""
+        return RunConfig({**self.values, **changes}, self.host, self.result)
+
+    def non_default(self) -> dict[str, Any]:
+        """Only the knobs whose value differs from their default."""
+        from torchpace.knobs import get_knob
+
+        return {k: v for k, v in self.values.items() if v != get_knob(k).default}
+
+    def to_toml_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "knobs": dict(sorted(self.values.items()))}
+        if self.host:
+            doc["host"] = dict(self.host)
+        if self.result:
+            doc["result"] = dict(self.result)
+        return doc
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"data": {"num_workers": 2}} -> {"data.num_workers": 2}."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def parse_config(doc: Mapping[str, Any], source: str = "config") -> RunConfig:
+    """Build a RunConfig from a parsed TOML document, checking the schema version and keys."""
+    version = doc.get("schema_version")
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise UsageError(
+            f"{source}: schema_version = {version!r} is not understood; this torchpace reads "
+            f"schema_version {', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))}"
+            + (" (upgrade torchpace to read newer files)" if isinstance(version, int) and version > SCHEMA_VERSION else "")
+        )
+    unknown = set(doc) - {"schema_version", "knobs", "host", "result"}
+    if unknown:
+        raise UsageError(f"{source}: unknown top-level key(s) {sorted(unknown)}; expected schema_version, knobs, host, result")
+    knobs = doc.get("knobs", {})
+    if not isinstance(knobs, Mapping):
+        raise UsageError(f"{source}: [knobs] must be a table of knob = value")
+    try:
+        return RunConfig(_flatten(knobs), doc.get("host", {}), doc.get("result", {}))
+    except UsageError as err:
+        raise UsageError(f"{source}: [knobs] {err}") from None
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read a torchpace TOML config. Errors name the file and the line or key that is wrong."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise UsageError(f"cannot read config {str(path)!r}: {err.strerror}") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise UsageError(f"config {str(path)!r} is not valid TOML: {err}") from None
+    return parse_config(doc, source=str(path))
+
+
+def save_config(config: RunConfig, path: str | Path) -> Path:
+    """Write `config` as TOML atomically (a temp file renamed over the target)."""
+    import tomli_w
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(tomli_w.dumps(config.to_toml_dict()))
+    tmp.replace(path)
+    return path
+
+
+def parse_assignments(pairs: list[str]) -> dict[str, Any]:
+    """`["a.b=2", "c.d=bf16"]` -> typed values (TOML literal rules: 2 -> int, true -> bool, else str)."""
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--set {pair!r}: expected KNOB=VALUE, e.g. --set data.num_workers=2")
+        values[name.strip()] = _parse_literal(raw.strip())
+    return values
+
+
+def _parse_literal(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def resolve_config(config: "RunConfig | Mapping[str, Any] | str | Path | None") -> RunConfig:
+    """Accept a RunConfig, a dict of knob values, a TOML path, or None (all defaults)."""
+    if config is None:
+        return RunConfig()
+    if isinstance(config, RunConfig):
+        return config
+    if isinstance(config, (str, Path)):
+        return load_config(config)
+    return RunConfig(dict(config))

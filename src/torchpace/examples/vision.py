@@ -1,0 +1,148 @@
+"""`vision`: a small ResNet-style CNN on real JPEG files, decoded and augmented in the loader.
+
+The images are written once (deterministically) under `$XDG_CACHE_HOME/torchpace/` and read back
+from disk every epoch, so on small hosts this workload is input-bound: the data knobs matter.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from torchpace.workload import Workload
+
+N_CLASSES = 10
+IMAGES_PER_CLASS = 100
+IMAGE_SIZE = 96
+CROP_SIZE = 80
+_DATASET_VERSION = "vision-jpeg-v1"
+_MEAN = torch.tensor([0.5, 0.5, 0.5]).view(3, 1, 1)
+_STD = torch.tensor([0.25, 0.25, 0.25]).view(3, 1, 1)
+
+
+def cache_root(env: dict[str, str] | None = None) -> Path:
+    """`$XDG_CACHE_HOME/torchpace` (default `~/.cache/torchpace`)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "torchpace"
+
+
+def _synthetic_image(label: int, index: int) -> Image.Image:
+    """A class-dependent pattern (oriented stripes in a class colour) with per-image noise."""
+    rng = np.random.default_rng(label * 100_003 + index)
+    yy, xx = np.mgrid[0:IMAGE_SIZE, 0:IMAGE_SIZE].astype(np.float32)
+    angle = np.pi * label / N_CLASSES
+    phase = rng.uniform(0, 2 * np.pi)
+    stripes = np.sin((xx * np.cos(angle) + yy * np.sin(angle)) / 4.0 + phase)
+    colour = np.array([(label * 37) % 256, (label * 91) % 256, (label * 53) % 256], dtype=np.float32) / 255
+    pixels = 0.5 + 0.35 * stripes[..., None] * colour + rng.normal(0, 0.08, (IMAGE_SIZE, IMAGE_SIZE, 3))
+    return Image.fromarray((np.clip(pixels, 0, 1) * 255).astype(np.uint8))
+
+
+def write_jpeg_folder(root: Path, classes: int = N_CLASSES, per_class: int = IMAGES_PER_CLASS) -> Path:
+    """Write `root/<class>/<i>.jpg` once; a complete folder is reused. Written to a temp dir and
+    renamed into place, so an interrupted write never leaves a half folder under the final name."""
+    if (root / ".complete").exists():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+    for label in range(classes):
+        (tmp / f"class_{label:02d}").mkdir()
+        for index in range(per_class):
+            _synthetic_image(label, index).save(tmp / f"class_{label:02d}" / f"{index:04d}.jpg", quality=90)
+    (tmp / ".complete").touch()
+    try:
+        tmp.rename(root)
+    except OSError:  # another process finished first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+class JpegFolder(torch.utils.data.Dataset):
+    """Class-per-subfolder JPEGs, decoded with Pillow; random crop + flip when `train`."""
+
+    def __init__(self, root: Path, train: bool = True):
+        classes = sorted(p.name for p in root.iterdir() if p.is_dir())
+        self.samples = [(path, label) for label, c in enumerate(classes) for path in sorted((root / c).glob("*.jpg"))]
+        self.train = train
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int):
+        path, label = self.samples[index]
+        with Image.open(path) as image:
+            pixels = torch.from_numpy(np.asarray(image.convert("RGB"), dtype=np.uint8).copy())
+        x = pixels.permute(2, 0, 1).float().div_(255)
+        x = _random_crop_flip(x) if self.train else _center_crop(x)
+        return (x - _MEAN) / _STD, label
+
+
+def _random_crop_flip(x: torch.Tensor) -> torch.Tensor:
+    top, left = (int(v) for v in torch.randint(0, IMAGE_SIZE - CROP_SIZE + 1, (2,)))
+    x = x[:, top:top + CROP_SIZE, left:left + CROP_SIZE]
+    return x.flip(2) if torch.rand(()) < 0.5 else x
+
+
+def _center_crop(x: torch.Tensor) -> torch.Tensor:
+    offset = (IMAGE_SIZE - CROP_SIZE) // 2
+    return x[:, offset:offset + CROP_SIZE, offset:offset + CROP_SIZE]
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, c_in: int, c_out: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+class SmallResNet(nn.Module):
+    def __init__(self, widths: tuple[int, ...] = (16, 32, 64), classes: int = N_CLASSES):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, 2, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU())
+        blocks, c_in = [], widths[0]
+        for i, width in enumerate(widths):
+            blocks.append(BasicBlock(c_in, width, stride=1 if i == 0 else 2))
+            c_in = width
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(c_in, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.stem(x))
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _cross_entropy(output: torch.Tensor, batch) -> torch.Tensor:
+    return nn.functional.cross_entropy(output.float(), batch[1])
+
+
+def image_root() -> Path:
+    return write_jpeg_folder(cache_root() / _DATASET_VERSION)
+
+
+def workload() -> Workload:
+    torch.manual_seed(0)
+    return Workload(
+        model=SmallResNet(),
+        dataset=JpegFolder(image_root(), train=True),
+        loss=_cross_entropy,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
+        batch_size=64,
+        name="vision",
+    )

@@ -1,0 +1,149 @@
+"""The knob plug-in: one tunable setting, where it takes effect, and when it applies.
+
+Lifecycle, in the order torchpace calls it:
+
+1. `validate(value)` when a config is built (bad value -> UsageError naming valid values);
+2. `applies(host, workload)` -> None, or the reason the knob does not apply on this host/workload;
+3. `conflicts(values)` -> None, or why this value cannot go with the other knobs' values;
+4. `candidates(host, workload)` -> the values a tuner should try, the default first;
+5. `child_env(value, host, env)` and `child_command_prefix(value, host)` for process-level knobs:
+   they shape a child process's env dict and argv, never torchpace's own;
+6. `apply(value, target, ctx)` inside `prepare()`, at exactly the knob's `point`.
+
+`apply` targets by point: ENV -> nothing in-process (see child_env); GLOBAL -> an ExitStack to enter
+a set-and-restore context on; LOADER -> the DataLoader kwargs dict; MODEL -> the model, returns the
+(possibly new) model; OPTIMIZER -> the optimizer, returns the (possibly new) optimizer; STEP -> the
+mutable StepOptions.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from torchpace.errors import UsageError
+
+if TYPE_CHECKING:
+    from torchpace.host import HostFacts
+    from torchpace.workload import Workload
+
+KnobValue = bool | int | float | str
+
+STAGES = ("system", "data", "compute", "memory", "distributed", "inference")
+
+
+class Point(str, enum.Enum):
+    """Where a knob takes effect (DESIGN §3)."""
+
+    ENV = "env"
+    GLOBAL = "global"
+    LOADER = "loader"
+    MODEL = "model"
+    OPTIMIZER = "optimizer"
+    STEP = "step"
+
+
+@dataclass(frozen=True)
+class ApplyContext:
+    """What `apply` may need besides its target."""
+
+    host: "HostFacts"
+    workload: "Workload"
+    device: Any
+    values: dict[str, KnobValue]
+
+
+class Knob:
+    """Base of every knob. Subclasses set the class attributes and override what they need."""
+
+    name: ClassVar[str]
+    stage: ClassVar[str]
+    point: ClassVar[Point]
+    default: ClassVar[KnobValue]
+    choices: ClassVar[tuple[KnobValue, ...] | None] = None
+    help: ClassVar[str] = ""
+    training_only: ClassVar[bool] = False
+
+    def validate(self, value: Any) -> KnobValue:
+        """Return `value` normalised, or raise UsageError naming the knob and the valid values."""
+        if self.choices is not None:
+            for choice in self.choices:
+                if value == choice and type(value) is type(choice):
+                    return choice
+            raise UsageError(
+                f"knob {self.name!r}: {value!r} is not valid; valid values: "
+                + ", ".join(_fmt(c) for c in self.choices)
+            )
+        raise NotImplementedError(f"{type(self).__name__} must define choices or validate()")
+
+    def applies(self, host: "HostFacts", workload: "Workload") -> str | None:
+        """None when the knob applies, else the reason it does not."""
+        if self.training_only and not workload.is_training:
+            return "only for training workloads (this workload has no loss)"
+        return None
+
+    def candidates(self, host: "HostFacts", workload: "Workload") -> list[KnobValue]:
+        """Values worth trying here, the default first."""
+        values = list(self.choices or [self.default])
+        return [self.default] + [v for v in values if v != self.default and self.value_applies(v, host, workload) is None]
+
+    def value_applies(self, value: KnobValue, host: "HostFacts", workload: "Workload") -> str | None:
+        """None when this particular value can run here, else why not (e.g. fp16 needs CUDA)."""
+        return None
+
+    def conflicts(self, values: dict[str, KnobValue]) -> str | None:
+        """None when `values[self.name]` fits with the other knobs' values, else why not."""
+        return None
+
+    def child_env(self, value: KnobValue, host: "HostFacts", env: dict[str, str]) -> None:
+        """Write process-level settings for a child process into `env` (never os.environ)."""
+
+    def child_command_prefix(self, value: KnobValue, host: "HostFacts") -> list[str]:
+        """argv to put before a child's command (e.g. numactl binding); empty for most knobs."""
+        return []
+
+    def in_effect(self, value: KnobValue, host: "HostFacts") -> bool:
+        """True when this process already runs with `value`'s process-level settings."""
+        import os
+
+        wanted: dict[str, str] = {}
+        self.child_env(value, host, wanted)
+        return all(os.environ.get(k, "") == v or v in os.environ.get(k, "").split(":") for k, v in wanted.items())
+
+    def apply(self, value: KnobValue, target: Any, ctx: ApplyContext) -> Any:
+        """Take effect on `target` (see the module docstring for each point); return the target."""
+        return target
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "stage": self.stage,
+            "point": self.point.value,
+            "default": self.default,
+            "choices": list(self.choices) if self.choices is not None else None,
+            "help": self.help,
+        }
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class IntKnob(Knob):
+    """A knob whose values are integers (with an optional named non-integer default like 'auto')."""
+
+    minimum: ClassVar[int] = 0
+    named: ClassVar[tuple[str, ...]] = ()
+
+    def validate(self, value: Any) -> KnobValue:
+        if isinstance(value, str) and value in self.named:
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= self.minimum:
+            return value
+        names = "".join(f" or {n!r}" for n in self.named)
+        raise UsageError(f"knob {self.name!r}: {value!r} is not valid; expected an integer >= {self.minimum}{names}")

@@ -1,0 +1,93 @@
+"""Data-stage knobs: DataLoader workers, pinned memory, prefetching, persistent workers."""
+
+from __future__ import annotations
+
+from torchpace.knobs.base import IntKnob, Knob, Point
+
+
+def _is_iterable_dataset(workload) -> bool:
+    import torch.utils.data
+
+    return isinstance(workload.dataset, torch.utils.data.IterableDataset)
+
+
+class NumWorkersKnob(IntKnob):
+    name = "data.num_workers"
+    stage = "data"
+    point = Point.LOADER
+    default = 0
+    help = "DataLoader worker processes (0 loads in the training process)."
+
+    def candidates(self, host, workload):
+        counts = [0, 1, 2, 4, 8, 16]
+        return [c for c in counts if c <= max(2, host.usable_cores)]
+
+    def value_applies(self, value, host, workload):
+        if value and _is_iterable_dataset(workload):
+            return "an IterableDataset must shard itself across workers (see torch.utils.data.get_worker_info)"
+        return None
+
+    def apply(self, value, target, ctx):
+        target["num_workers"] = int(value)
+        return target
+
+
+class PinMemoryKnob(Knob):
+    name = "data.pin_memory"
+    stage = "data"
+    point = Point.LOADER
+    default = False
+    choices = (False, True)
+    help = "page-locked host batches, copied to the GPU with non_blocking=True."
+
+    def applies(self, host, workload):
+        if not host.cuda_available:
+            return "pinned memory only speeds host-to-GPU copies; no CUDA device here"
+        return None
+
+    def apply(self, value, target, ctx):
+        target["pin_memory"] = bool(value)
+        return target
+
+
+class _WorkerOptionKnob(Knob):
+    """A DataLoader option that only means something with worker processes."""
+
+    def conflicts(self, values):
+        if values.get(self.name, self.default) != self.default and not values.get("data.num_workers", 0):
+            return f"{self.name} needs data.num_workers > 0"
+        return None
+
+
+class PrefetchFactorKnob(_WorkerOptionKnob, IntKnob):
+    name = "data.prefetch_factor"
+    stage = "data"
+    point = Point.LOADER
+    default = 2
+    minimum = 1
+    help = "batches each worker loads ahead (DataLoader prefetch_factor; torch's default is 2)."
+
+    def candidates(self, host, workload):
+        return [2, 4, 8]
+
+    def apply(self, value, target, ctx):
+        if target.get("num_workers", 0):
+            target["prefetch_factor"] = int(value)
+        return target
+
+
+class PersistentWorkersKnob(_WorkerOptionKnob):
+    name = "data.persistent_workers"
+    stage = "data"
+    point = Point.LOADER
+    default = False
+    choices = (False, True)
+    help = "keep workers alive across epochs instead of restarting them."
+
+    def apply(self, value, target, ctx):
+        if target.get("num_workers", 0):
+            target["persistent_workers"] = bool(value)
+        return target
+
+
+KNOBS = [NumWorkersKnob(), PinMemoryKnob(), PrefetchFactorKnob(), PersistentWorkersKnob()]

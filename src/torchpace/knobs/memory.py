@@ -1,0 +1,75 @@
+"""Memory-stage knobs: activation checkpointing and micro-batches with gradient accumulation."""
+
+from __future__ import annotations
+
+from torchpace.knobs.base import IntKnob, Knob, Point
+
+
+def find_block_container(model):
+    """The ModuleList/Sequential with the most parameterised children (the model's repeated blocks),
+    or None when no container holds at least two of them."""
+    import torch.nn as nn
+
+    best, best_count = None, 1
+    for module in model.modules():
+        if isinstance(module, (nn.ModuleList, nn.Sequential)):
+            count = sum(1 for child in module if any(True for _ in child.parameters()))
+            if count > best_count:
+                best, best_count = module, count
+    return best
+
+
+class ActivationCheckpointingKnob(Knob):
+    name = "model.activation_checkpointing"
+    stage = "memory"
+    point = Point.MODEL
+    default = False
+    choices = (False, True)
+    help = "recompute each block's activations in backward instead of storing them (less memory, more compute)."
+    training_only = True
+
+    def applies(self, host, workload):
+        reason = super().applies(host, workload)
+        if reason is None and find_block_container(workload.model) is None:
+            return "no ModuleList/Sequential of two or more parameterised blocks to checkpoint"
+        return reason
+
+    def apply(self, value, target, ctx):
+        if value:
+            from torchpace.runtime.checkpointing import wrap_blocks
+
+            wrap_blocks(find_block_container(target))
+        return target
+
+
+class MicroBatchKnob(IntKnob):
+    name = "data.micro_batch_size"
+    stage = "memory"
+    point = Point.STEP
+    default = "full"
+    named = ("full",)
+    minimum = 1
+    training_only = True
+    help = ("split each step's batch into micro-batches and accumulate gradients "
+            "(train.grad_accumulation = batch_size / micro_batch_size; the global batch is unchanged).")
+
+    def candidates(self, host, workload):
+        halves = [workload.batch_size // d for d in (2, 4) if workload.batch_size % d == 0]
+        return ["full", *[h for h in halves if h >= 1]]
+
+    def value_applies(self, value, host, workload):
+        if value != "full" and (value > workload.batch_size or workload.batch_size % value):
+            return f"micro_batch_size {value} must divide the batch size {workload.batch_size}"
+        return None
+
+    def apply(self, value, target, ctx):
+        reason = self.value_applies(value, ctx.host, ctx.workload)
+        if reason:
+            from torchpace.errors import UsageError
+
+            raise UsageError(f"knob {self.name!r}: {reason}")
+        target.micro_batch_size = None if value == "full" else int(value)
+        return target
+
+
+KNOBS = [ActivationCheckpointingKnob(), MicroBatchKnob()]

@@ -1,0 +1,200 @@
+"""`run_bench`: measure a workload's real step under a config (DESIGN §5).
+
+The timed step is the whole thing a training loop does: next batch from the DataLoader, host-to-device
+copy, forward, loss, backward, optimizer. Then the same step is timed on one batch pre-staged on the
+device (`compute_only_samples_per_s`), the ceiling the input pipeline could reach;
+`input_bound_frac = 1 - samples_per_s / compute_only_samples_per_s` (0 when not input-bound).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from torchpace.config import RunConfig, resolve_config
+from torchpace.errors import TorchpaceError, UserCodeError
+from torchpace.host import HostFacts, probe_host
+from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_memory
+from torchpace.measure.timing import Clock, Throughput, TimingOptions, measure_throughput
+from torchpace.runtime import Prepared, prepare
+from torchpace.runtime.batch import batch_len
+from torchpace.workload import Workload
+
+RESULT_KIND = "torchpace.bench"
+RESULT_SCHEMA_VERSION = 1
+_WARMUP_SHARE = 0.4  # warm-up may use up to this share of the time cap (compile can take ~20 s)
+_MAIN_SHARE = 0.8  # the real-step measurement ends by this share; compute-only gets the rest
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """How long and how precisely to measure."""
+
+    max_time_s: float = 60.0
+    target_ci_rel: float = 0.02
+    compute_only: bool = True
+    window_s: float | None = None  # default: max_time_s / 40, within [0.1, 1.0] s
+
+    def timing(self) -> TimingOptions:
+        window = self.window_s or min(1.0, max(0.1, self.max_time_s / 40))
+        return TimingOptions(window_s=window, target_ci_rel=self.target_ci_rel)
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """Everything a bench measured. Figures carry their unit in their name. JSON via `to_dict`."""
+
+    workload: str
+    config: dict[str, Any]
+    device: str
+    batch_size: int
+    grad_accumulation: int
+    samples_per_s: float
+    samples_per_s_ci_low: float
+    samples_per_s_ci_high: float
+    samples_per_s_iqr: float
+    ci_rel_halfwidth: float
+    noise_warning: bool
+    step_time_s: float
+    windows: int
+    measured_steps: int
+    window_samples_per_s: list[float]
+    warmup_s: float
+    warmup_steps: int
+    warmup_converged: bool
+    stopped_by: str
+    compute_only_samples_per_s: float | None
+    input_bound_frac: float | None
+    peak_memory_bytes: int
+    peak_memory_kind: str
+    loss_values: list[float]
+    wall_time_s: float
+    host: dict[str, Any] = field(default_factory=dict)
+    kind: str = RESULT_KIND
+    schema_version: int = RESULT_SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _LoaderCycle:
+    """Endless batches: restarts the DataLoader at each epoch's end, as a training loop does."""
+
+    def __init__(self, loader: torch.utils.data.DataLoader):
+        self.loader = loader
+        self.iterator = iter(loader)
+
+    def next(self) -> Any:
+        try:
+            return next(self.iterator)
+        except StopIteration:
+            self.iterator = iter(self.loader)
+            return next(self.iterator)
+
+    def close(self) -> None:
+        shutdown = getattr(self.iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()  # do not leave worker processes behind (persistent ones included)
+        self.iterator = None
+
+
+def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: float, losses: list, on_window) -> Throughput:
+    cycle = _LoaderCycle(run.loader)
+
+    def step() -> int:
+        batch = cycle.next()
+        out = run.step(batch)
+        if run.workload.is_training:
+            losses.append(out)
+        return batch_len(batch)
+
+    try:
+        return measure_throughput(step, clock, device_sync(run.device), opts.timing(),
+                                  start + _WARMUP_SHARE * opts.max_time_s, start + _MAIN_SHARE * opts.max_time_s, on_window)
+    finally:
+        cycle.close()
+
+
+def _measure_compute_only(run: Prepared, clock: Clock, opts: BenchOptions, start: float, on_window) -> Throughput:
+    staged = run.to_device(next(iter(run.loader)))
+    samples = batch_len(staged)
+
+    def step() -> int:
+        run.step_on_device(staged)
+        return samples
+
+    now = clock()
+    remaining = max(opts.max_time_s * (1 - _MAIN_SHARE), start + opts.max_time_s - now)
+    return measure_throughput(step, clock, device_sync(run.device), opts.timing(), now + remaining / 2, now + remaining, on_window)
+
+
+def run_bench(
+    workload: Workload,
+    config: RunConfig | dict | str | None = None,
+    options: BenchOptions = BenchOptions(),
+    *,
+    host: HostFacts | None = None,
+    device: str | None = None,
+    clock: Clock = time.perf_counter,
+    on_window: Callable | None = None,
+) -> BenchResult:
+    """Measure `workload` under `config`. See the module docstring for what is timed.
+
+    Raises:
+        UsageError: the config does not apply here.
+        UserCodeError: the workload's code raised while stepping.
+    """
+    config = resolve_config(config)
+    host = host or probe_host()
+    start = clock()
+    losses: list[torch.Tensor] = []
+    with prepare(workload, config, device=device, host=host) as run:
+        reset_peak_memory(run.device)
+        try:
+            real = _measure_real_step(run, clock, options, start, losses, on_window)
+            compute = _measure_compute_only(run, clock, options, start, on_window) if options.compute_only else None
+        except TorchpaceError:
+            raise
+        except Exception as err:  # the user's model/loss/data raised: report it as theirs
+            raise UserCodeError("running the workload's training step", "".join(traceback.format_exception(err))) from err
+        peak_bytes, peak_kind = read_peak_memory(run.device)
+        return _build_result(workload, config, run, real, compute, losses, peak_bytes, peak_kind, clock() - start, host)
+
+
+def _build_result(workload, config, run, real: Throughput, compute: Throughput | None, losses, peak_bytes, peak_kind, wall_s, host) -> BenchResult:
+    summary = real.summary
+    compute_sps = compute.summary.median if compute else None
+    input_bound = max(0.0, 1.0 - summary.median / compute_sps) if compute_sps else None
+    loss_values = torch.stack(losses).tolist() if losses else []
+    return BenchResult(
+        workload=workload.name,
+        config=config.non_default(),
+        device=str(run.device),
+        batch_size=workload.batch_size,
+        grad_accumulation=run.grad_accumulation,
+        samples_per_s=summary.median,
+        samples_per_s_ci_low=summary.ci_low,
+        samples_per_s_ci_high=summary.ci_high,
+        samples_per_s_iqr=summary.iqr,
+        ci_rel_halfwidth=summary.ci_rel_halfwidth,
+        noise_warning=summary.noisy,
+        step_time_s=real.step_time_s,
+        windows=summary.n,
+        measured_steps=real.measured_steps,
+        window_samples_per_s=[w.samples_per_s for w in real.windows],
+        warmup_s=real.warmup_s,
+        warmup_steps=real.warmup_steps,
+        warmup_converged=real.warmup_converged,
+        stopped_by=real.stopped_by,
+        compute_only_samples_per_s=compute_sps,
+        input_bound_frac=input_bound,
+        peak_memory_bytes=peak_bytes,
+        peak_memory_kind=peak_kind,
+        loss_values=loss_values,
+        wall_time_s=wall_s,
+        host=host.summary(),
+    )

@@ -1,0 +1,88 @@
+"""Running a bench for the CLI: in this process, or in a trial process when the config has
+process-level knobs (allocator, NUMA, thread env vars) this process is not already running with."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from torchpace.config import RunConfig
+from torchpace.errors import UsageError, UserCodeError
+from torchpace.host import HostFacts
+from torchpace.measure.bench import BenchOptions, BenchResult, run_bench
+
+_TRIAL_TIMEOUT_MARGIN_S = 120.0  # start-up, workload build and compile beyond the bench's own cap
+
+
+def needs_own_process(config: RunConfig, host: HostFacts) -> list[str]:
+    """ENV-point knobs whose value this process does not already run with."""
+    from torchpace.knobs import REGISTRY, Point
+
+    return [n for n, v in config.non_default().items() if REGISTRY[n].point is Point.ENV and not REGISTRY[n].in_effect(v, host)]
+
+
+@contextmanager
+def progress_bar(enabled: bool, total_s: float, label: str) -> Iterator:
+    """A Rich progress bar over the time cap on stderr (a no-op callback when disabled)."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
+                  TimeElapsedColumn(), transient=True, console=_stderr_console()) as progress:
+        task = progress.add_task(label, total=total_s, status="warming up")
+        import time
+
+        start = time.perf_counter()
+
+        def on_window(phase, windows, summary):
+            status = f"{phase}: {windows} windows, {summary.median:,.0f} samples/s ±{summary.ci_rel_halfwidth:.1%}"
+            progress.update(task, completed=min(total_s, time.perf_counter() - start), status=status)
+
+        yield on_window
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def bench_workload(spec: str | None, config: RunConfig, options: BenchOptions, *, host: HostFacts,
+                   device: str | None = None, show_progress: bool = True) -> BenchResult:
+    """Load and bench workload `spec`; in a trial process when process-level knobs require it."""
+    from torchpace.workload import load_workload
+
+    if needs_own_process(config, host):
+        return _bench_in_trial(spec, config, options, host, device)
+    workload = load_workload(spec)
+    with progress_bar(show_progress, options.max_time_s, f"bench {workload.name}") as on_window:
+        return run_bench(workload, config, options, host=host, device=device, on_window=on_window)
+
+
+def _bench_in_trial(spec, config: RunConfig, options: BenchOptions, host: HostFacts, device) -> BenchResult:
+    from torchpace.trial import TrialSpec, run_trial
+
+    trial = TrialSpec(workload=spec or "tabular", config=dict(config.values), max_time_s=options.max_time_s,
+                      compute_only=options.compute_only, device=device, sys_path=[os.getcwd()])
+    result = run_trial(trial, host, timeout_s=options.max_time_s + _TRIAL_TIMEOUT_MARGIN_S)
+    if result.status == "invalid":
+        raise UsageError(result.error)
+    if not result.ok:
+        raise UserCodeError(f"running the workload in a trial process ({result.status})",
+                            result.error + "\n" + result.stderr_tail)
+    return BenchResult(**result.bench)
+
+
+def save_result(payload: dict, path: str | Path) -> Path:
+    """Write a JSON result atomically."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2))
+    tmp.replace(path)
+    return path

@@ -1,0 +1,83 @@
+"""Pure statistics over per-window throughputs.
+
+Method (in the spirit of `torch.utils.benchmark`): the unit of measurement is a *window* of several
+steps, timed as a whole, so per-step timer overhead and CUDA syncs stay out of the steps. Each window
+gives one samples/s figure. We report the median over windows, a distribution-free 95% confidence
+interval of that median (binomial order statistics: no normality assumed, robust to the odd slow
+window), and the interquartile range. IQR/median above 10% earns a noise warning.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+_CONFIDENCE = 0.95
+_IQR_WARN_THRESHOLD = 0.10  # torch.utils.benchmark warns when IQR exceeds 10% of the median
+MIN_WINDOWS_FOR_CI = 6  # the fewest samples whose extreme order statistics reach 95% coverage
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Median with its 95% CI and IQR over `n` window figures (same unit as the inputs)."""
+
+    n: int
+    median: float
+    ci_low: float
+    ci_high: float
+    ci_coverage: float
+    iqr: float
+
+    @property
+    def ci_rel_halfwidth(self) -> float:
+        """Half the CI width relative to the median (0.02 means ±2%)."""
+        return (self.ci_high - self.ci_low) / 2 / self.median if self.median else math.inf
+
+    @property
+    def iqr_frac(self) -> float:
+        return self.iqr / self.median if self.median else math.inf
+
+    @property
+    def noisy(self) -> bool:
+        return self.iqr_frac > _IQR_WARN_THRESHOLD
+
+
+def median_ci_ranks(n: int, confidence: float = _CONFIDENCE) -> tuple[int, int, float]:
+    """0-based ranks (lo, hi) of sorted samples bounding the median with >= `confidence` coverage.
+
+    Coverage of [x_(l), x_(n-1-l)] is P(l < B <= n-1-l) for B ~ Binomial(n, 1/2). Returns the
+    narrowest symmetric pair reaching `confidence`, or (0, n-1) with its lower coverage when n is
+    too small.
+    """
+    if n < 1:
+        raise ValueError("need at least one sample")
+    best = (0, n - 1, _coverage(n, 0))
+    for lo in range(1, n // 2):
+        coverage = _coverage(n, lo)
+        if coverage < confidence:
+            break
+        best = (lo, n - 1 - lo, coverage)
+    return best
+
+
+def _coverage(n: int, lo: int) -> float:
+    """P(x_(lo) <= median <= x_(n-1-lo)) for n i.i.d. samples (0-based ranks)."""
+    return sum(math.comb(n, k) for k in range(lo + 1, n - lo)) / 2**n if n > 1 else 0.0
+
+
+def summarize(values: list[float], confidence: float = _CONFIDENCE) -> Summary:
+    """Median, its order-statistic CI, and the IQR of `values`."""
+    ordered = sorted(values)
+    n = len(ordered)
+    lo, hi, coverage = median_ci_ranks(n, confidence)
+    if n >= 2:
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        q1 = q3 = ordered[0]
+    return Summary(n, statistics.median(ordered), ordered[lo], ordered[hi], coverage, q3 - q1)
+
+
+def windows_agree(a: float, b: float, tolerance: float) -> bool:
+    """True when two consecutive window figures differ by at most `tolerance` (relative)."""
+    return abs(a - b) <= tolerance * max(abs(a), abs(b))

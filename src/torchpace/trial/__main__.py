@@ -1,0 +1,72 @@
+"""Child side of a trial: `python -m torchpace.trial SPEC.json RESULT.json`.
+
+Runs the spec's guard steps (if any) and bench in this fresh process and writes RESULT.json. Anything
+the workload raises is a recorded result (crash / oom / nonfinite / invalid), never an unhandled exit,
+except a hard crash (segfault, SIGKILL), which the parent classifies from the exit status.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from torchpace.trial.protocol import CRASH, INVALID, NONFINITE, OK, OOM, TrialResult, TrialSpec, is_nonfinite
+
+
+def run_spec(spec: TrialSpec) -> TrialResult:
+    """Run one trial in this process and return its result (never raises for workload errors)."""
+    import torch
+
+    from torchpace.errors import UsageError, UserCodeError
+    from torchpace.measure.bench import BenchOptions, run_bench
+    from torchpace.workload import load_workload
+
+    start = time.perf_counter()
+    sys.path[:0] = spec.sys_path
+    try:
+        guard_losses: list[float] = []
+        if spec.guard_steps:
+            from torchpace.tune.guard import GUARD_SEED, run_guard_steps
+
+            torch.manual_seed(GUARD_SEED)  # same initial weights for every trial, even unseeded workloads
+            guard_losses = run_guard_steps(load_workload(spec.workload), spec.config, spec.guard_steps, device=spec.device)
+            if is_nonfinite(guard_losses):
+                return TrialResult(NONFINITE, guard_losses=guard_losses, error="loss became NaN/Inf in the guard steps",
+                                   wall_time_s=time.perf_counter() - start)
+        options = BenchOptions(max_time_s=spec.max_time_s, compute_only=spec.compute_only)
+        bench = run_bench(load_workload(spec.workload), spec.config, options, device=spec.device).to_dict()
+        status = NONFINITE if is_nonfinite(bench["loss_values"]) else OK
+        error = "loss became NaN/Inf while measuring" if status == NONFINITE else ""
+        return TrialResult(status, bench, guard_losses, error, wall_time_s=time.perf_counter() - start)
+    except UsageError as err:
+        return TrialResult(INVALID, error=str(err), wall_time_s=time.perf_counter() - start)
+    except (UserCodeError, torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
+        status = OOM if _is_oom(err) else CRASH
+        detail = err.user_traceback if isinstance(err, UserCodeError) else traceback.format_exc()
+        return TrialResult(status, error=f"{err}\n{detail[-4000:]}", wall_time_s=time.perf_counter() - start)
+
+
+def _is_oom(err: BaseException) -> bool:
+    import torch
+
+    chain = [err, err.__cause__]
+    return any(isinstance(e, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(e).lower() for e in chain if e)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m torchpace.trial SPEC.json RESULT.json", file=sys.stderr)
+        return 2
+    result = run_spec(TrialSpec.load(Path(argv[0])))
+    tmp = Path(argv[1]).with_suffix(".tmp")
+    import json
+
+    tmp.write_text(json.dumps(result.to_dict()))
+    tmp.replace(argv[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

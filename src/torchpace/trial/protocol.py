@@ -1,0 +1,89 @@
+"""The trial protocol: a trial is `python -m torchpace.trial SPEC.json` in its own process, writing
+RESULT.json. Frozen data and pure classification here; the parent-side runner is in `runner.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Failure classes (DESIGN §6). "ok" is a finished measurement.
+OK = "ok"
+OOM = "oom"
+CRASH = "crash"
+TIMEOUT = "timeout"
+NONFINITE = "nonfinite"
+GUARD = "guard"
+INVALID = "invalid"
+STATUSES = (OK, OOM, CRASH, TIMEOUT, NONFINITE, GUARD, INVALID)
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What one trial process runs: a workload spec, knob values, and how to measure.
+
+    Attributes:
+        workload: workload spec string (`pkg.mod:fn`, `file.py:fn`, or a built-in name).
+        config: knob name -> value.
+        max_time_s: the bench's own time cap (the parent's timeout is larger).
+        guard_steps: run this many seeded steps first and record their losses (0: no guard run).
+        device: torch device string, or None for the default.
+        sys_path: directories to prepend to sys.path in the child (the user's cwd).
+    """
+
+    workload: str
+    config: dict[str, Any] = field(default_factory=dict)
+    max_time_s: float = 30.0
+    guard_steps: int = 0
+    compute_only: bool = True
+    device: str | None = None
+    sys_path: list[str] = field(default_factory=list)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def load(cls, path: Path) -> "TrialSpec":
+        return cls(**json.loads(Path(path).read_text()))
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What a trial produced: its status, the bench figures when ok, and why not otherwise."""
+
+    status: str
+    bench: dict[str, Any] | None = None
+    guard_losses: list[float] = field(default_factory=list)
+    error: str = ""
+    stderr_tail: str = ""
+    returncode: int | None = None
+    wall_time_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrialResult":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def is_nonfinite(values: list[float]) -> bool:
+    """True when any loss value is NaN or infinite."""
+    return any(not math.isfinite(v) for v in values)
+
+
+def classify_exit(returncode: int, stderr_tail: str) -> str:
+    """Failure class of a child that wrote no result: OOM when the kernel or torch said so, else crash."""
+    text = stderr_tail.lower()
+    if "out of memory" in text or "outofmemoryerror" in text or "memoryerror" in text:
+        return OOM
+    if returncode == -9 and "killed" in text:
+        return OOM  # the kernel's OOM killer sends SIGKILL
+    return CRASH

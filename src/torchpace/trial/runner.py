@@ -1,0 +1,103 @@
+"""Parent side of a trial: build the child's env and argv from the process-level knobs, run
+`python -m torchpace.trial` in its own process group, enforce the timeout, and kill the whole group
+(DataLoader workers included) on timeout, Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Mapping
+
+from torchpace.host import HostFacts
+from torchpace.knobs import REGISTRY
+from torchpace.trial.protocol import CRASH, TIMEOUT, TrialResult, TrialSpec, classify_exit
+
+_STDERR_TAIL_BYTES = 4000
+_KILL_GRACE_S = 3.0  # SIGTERM first, then SIGKILL after this
+
+
+def plan_trial_env(config: Mapping[str, object], host: HostFacts, base_env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """(argv prefix, child env) for a trial: base env plus every knob's process-level settings."""
+    env = dict(base_env)
+    prefix: list[str] = []
+    for name, knob in REGISTRY.items():
+        value = config.get(name, knob.default)
+        knob.child_env(value, host, env)
+        prefix += knob.child_command_prefix(value, host)
+    return prefix, env
+
+
+def kill_process_group(proc: subprocess.Popen, grace_s: float = _KILL_GRACE_S) -> None:
+    """SIGTERM the child's whole process group, then SIGKILL what is left after `grace_s`."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            if sig == signal.SIGTERM:
+                os.killpg(proc.pid, signal.SIGKILL)  # leftovers (workers) that ignored SIGTERM
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
+
+
+def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapping[str, str] | None = None,
+              workdir: Path | None = None) -> TrialResult:
+    """Run one trial in a child process and return its result (never raises for the child's failures)."""
+    base_env = os.environ if base_env is None else base_env
+    prefix, env = plan_trial_env(spec.config, host, base_env)
+    with tempfile.TemporaryDirectory(prefix="torchpace-trial-", dir=workdir) as tmp:
+        spec_path, result_path, err_path = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "stderr.txt"
+        spec.save(spec_path)
+        argv = [*prefix, sys.executable, "-m", "torchpace.trial", str(spec_path), str(result_path)]
+        start = time.perf_counter()
+        with open(err_path, "wb") as err_file:
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True)
+            try:
+                returncode = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                kill_process_group(proc)
+                return TrialResult(TIMEOUT, error=f"no result after {timeout_s:.0f} s; the trial's process group was killed",
+                                   stderr_tail=_tail(err_path), wall_time_s=time.perf_counter() - start)
+            except BaseException:  # Ctrl-C / SIGTERM of the parent: leave nothing behind
+                kill_process_group(proc)
+                raise
+            finally:
+                _reap_group(proc)
+        return _read_result(result_path, returncode, _tail(err_path), time.perf_counter() - start)
+
+
+def _reap_group(proc: subprocess.Popen) -> None:
+    """Kill any process the trial left in its group (e.g. orphaned workers) after it exited."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already empty: nothing left behind
+
+
+def _tail(path: Path) -> str:
+    data = path.read_bytes() if path.exists() else b""
+    return data[-_STDERR_TAIL_BYTES:].decode(errors="replace")
+
+
+def _read_result(path: Path, returncode: int, stderr_tail: str, wall_s: float) -> TrialResult:
+    import json
+
+    if returncode == 0 and path.exists():
+        data = json.loads(path.read_text())
+        data.update(stderr_tail=stderr_tail, returncode=returncode)
+        return TrialResult.from_dict(data)
+    status = classify_exit(returncode, stderr_tail) if returncode else CRASH
+    how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+    return TrialResult(status, error=f"the trial process ended without a result ({how})", stderr_tail=stderr_tail,
+                       returncode=returncode, wall_time_s=wall_s)

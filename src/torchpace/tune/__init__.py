@@ -1,0 +1,1 @@
+"""Tuning: the study, strategies and the convergence guard (DESIGN §7)."""

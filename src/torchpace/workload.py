@@ -1,0 +1,134 @@
+"""Workload: the unit torchpace measures, and `load_workload(spec)` that finds one.
+
+A workload spec is `pkg.module:function`, `path/to/file.py:function`, or a built-in name
+(`vision`, `language`, `tabular`, `inference`). The function is called afresh wherever a workload
+is needed (each trial process calls it), so it may build its model and data directly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from torchpace.errors import UsageError, UserCodeError
+
+BUILTIN_WORKLOADS = {
+    "vision": "torchpace.examples.vision:workload",
+    "language": "torchpace.examples.language:workload",
+    "tabular": "torchpace.examples.tabular:workload",
+    "inference": "torchpace.examples.inference:workload",
+}
+DEFAULT_WORKLOAD = "tabular"
+
+
+@dataclass
+class Workload:
+    """What to train (or run): a model, its data and how one optimizer step is made.
+
+    Attributes:
+        model: the `nn.Module`.
+        dataset: map-style or iterable Dataset of CPU tensors (never pre-staged on the GPU).
+        loss: `(output, batch) -> scalar tensor`; None makes this an inference workload.
+        optimizer: `params -> Optimizer`; defaults to AdamW(lr=1e-3) for training workloads.
+        batch_size: samples in ONE optimizer step, per process (the global batch of a step).
+        forward: `(model, batch) -> output`; default `model(batch[0])`.
+        clip_grad_norm: max gradient norm, clipped after backward (gradients unscaled first
+            under fp16), or None for no clipping.
+        scheduler: `optimizer -> LR scheduler`, stepped once per optimizer step, or None.
+        collate_fn: passed to the DataLoader.
+        evaluate: `model -> float` quality metric (higher is better) for the convergence guard.
+        shuffle: shuffle map-style datasets (with a seeded generator, so orders repeat).
+        seed: seeds model init order-independent parts and the data order.
+        name: shown in reports; set by `load_workload` from the spec when empty.
+    """
+
+    model: Any
+    dataset: Any
+    loss: Callable[[Any, Any], Any] | None = None
+    optimizer: Callable[[Any], Any] | None = None
+    batch_size: int = 32
+    forward: Callable[[Any, Any], Any] | None = None
+    clip_grad_norm: float | None = None
+    scheduler: Callable[[Any], Any] | None = None
+    collate_fn: Callable[[list], Any] | None = None
+    evaluate: Callable[[Any], float] | None = None
+    shuffle: bool = True
+    seed: int = 0
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise UsageError(f"Workload.batch_size must be a positive int, got {self.batch_size!r}")
+
+    @property
+    def is_training(self) -> bool:
+        return self.loss is not None
+
+
+def _resolve_spec(spec: str) -> tuple[str, str]:
+    """Split a spec into (module-or-file, function name), mapping built-in names."""
+    spec = BUILTIN_WORKLOADS.get(spec, spec)
+    target, sep, func = spec.rpartition(":")
+    if not sep or not target or not func:
+        raise UsageError(
+            f"workload spec {spec!r} is not valid: expected 'pkg.module:function', "
+            f"'path/to/file.py:function', or one of {', '.join(BUILTIN_WORKLOADS)}"
+        )
+    return target, func
+
+
+def _import_target(spec: str, target: str) -> Any:
+    """Import a module by dotted name or from a .py file path."""
+    if target.endswith(".py") or "/" in target:
+        path = Path(target)
+        if not path.is_file():
+            raise UsageError(f"workload spec {spec!r}: file {target!r} does not exist")
+        module_name = f"_torchpace_workload_{path.stem}"
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module
+        _run_user_code(f"importing {target}", module_spec.loader.exec_module, module)
+        return module
+    try:
+        if importlib.util.find_spec(target) is None:
+            raise ModuleNotFoundError(target)
+    except ModuleNotFoundError:
+        raise UsageError(f"workload spec {spec!r}: no module named {target!r} (is it on sys.path?)") from None
+    return _run_user_code(f"importing {target}", importlib.import_module, target)
+
+
+def _run_user_code(where: str, func: Callable, *args: Any) -> Any:
+    """Call user code; an exception inside it becomes a UserCodeError carrying its traceback."""
+    try:
+        return func(*args)
+    except Exception as err:  # the user's code may raise anything: it is reported, not swallowed
+        raise UserCodeError(where, "".join(traceback.format_exception(err))) from err
+
+
+def load_workload(spec: str | None = None) -> Workload:
+    """Resolve `spec` and call its function to build a fresh Workload.
+
+    Raises:
+        UsageError: the spec does not resolve, or the function returns something else.
+        UserCodeError: the user's module or function raised.
+    """
+    spec = spec or DEFAULT_WORKLOAD
+    target, func_name = _resolve_spec(spec)
+    module = _import_target(spec, target)
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise UsageError(f"workload spec {spec!r}: {target!r} has no function {func_name!r}")
+    workload = _run_user_code(f"building workload {spec!r}", func)
+    if not isinstance(workload, Workload):
+        raise UsageError(
+            f"workload spec {spec!r}: {func_name}() returned {type(workload).__name__}, "
+            "expected a torchpace.Workload"
+        )
+    if not workload.name:
+        workload.name = spec
+    return workload
