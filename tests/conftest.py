@@ -8,6 +8,11 @@ import threading
 import pytest
 
 
+# Set by pytest itself, or by torch's lazily imported modules (inductor writes its cache dir into
+# os.environ on first import); not torchpace's doing.
+_ENV_SET_BY_OTHERS = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_", "_TORCHINDUCTOR_", "TRITON_")
+
+
 @pytest.fixture(autouse=True)
 def _no_env_or_thread_leaks():
     env_before = dict(os.environ)
@@ -15,7 +20,7 @@ def _no_env_or_thread_leaks():
     yield
     env_after = dict(os.environ)
     changed = {k for k in env_before.keys() | env_after.keys()
-               if env_before.get(k) != env_after.get(k) and k != "PYTEST_CURRENT_TEST"}
+               if env_before.get(k) != env_after.get(k) and not k.startswith(_ENV_SET_BY_OTHERS)}
     for key in changed:  # put the environment back so one leak does not fail every later test
         if key in env_before:
             os.environ[key] = env_before[key]
