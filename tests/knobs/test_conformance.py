@@ -1,0 +1,209 @@
+"""Every registered knob must pass these: a reason when it does not apply, a TOML round trip, and in a
+prepared run it really changes what it claims (CLAIMS below: a new knob must add its check)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from torchpace.config import RunConfig, load_config, save_config
+from torchpace.errors import UsageError
+from torchpace.host import NumaNode
+from torchpace.knobs import REGISTRY, Point
+from torchpace.knobs.system import ALLOCATOR_LIBRARIES, allocator_search_dirs, find_allocator
+from torchpace.runtime import prepare
+from torchpace.runtime.checkpointing import CheckpointedBlock
+from torchpace.trial.runner import plan_trial_env
+
+from conftest import FIXTURES  # noqa: F401  (the tests dir is on sys.path under pytest)
+from fixtures.workloads import tiny_cnn, tiny_mlp
+
+
+def _autocast_seen(workload):
+    seen = {}
+
+    def hook(module, args):
+        seen["enabled"] = torch.is_autocast_enabled("cpu")
+        seen["dtype"] = torch.get_autocast_dtype("cpu")
+
+    workload.model.register_forward_pre_hook(hook)
+    return seen
+
+
+def check_threads(host):
+    before = torch.get_num_threads()
+    with prepare(tiny_mlp(), {"threads.intra_op": 1}, host=host):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+def check_allocator(host):
+    _, env = plan_trial_env({"system.allocator": "jemalloc"}, host, {})
+    lib = find_allocator("jemalloc", allocator_search_dirs())
+    if lib is None:
+        assert "LD_PRELOAD" not in env
+        pytest.skip("jemalloc is not installed here: the preload itself cannot be shown")
+    assert str(lib) in env["LD_PRELOAD"] and "MALLOC_CONF" in env
+    maps = subprocess.run([sys.executable, "-c", "print(open('/proc/self/maps').read())"], env=env,
+                          capture_output=True, text=True, check=True).stdout
+    assert any(name in maps for name in ALLOCATOR_LIBRARIES["jemalloc"])
+
+
+def check_numa(host):
+    two_nodes = dataclasses.replace(host, numa_nodes=(NumaNode(0, (0,)), NumaNode(1, (1,))))
+    prefix, _ = plan_trial_env({"system.numa": "bind"}, two_nodes, {})
+    assert prefix == ["numactl", "--cpunodebind=0", "--membind=0"]
+    assert plan_trial_env({"system.numa": "off"}, two_nodes, {})[0] == []
+
+
+def check_num_workers(host):
+    with prepare(tiny_mlp(), {"data.num_workers": 2}, host=host) as run:
+        assert run.loader.num_workers == 2
+
+
+def check_pin_memory(host):
+    with prepare(tiny_mlp(), {"data.pin_memory": True}, host=host) as run:
+        assert run.loader.pin_memory and run.options.non_blocking
+        batch = run.to_device(next(iter(run.loader)))
+        assert batch[0].device.type == "cuda"
+
+
+def check_prefetch_factor(host):
+    with prepare(tiny_mlp(), {"data.num_workers": 1, "data.prefetch_factor": 4}, host=host) as run:
+        assert run.loader.prefetch_factor == 4
+    with pytest.raises(UsageError, match="needs data.num_workers > 0"):
+        prepare(tiny_mlp(), {"data.prefetch_factor": 4}, host=host)
+
+
+def check_persistent_workers(host):
+    with prepare(tiny_mlp(), {"data.num_workers": 1, "data.persistent_workers": True}, host=host) as run:
+        assert run.loader.persistent_workers
+
+
+def check_amp(host):
+    workload = tiny_mlp()
+    seen = _autocast_seen(workload)
+    with prepare(workload, {"precision.amp": "bf16"}, host=host) as run:
+        loss = run.step(next(iter(run.loader)))
+    assert seen == {"enabled": True, "dtype": torch.bfloat16}
+    assert torch.isfinite(loss)
+
+
+def check_matmul_precision(host):
+    before = torch.get_float32_matmul_precision()
+    with prepare(tiny_mlp(), {"precision.matmul": "high"}, host=host):
+        assert torch.get_float32_matmul_precision() == "high"
+    assert torch.get_float32_matmul_precision() == before
+
+
+def check_cudnn_benchmark(host):
+    with prepare(tiny_cnn(), {"backends.cudnn_benchmark": True}, host=host):
+        assert torch.backends.cudnn.benchmark
+    assert not torch.backends.cudnn.benchmark
+
+
+def check_channels_last(host):
+    with prepare(tiny_cnn(), {"model.channels_last": True}, host=host) as run:
+        assert run.model.stem.weight.is_contiguous(memory_format=torch.channels_last)
+        batch = run.to_device(next(iter(run.loader)))
+        assert batch[0].is_contiguous(memory_format=torch.channels_last)
+
+
+def check_compile(host):
+    with prepare(tiny_mlp(), {"compile.mode": "default"}, host=host) as run:
+        assert isinstance(run.model, torch._dynamo.eval_frame.OptimizedModule)
+        assert torch.isfinite(run.step(next(iter(run.loader))))
+
+
+def check_optimizer_impl(host):
+    for impl in ("foreach", "fused"):
+        with prepare(tiny_mlp(), {"optimizer.impl": impl}, host=host) as run:
+            assert run.optimizer.param_groups[0][impl] is True
+            assert run.optimizer.defaults[impl] is True
+            assert isinstance(run.optimizer, torch.optim.AdamW)
+
+
+def _grads_after_one_step(config, host):
+    with prepare(tiny_cnn(), {**config, "optimizer.impl": "default"}, host=host) as run:
+        run.workload.shuffle = False
+        batch = run.to_device(next(iter(run.loader)))
+        run.optimizer.zero_grad()
+        run._forward_backward(batch)
+        return [p.grad.clone() for p in run.model.parameters()], run
+
+
+def check_activation_checkpointing(host):
+    plain, _ = _grads_after_one_step({}, host)
+    checkpointed, run = _grads_after_one_step({"model.activation_checkpointing": True}, host)
+    assert all(isinstance(block, CheckpointedBlock) for block in run.model.blocks)
+    for a, b in zip(plain, checkpointed):
+        torch.testing.assert_close(a, b)
+
+
+def check_micro_batch(host):
+    full, _ = _grads_after_one_step({}, host)
+    micro, run = _grads_after_one_step({"data.micro_batch_size": 4}, host)
+    assert run.grad_accumulation * 4 == run.workload.batch_size
+    for a, b in zip(full, micro):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+CLAIMS = {
+    "threads.intra_op": ({"threads.intra_op": 1}, check_threads),
+    "system.allocator": ({"system.allocator": "jemalloc"}, check_allocator),
+    "system.numa": ({"system.numa": "bind"}, check_numa),
+    "data.num_workers": ({"data.num_workers": 2}, check_num_workers),
+    "data.pin_memory": ({"data.pin_memory": True}, check_pin_memory),
+    "data.prefetch_factor": ({"data.num_workers": 1, "data.prefetch_factor": 4}, check_prefetch_factor),
+    "data.persistent_workers": ({"data.num_workers": 1, "data.persistent_workers": True}, check_persistent_workers),
+    "precision.amp": ({"precision.amp": "bf16"}, check_amp),
+    "precision.matmul": ({"precision.matmul": "high"}, check_matmul_precision),
+    "backends.cudnn_benchmark": ({"backends.cudnn_benchmark": True}, check_cudnn_benchmark),
+    "model.channels_last": ({"model.channels_last": True}, check_channels_last),
+    "compile.mode": ({"compile.mode": "default"}, check_compile),
+    "optimizer.impl": ({"optimizer.impl": "fused"}, check_optimizer_impl),
+    "model.activation_checkpointing": ({"model.activation_checkpointing": True}, check_activation_checkpointing),
+    "data.micro_batch_size": ({"data.micro_batch_size": 4}, check_micro_batch),
+}
+
+
+def test_every_registered_knob_has_a_claim():
+    assert set(CLAIMS) == set(REGISTRY)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_knob_round_trips_through_toml(name, tmp_path):
+    config = RunConfig(CLAIMS[name][0])
+    path = save_config(config, tmp_path / "torchpace.toml")
+    assert dict(load_config(path).values) == dict(config.values)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_knob_describes_itself_and_its_candidates(name, host):
+    knob = REGISTRY[name]
+    workload = tiny_cnn() if name in ("model.channels_last", "backends.cudnn_benchmark") else tiny_mlp()
+    assert knob.stage and knob.help and isinstance(knob.point, Point)
+    reason = knob.applies(host, workload)
+    if reason is None:
+        candidates = knob.candidates(host, workload)
+        assert candidates[0] == knob.default
+        assert all(knob.validate(v) == v for v in candidates)
+    else:
+        assert isinstance(reason, str) and len(reason) > 10
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_knob_really_changes_what_it_claims(name, host):
+    values, check = CLAIMS[name]
+    knob = REGISTRY[name]
+    workload = tiny_cnn() if name in ("model.channels_last", "backends.cudnn_benchmark") else tiny_mlp()
+    reason = knob.applies(host, workload) or knob.value_applies(values[name], host, workload)
+    if reason is not None and knob.point is not Point.ENV:
+        with pytest.raises(UsageError, match=name.replace(".", r"\.")):
+            prepare(workload, values, host=host)
+        pytest.skip(f"does not apply on this host: {reason}")
+    check(host)

@@ -1,0 +1,65 @@
+"""The measurement loop with an injected clock and a scripted step: no torch, no real time."""
+
+from torchpace.measure.timing import TimingOptions, measure_throughput, time_window
+
+
+class ScriptedClock:
+    """A clock the step advances: each step 'takes' the next scripted duration."""
+
+    def __init__(self, durations):
+        self.now = 0.0
+        self.durations = durations
+        self.steps = 0
+        self.syncs = 0
+
+    def __call__(self):
+        return self.now
+
+    def step(self):
+        self.now += self.durations(self.steps)
+        self.steps += 1
+        return 10  # samples per step
+
+    def sync(self):
+        self.syncs += 1
+
+
+def test_window_syncs_once_and_counts_samples():
+    clock = ScriptedClock(lambda i: 0.01)
+    window = time_window(clock.step, 5, clock, clock.sync)
+    assert (window.steps, window.samples, clock.syncs) == (5, 50, 1)
+    assert abs(window.samples_per_s - 1000.0) < 1e-6
+
+
+def test_slow_first_steps_are_warm_up_not_measurement():
+    # a 20 s "compile" first step, then 3 slow steps, then a steady 10 ms step
+    clock = ScriptedClock(lambda i: 20.0 if i == 0 else 0.05 if i < 4 else 0.01)
+    result = measure_throughput(clock.step, clock, clock.sync, TimingOptions(window_s=0.1), 100.0, 200.0)
+    assert result.warmup_converged
+    assert result.warmup_s >= 20.0
+    assert abs(result.summary.median - 1000.0) < 1e-6  # steady state only: 10 samples / 10 ms
+    assert result.stopped_by == "ci"
+    assert result.summary.n >= TimingOptions().min_windows
+
+
+def test_window_is_sized_from_the_steady_step_time():
+    clock = ScriptedClock(lambda i: 0.02)
+    result = measure_throughput(clock.step, clock, clock.sync, TimingOptions(window_s=0.2), 10.0, 20.0)
+    assert {w.steps for w in result.windows} == {10}
+
+
+def test_noisy_steps_stop_at_the_deadline_with_a_wide_ci():
+    pattern = [0.01, 0.03, 0.015, 0.05, 0.012, 0.02]
+    clock = ScriptedClock(lambda i: pattern[i % len(pattern)] * (1 + (i // 7) % 3))
+    result = measure_throughput(clock.step, clock, clock.sync, TimingOptions(window_s=0.01, target_ci_rel=0.001), 2.0, 5.0)
+    assert result.stopped_by == "time"
+    assert clock.now >= 5.0
+    assert result.summary.ci_low <= result.summary.median <= result.summary.ci_high
+
+
+def test_progress_callback_sees_every_measured_window():
+    clock = ScriptedClock(lambda i: 0.01)
+    seen = []
+    result = measure_throughput(clock.step, clock, clock.sync, TimingOptions(window_s=0.05), 1.0, 10.0,
+                                on_window=lambda phase, n, summary: seen.append(n))
+    assert seen == list(range(1, result.summary.n + 1))

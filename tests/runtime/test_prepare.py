@@ -1,0 +1,78 @@
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from torchpace.runtime import prepare
+from torchpace.workload import Workload
+
+from fixtures.workloads import tiny_inference, tiny_mlp
+
+
+def test_prepare_from_parts_runs_a_users_own_loop(host):
+    dataset = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    with prepare(model=nn.Linear(4, 1), dataset=dataset, loss=lambda out, b: nn.functional.mse_loss(out, b[1]),
+                 batch_size=16, host=host) as run:
+        losses = [run.step(batch) for batch in run.loader]
+    assert len(losses) == 4 and all(loss.dim() == 0 and not loss.requires_grad for loss in losses)
+
+
+def test_step_trains_steps_the_scheduler_and_clips(host):
+    workload = tiny_mlp()
+    workload.scheduler = lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    workload.clip_grad_norm = 1e-6
+    with prepare(workload, host=host) as run:
+        before = [p.detach().clone() for p in run.model.parameters()]
+        batch = next(iter(run.loader))
+        run.step(batch)
+        assert run.optimizer.param_groups[0]["lr"] == pytest.approx(0.5e-3)
+        norm = torch.nn.utils.get_total_norm([p.grad for p in run.model.parameters()])
+        assert norm <= 1e-6 * 1.01  # clipped in place before the optimizer step
+        assert any(not torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
+
+
+def test_same_seed_gives_the_same_data_order(host):
+    orders = []
+    for _ in range(2):
+        with prepare(tiny_mlp(), host=host) as run:
+            orders.append(torch.cat([b[1] for b in run.loader]))
+    assert torch.equal(*orders)
+
+
+def test_inference_step_returns_outputs_without_grad(host):
+    with prepare(tiny_inference(), host=host) as run:
+        assert run.optimizer is None and not run.model.training
+        out = run.step(next(iter(run.loader)))
+    assert out.shape == (32, 4) and not out.requires_grad
+
+
+def test_global_state_is_restored_when_prepare_fails(host):
+    before = torch.get_num_threads()
+    broken = Workload(model="not a module", dataset=tiny_mlp().dataset, loss=lambda o, b: o)
+    with pytest.raises(AttributeError):
+        prepare(broken, {"threads.intra_op": 1}, host=host)
+    assert torch.get_num_threads() == before
+
+
+def test_process_level_knob_is_reported_as_needing_launch(host, monkeypatch):
+    import torchpace.knobs.system as system
+
+    monkeypatch.setattr(system, "find_allocator", lambda name, dirs: system.Path("/usr/lib/libjemalloc.so.2"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with prepare(tiny_mlp(), {"system.allocator": "jemalloc"}, host=host) as run:
+            assert run.needs_launch == ["system.allocator"]
+    assert any("torchpace launch" in str(w.message) for w in caught)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast + GradScaler needs CUDA")
+def test_fp16_unscales_before_clipping(host):
+    workload = tiny_mlp()
+    workload.clip_grad_norm = 0.5
+    with prepare(workload, {"precision.amp": "fp16"}, host=host) as run:
+        assert run._scaler is not None
+        loss = run.step(next(iter(run.loader)))
+        assert torch.isfinite(loss)
+        norm = torch.nn.utils.get_total_norm([p.grad for p in run.model.parameters()])
+        assert norm <= 0.5 * 1.01  # true (unscaled) gradients were clipped

@@ -1,0 +1,61 @@
+import pytest
+import torch
+
+from torchpace.errors import UsageError, UserCodeError
+from torchpace.workload import BUILTIN_WORKLOADS, Workload, load_workload
+
+from conftest import FIXTURES
+
+
+def test_file_spec_builds_a_fresh_workload_each_time():
+    spec = f"{FIXTURES / 'workloads.py'}:tiny_mlp"
+    first, second = load_workload(spec), load_workload(spec)
+    assert isinstance(first, Workload) and first.model is not second.model
+    assert first.name == "tiny_mlp"
+
+
+def test_module_spec_resolves(monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    assert load_workload("workloads:tiny_cnn").batch_size == 16
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_such_pkg.mod:fn", "no module named 'no_such_pkg.mod'"),
+    ("missing/file.py:fn", "file 'missing/file.py' does not exist"),
+    ("justaname", "expected 'pkg.module:function'"),
+    (f"{FIXTURES / 'workloads.py'}:nope", "has no function 'nope'"),
+    (f"{FIXTURES / 'workloads.py'}:not_a_workload", "returned dict, expected a torchpace.Workload"),
+])
+def test_specs_that_do_not_resolve_say_what_was_expected(spec, message):
+    with pytest.raises(UsageError) as err:
+        load_workload(spec)
+    assert message in str(err.value) and "workload spec" in str(err.value)
+
+
+def test_exception_in_user_code_carries_their_traceback():
+    with pytest.raises(UserCodeError) as err:
+        load_workload(f"{FIXTURES / 'workloads.py'}:raises_in_build")
+    assert "planted failure while building" in err.value.user_traceback
+    assert "workloads.py" in err.value.user_traceback
+
+
+def test_batch_size_must_be_positive():
+    with pytest.raises(UsageError, match="batch_size"):
+        Workload(model=None, dataset=None, batch_size=0)
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_WORKLOADS))
+def test_builtins_build_locally_and_deterministically(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    a, b = load_workload(name), load_workload(name)
+    torch.manual_seed(0)  # vision augments at random: the same seed must give the same sample
+    first_a = a.dataset[0]
+    torch.manual_seed(0)
+    first_b = b.dataset[0]
+    assert (first_a[0] == first_b[0]).all()
+    assert a.is_training == (name != "inference")
+    for pa, pb in zip(a.model.parameters(), b.model.parameters()):
+        assert (pa == pb).all()
+    if name in ("vision", "inference"):
+        jpegs = list((tmp_path / "torchpace").rglob("*.jpg"))
+        assert len(jpegs) == len(a.dataset) and jpegs[0].read_bytes()[:2] == b"\xff\xd8"

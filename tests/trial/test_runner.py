@@ -1,0 +1,59 @@
+"""Real trial processes: ok, invalid, crash, nonfinite, timeout with the whole group killed."""
+
+import os
+
+import psutil
+import pytest
+
+from torchpace.trial import TrialSpec, plan_trial_env, run_trial
+
+from conftest import fixture_workload
+
+
+def _spec(name, **kw):
+    kw.setdefault("max_time_s", 2.0)
+    kw.setdefault("compute_only", False)
+    return TrialSpec(workload=fixture_workload(name), **kw)
+
+
+def test_ok_trial_returns_its_bench(host):
+    result = run_trial(_spec("tiny_mlp", guard_steps=5), host, timeout_s=120)
+    assert result.status == "ok", result.error + result.stderr_tail
+    assert result.bench["samples_per_s"] > 0 and len(result.guard_losses) == 5
+
+
+def test_knob_that_does_not_apply_is_invalid(host):
+    result = run_trial(_spec("tiny_mlp", config={"precision.amp": "fp16"}), host, timeout_s=120)
+    assert result.status == "invalid" and "precision.amp" in result.error
+
+
+def test_exception_in_user_code_is_a_crash_with_their_error(host):
+    result = run_trial(_spec("raises_in_loss"), host, timeout_s=120)
+    assert result.status == "crash" and "planted failure inside the loss" in result.error
+
+
+@pytest.mark.skipif(not __import__("torchpace.host").host.probe_host(with_gpus=False).native_bf16, reason="needs native bf16")
+def test_nan_under_a_precision_knob_is_nonfinite(host):
+    result = run_trial(_spec("nan_under_bf16", config={"precision.amp": "bf16"}, guard_steps=3), host, timeout_s=120)
+    assert result.status == "nonfinite"
+
+
+def test_dead_worker_is_a_crash_not_a_tuner_failure(host):
+    result = run_trial(_spec("crashes_with_two_workers", config={"data.num_workers": 2}), host, timeout_s=120)
+    assert result.status == "crash"
+
+
+def test_hang_times_out_and_leaves_no_process_behind(host):
+    before = {p.pid for p in psutil.process_iter()}
+    result = run_trial(_spec("hangs", config={"data.num_workers": 1}), host, timeout_s=15)
+    assert result.status == "timeout"
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
+                 and "torchpace.trial" in " ".join(p.info["cmdline"] or [])]
+    assert leftovers == []
+
+
+def test_process_level_knobs_go_into_the_child_env_only(host):
+    before = dict(os.environ)
+    prefix, env = plan_trial_env({"threads.intra_op": 1}, host, {"PATH": "/bin"})
+    assert env == {"PATH": "/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} and prefix == []
+    assert dict(os.environ) == before
