@@ -43,6 +43,7 @@ _ALLOC_CONF_KEYS = {
     "pinned_use_cuda_host_register", "pinned_num_register_threads", "pinned_use_background_threads",
     "pinned_reserve_segment_size_mb", "per_process_memory_fraction", "graph_capture_record_stream_reuse",
 }
+_KIND_LABELS = {"nvme": "NVMe", "ssd": "an SSD", "memory": "tmpfs (RAM)"}
 _HWP_DRIVERS = {"intel_pstate", "amd-pstate", "amd-pstate-epp"}  # "powersave" here is still dynamic
 
 
@@ -223,31 +224,41 @@ def check_python_env(facts: DoctorFacts) -> list[Finding]:
                      f"{p.executable} (prefix {p.prefix}): packages share the system's site-packages", remedy)]
 
 
-def check_cuda_paths(facts: DoctorFacts) -> list[Finding]:
-    """``CUDA_HOME`` and ``LD_LIBRARY_PATH`` pointing at a CUDA other than the one torch was built for."""
-    t, tk, env = facts.torch, facts.cuda_toolkit, facts.env
-    build = _major_minor(t.cuda_build)
-    findings = []
-    if env.cuda_home and tk.cuda_home_version and build:
-        home = _major_minor(tk.cuda_home_version)
-        if home != build:
-            severity = WARN if home[:1] != build[:1] else INFO
-            findings.append(_finding(
-                "torch", "torch.cuda_home", severity, "CUDA_HOME is a different CUDA than torch's",
-                f"CUDA_HOME={env.cuda_home} is CUDA {tk.cuda_home_version}; torch built for {t.cuda_build}",
-                Remedy(f"Point CUDA_HOME at a CUDA {t.cuda_build} toolkit (C++/CUDA extensions build against it)."),
-                cuda_home_version=tk.cuda_home_version, cuda_build=t.cuda_build))
-    for directory, version in tk.ld_library_cudart:
-        if build and _major_minor(version)[:1] != build[:1]:
-            findings.append(_finding(
-                "torch", "torch.ld_library_path", WARN, "LD_LIBRARY_PATH holds another CUDA runtime",
-                f"{directory} has libcudart {version}; torch built for {t.cuda_build}",
-                Remedy(f"Remove {directory} from LD_LIBRARY_PATH; torch's wheels bring their own CUDA libraries."),
-                directory=directory, version=version))
-    if not findings:
-        seen = ", ".join(filter(None, [env.cuda_home and f"CUDA_HOME={env.cuda_home}",
-                                       tk.ld_library_cudart and "CUDA in LD_LIBRARY_PATH"])) or "neither set to a CUDA"
-        findings.append(_finding("torch", "torch.cuda_paths", OK, "CUDA_HOME / LD_LIBRARY_PATH agree with torch", seen))
+def check_cuda_home(facts: DoctorFacts) -> list[Finding]:
+    """``CUDA_HOME``/``CUDA_PATH``: an existing toolkit of torch's CUDA version (extensions build with it)."""
+    env, tk, build = facts.env, facts.cuda_toolkit, facts.torch.cuda_build
+    if not env.cuda_home:
+        return []
+    if tk.cuda_home_exists is False:
+        return [_finding("torch", "torch.cuda_home", WARN, "CUDA_HOME points at a missing directory",
+                         f"CUDA_HOME={env.cuda_home} does not exist",
+                         Remedy("Unset CUDA_HOME or point it at an installed CUDA toolkit.", "unset CUDA_HOME"),
+                         cuda_home=env.cuda_home)]
+    evidence = f"CUDA_HOME={env.cuda_home} is CUDA {tk.cuda_home_version or 'unknown'}; torch built for {build or 'CPU only'}"
+    data = {"cuda_home": env.cuda_home, "cuda_home_version": tk.cuda_home_version, "cuda_build": build}
+    home, built = _major_minor(tk.cuda_home_version), _major_minor(build)
+    if home and built and home != built:
+        severity = WARN if home[:1] != built[:1] else INFO
+        return [_finding("torch", "torch.cuda_home", severity, "CUDA_HOME is a different CUDA than torch's", evidence,
+                         Remedy(f"Point CUDA_HOME at a CUDA {build} toolkit (C++/CUDA extensions build against it)."),
+                         **data)]
+    return [_finding("torch", "torch.cuda_home", OK, "CUDA_HOME agrees with torch", evidence, **data)]
+
+
+def check_ld_library_path(facts: DoctorFacts) -> list[Finding]:
+    """``LD_LIBRARY_PATH`` directories with a CUDA runtime of another major version than torch's."""
+    build = _major_minor(facts.torch.cuda_build)
+    findings = [
+        _finding("torch", "torch.ld_library_path", WARN, "LD_LIBRARY_PATH holds another CUDA runtime",
+                 f"{directory} has libcudart {version}; torch built for {facts.torch.cuda_build}",
+                 Remedy(f"Remove {directory} from LD_LIBRARY_PATH; torch's wheels bring their own CUDA libraries."),
+                 directory=directory, version=version)
+        for directory, version in facts.cuda_toolkit.ld_library_cudart
+        if build and _major_minor(version)[:1] != build[:1]
+    ]
+    if not findings and facts.cuda_toolkit.ld_library_cudart:
+        dirs = ", ".join(f"{d} ({v})" for d, v in facts.cuda_toolkit.ld_library_cudart)
+        findings.append(_finding("torch", "torch.ld_library_path", OK, "CUDA in LD_LIBRARY_PATH agrees with torch", dirs))
     return findings
 
 
@@ -678,7 +689,7 @@ def check_data_dir(facts: DoctorFacts) -> list[Finding]:
         "hdd": (WARN, "Training data on a spinning disk",
                 Remedy("Move the dataset to an SSD/NVMe; random reads of many small files are slow on HDDs.")),
         "virtual": (INFO, "Training data on a virtual disk", None),
-    }.get(kind, (OK, f"Training data on {kind}", None))
+    }.get(kind, (OK, f"Training data on {_KIND_LABELS.get(kind, kind)}", None))
     if kind == "virtual":
         evidence += " (the rotational flag of a virtio/Xen disk is the hypervisor's guess)"
     return [_finding("storage", "storage.data_dir", severity, title, evidence, remedy, **data)]
@@ -768,7 +779,7 @@ def check_probe_errors(facts: DoctorFacts) -> list[Finding]:
 
 ALL_CHECKS: tuple[Callable[[DoctorFacts], list[Finding]], ...] = (
     check_torch_install, check_cuda_driver, check_cuda_runtime, check_cudnn, check_nccl, check_cpu_backends,
-    check_python_env, check_cuda_paths, check_cuda_launch_blocking, check_alloc_conf,
+    check_python_env, check_cuda_home, check_ld_library_path, check_cuda_launch_blocking, check_alloc_conf,
     check_nvml, check_gpu_temperature, check_gpu_ecc, check_gpu_throttle, check_gpu_persistence, check_gpu_pcie,
     check_gpu_memory_in_use, check_gpu_mixed, check_nvidia_smi,
     check_usable_cores, check_thread_env, check_numa, check_governor, check_bf16,

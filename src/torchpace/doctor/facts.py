@@ -72,12 +72,14 @@ class CudaToolkitFacts:
     """CUDA installs the environment points at, outside the one torch brings.
 
     Attributes:
+        cuda_home_exists: whether ``CUDA_HOME``/``CUDA_PATH`` names an existing directory (None: unset).
         cuda_home_version: ``major.minor`` of the toolkit under ``CUDA_HOME``/``CUDA_PATH`` (from its
-            ``version.json``/``version.txt``), None when unset or unreadable.
+            ``version.json``/``version.txt``, else its directory name), None when unset or unknown.
         ld_library_cudart: (directory, ``major[.minor]``) for each ``LD_LIBRARY_PATH`` directory that
             holds a ``libcudart.so.*``.
     """
 
+    cuda_home_exists: bool | None = None
     cuda_home_version: str | None = None
     ld_library_cudart: tuple[tuple[str, str], ...] = ()
 

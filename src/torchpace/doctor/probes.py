@@ -185,23 +185,34 @@ def parse_soname_version(filename: str, stem: str) -> str | None:
 
 def probe_cuda_toolkit(root: Path, env: EnvFacts) -> CudaToolkitFacts:
     """CUDA versions under ``CUDA_HOME`` and in ``LD_LIBRARY_PATH`` directories."""
-    home_version = None
-    if env.cuda_home:
-        for name in ("version.json", "version.txt"):
-            text = read_text(root, f"{env.cuda_home}/{name}")
-            home_version = parse_cuda_version_file(text) if text else None
-            if home_version:
-                break
-        if home_version is None:
-            match = re.search(r"cuda-(\d+\.\d+)", env.cuda_home)
-            home_version = match.group(1) if match else None
+    exists = (root / env.cuda_home.lstrip("/")).is_dir() if env.cuda_home else None
+    return CudaToolkitFacts(
+        cuda_home_exists=exists,
+        cuda_home_version=_cuda_home_version(root, env.cuda_home) if exists else None,
+        ld_library_cudart=_ld_library_cudart(root, env.ld_library_path),
+    )
+
+
+def _cuda_home_version(root: Path, cuda_home: str) -> str | None:
+    """The toolkit's version from its version file, else from a ``cuda-X.Y`` directory name."""
+    for name in ("version.json", "version.txt"):
+        text = read_text(root, f"{cuda_home}/{name}")
+        version = parse_cuda_version_file(text) if text else None
+        if version:
+            return version
+    match = re.search(r"cuda-(\d+\.\d+)", cuda_home)
+    return match.group(1) if match else None
+
+
+def _ld_library_cudart(root: Path, ld_library_path: str | None) -> tuple[tuple[str, str], ...]:
+    """(directory, version) of each ``LD_LIBRARY_PATH`` directory holding a ``libcudart.so.*``."""
     found = []
-    for directory in (env.ld_library_path or "").split(":"):
+    for directory in (ld_library_path or "").split(":"):
         versions = [parse_soname_version(p.name, "libcudart") for p in _glob(root, directory, "libcudart.so.*")]
         versions = sorted((v for v in versions if v), key=len)
         if directory and versions:
             found.append((directory, versions[-1]))
-    return CudaToolkitFacts(cuda_home_version=home_version, ld_library_cudart=tuple(found))
+    return tuple(found)
 
 
 def _glob(root: Path, directory: str, pattern: str) -> list[Path]:
@@ -663,7 +674,10 @@ def parse_mountinfo(text: str) -> list[MountEntry]:
 
 
 def find_mount(entries: list[MountEntry], path: str, device: str | None) -> MountEntry | None:
-    """The mount holding `path`: the longest mount point above it, preferring the one on `device`."""
+    """The mount holding `path`: the longest mount point above it, preferring the one on `device`.
+
+    Of several mounts on one point the last listed is the one on top, the one `path` reaches.
+    """
     def above(entry: MountEntry) -> bool:
         point = entry.mount_point.rstrip("/")
         return path == point or path.startswith(point + "/") or point == ""
@@ -671,7 +685,7 @@ def find_mount(entries: list[MountEntry], path: str, device: str | None) -> Moun
     candidates = [e for e in entries if above(e)]
     on_device = [e for e in candidates if e.device == device]
     best = on_device or candidates
-    return max(best, key=lambda e: len(e.mount_point)) if best else None
+    return max(reversed(best), key=lambda e: len(e.mount_point)) if best else None
 
 
 def probe_block_device(root: Path, device: str) -> tuple[str | None, bool | None]:
