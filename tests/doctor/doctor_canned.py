@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
+import pynvml
+
+from torchpace.doctor import probes
 from torchpace.doctor.facts import (
     AllocatorFacts,
     CpuFacts,
@@ -66,3 +70,103 @@ def build_healthy_facts() -> DoctorFacts:
         allocator=AllocatorFacts(jemalloc_paths=("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",),
                                  ld_preload=("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",)),
     )
+
+
+# ------------------------------------------------------------------ stand-ins for the world
+
+
+def canned_runner(path: Path, **changes):
+    def runner(argv, timeout_s, env):
+        assert argv[1] == "-c" and "import torch" in argv[2]
+        fields = dict(returncode=0, stdout=path.read_text(), stderr="")
+        fields.update(changes)
+        return probes.CommandResult(tuple(argv), **fields)
+
+    return runner
+
+
+class FakeNvml:
+    """Stands in for the pynvml module: same error classes and constants, canned device answers."""
+
+    NVMLError = pynvml.NVMLError
+    NVMLError_LibraryNotFound = pynvml.NVMLError_LibraryNotFound
+    NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+    NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
+    NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    NVML_VOLATILE_ECC = pynvml.NVML_VOLATILE_ECC
+    NVML_FEATURE_ENABLED = pynvml.NVML_FEATURE_ENABLED
+
+    def __init__(self, devices, init_error=None):
+        self.devices, self.init_error, self.shut_down = devices, init_error, False
+
+    def _answer(self, handle, key):
+        value = self.devices[handle][key]
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    def nvmlInit(self):
+        if self.init_error:
+            raise self.init_error
+
+    def nvmlShutdown(self):
+        self.shut_down = True
+
+    def nvmlSystemGetDriverVersion(self):
+        return "550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 12040
+
+    def nvmlDeviceGetCount(self):
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetName(self, h):
+        return self._answer(h, "name")
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(total=self._answer(h, "total"), used=self._answer(h, "used"), free=0)
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        assert sensor == self.NVML_TEMPERATURE_GPU
+        return self._answer(h, "temp")
+
+    def nvmlDeviceGetTemperatureThreshold(self, h, kind):
+        return self._answer(h, "slowdown")
+
+    def nvmlDeviceGetEccMode(self, h):
+        return self._answer(h, "ecc")
+
+    def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter):
+        assert (error_type, counter) == (self.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, self.NVML_VOLATILE_ECC)
+        return self._answer(h, "ecc_errors")
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._answer(h, "reasons")
+
+    def nvmlDeviceGetPersistenceMode(self, h):
+        return self._answer(h, "persistence")
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return self._answer(h, "gen")
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return self._answer(h, "gen_max")
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return self._answer(h, "width")
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return self._answer(h, "width_max")
+
+
+A100 = dict(name="NVIDIA A100-SXM4-80GB", total=80 * 2**30, used=2**29, temp=41, slowdown=90, ecc=[1, 1],
+             ecc_errors=0, reasons=0x1, persistence=1, gen=4, gen_max=4, width=16, width_max=16)
+
+
+def no_nvml():
+    return FakeNvml([], init_error=pynvml.NVMLError_LibraryNotFound())

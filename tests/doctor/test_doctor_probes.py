@@ -8,11 +8,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pynvml
 import pytest
-from doctor_canned import FIXTURES
+from doctor_canned import A100, FIXTURES, FakeNvml, canned_runner, no_nvml
 
 from torchpace.doctor import probes
 from torchpace.doctor.facts import EnvFacts, ProbeState, PythonEnvFacts, RLimit
@@ -178,8 +177,8 @@ def test_collect_facts_turns_a_raising_probe_into_a_recorded_error(fixture_root,
     """A sysfs file in a format nobody foresaw must not crash doctor."""
     (tmp_path / "sys/devices/system/node/node0").mkdir(parents=True)
     (tmp_path / "sys/devices/system/node/node0/cpulist").write_text("zero-one\n")
-    runner = _canned_runner(FIXTURES / "torch_child/debian12-torch2.13-cpu.jsonl")
-    facts = probes.collect_facts(root=tmp_path, runner=runner, environ={"PATH": "/usr/bin"}, nvml=_no_nvml())
+    runner = canned_runner(FIXTURES / "torch_child/debian12-torch2.13-cpu.jsonl")
+    facts = probes.collect_facts(root=tmp_path, runner=runner, environ={"PATH": "/usr/bin"}, nvml=no_nvml())
     assert [name for name, _ in facts.probe_errors] == ["cpu"]
     assert "ValueError" in facts.probe_errors[0][1]
 
@@ -187,97 +186,10 @@ def test_collect_facts_turns_a_raising_probe_into_a_recorded_error(fixture_root,
 # ------------------------------------------------------------------------------------------ NVML
 
 
-class FakeNvml:
-    """Stands in for the pynvml module: same error classes and constants, canned device answers."""
-
-    NVMLError = pynvml.NVMLError
-    NVMLError_LibraryNotFound = pynvml.NVMLError_LibraryNotFound
-    NVMLError_NotSupported = pynvml.NVMLError_NotSupported
-    NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
-    NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
-    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-    NVML_VOLATILE_ECC = pynvml.NVML_VOLATILE_ECC
-    NVML_FEATURE_ENABLED = pynvml.NVML_FEATURE_ENABLED
-
-    def __init__(self, devices, init_error=None):
-        self.devices, self.init_error, self.shut_down = devices, init_error, False
-
-    def _answer(self, handle, key):
-        value = self.devices[handle][key]
-        if isinstance(value, Exception):
-            raise value
-        return value
-
-    def nvmlInit(self):
-        if self.init_error:
-            raise self.init_error
-
-    def nvmlShutdown(self):
-        self.shut_down = True
-
-    def nvmlSystemGetDriverVersion(self):
-        return "550.54.15"
-
-    def nvmlSystemGetCudaDriverVersion(self):
-        return 12040
-
-    def nvmlDeviceGetCount(self):
-        return len(self.devices)
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return index
-
-    def nvmlDeviceGetName(self, h):
-        return self._answer(h, "name")
-
-    def nvmlDeviceGetMemoryInfo(self, h):
-        return SimpleNamespace(total=self._answer(h, "total"), used=self._answer(h, "used"), free=0)
-
-    def nvmlDeviceGetTemperature(self, h, sensor):
-        assert sensor == self.NVML_TEMPERATURE_GPU
-        return self._answer(h, "temp")
-
-    def nvmlDeviceGetTemperatureThreshold(self, h, kind):
-        return self._answer(h, "slowdown")
-
-    def nvmlDeviceGetEccMode(self, h):
-        return self._answer(h, "ecc")
-
-    def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter):
-        assert (error_type, counter) == (self.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, self.NVML_VOLATILE_ECC)
-        return self._answer(h, "ecc_errors")
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        return self._answer(h, "reasons")
-
-    def nvmlDeviceGetPersistenceMode(self, h):
-        return self._answer(h, "persistence")
-
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
-        return self._answer(h, "gen")
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
-        return self._answer(h, "gen_max")
-
-    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
-        return self._answer(h, "width")
-
-    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
-        return self._answer(h, "width_max")
-
-
-_A100 = dict(name="NVIDIA A100-SXM4-80GB", total=80 * 2**30, used=2**29, temp=41, slowdown=90, ecc=[1, 1],
-             ecc_errors=0, reasons=0x1, persistence=1, gen=4, gen_max=4, width=16, width_max=16)
-
-
-def _no_nvml():
-    return FakeNvml([], init_error=pynvml.NVMLError_LibraryNotFound())
-
-
 def test_nvml_reads_every_field(tmp_path):
-    consumer = dict(_A100, name=b"NVIDIA GeForce RTX 4090", ecc=pynvml.NVMLError_NotSupported(), reasons=0x4 | 0x20,
+    consumer = dict(A100, name=b"NVIDIA GeForce RTX 4090", ecc=pynvml.NVMLError_NotSupported(), reasons=0x4 | 0x20,
                     persistence=0, gen=1, width=8)
-    nvml = FakeNvml([_A100, consumer])
+    nvml = FakeNvml([A100, consumer])
     facts = probes.probe_nvml(tmp_path, "/usr/bin", nvml)
     assert nvml.shut_down
     assert (facts.state, facts.driver_version, facts.cuda_driver_version) == (ProbeState.OK, "550.54.15", "12.4")
@@ -294,13 +206,13 @@ def test_nvml_reads_every_field(tmp_path):
 
 
 def test_nvml_field_error_is_recorded_not_raised(tmp_path):
-    facts = probes.probe_nvml(tmp_path, None, FakeNvml([dict(_A100, temp=pynvml.NVMLError_Unknown())]))
+    facts = probes.probe_nvml(tmp_path, None, FakeNvml([dict(A100, temp=pynvml.NVMLError_Unknown())]))
     assert facts.gpus[0].temperature_c is None
     assert facts.gpus[0].errors == ("temperature: Unknown Error",)
 
 
 def test_nvml_library_not_found_is_missing_and_driver_not_loaded_is_failed(tmp_path):
-    missing = probes.probe_nvml(tmp_path, None, _no_nvml())
+    missing = probes.probe_nvml(tmp_path, None, no_nvml())
     assert missing.state is ProbeState.MISSING and "NVML library not found" in missing.error
     failed = probes.probe_nvml(tmp_path, None, FakeNvml([], init_error=pynvml.NVMLError_DriverNotLoaded()))
     assert failed.state is ProbeState.FAILED and "Driver Not Loaded" in failed.error
@@ -343,18 +255,8 @@ def test_run_command_timeout_kills_the_group_and_keeps_partial_output():
 # ------------------------------------------------------------------------------ torch child
 
 
-def _canned_runner(path: Path, **changes):
-    def runner(argv, timeout_s, env):
-        assert argv[1] == "-c" and "import torch" in argv[2]
-        fields = dict(returncode=0, stdout=path.read_text(), stderr="")
-        fields.update(changes)
-        return probes.CommandResult(tuple(argv), **fields)
-
-    return runner
-
-
 def test_torch_child_fixture_output_parses(fixture_root):
-    runner = _canned_runner(FIXTURES / "torch_child/ubuntu-torch2.4-cu124.jsonl")
+    runner = canned_runner(FIXTURES / "torch_child/ubuntu-torch2.4-cu124.jsonl")
     torch, smoke = probes.probe_torch(runner, "python", {})
     assert (torch.state, torch.version, torch.cuda_build, torch.cuda_runtime) == (ProbeState.OK, "2.4.1+cu124", "12.4", "12.4")
     assert (torch.cudnn_build, torch.cudnn_loaded, torch.nccl_loaded) == ("9.1.0", "9.1.0", "2.20.5")
