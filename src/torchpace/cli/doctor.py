@@ -20,7 +20,7 @@ def _validate_data_dir(data_dir: str | None) -> str | None:
     if data_dir is not None and not os.path.isdir(data_dir):
         what = "is not a directory" if os.path.exists(data_dir) else "does not exist"
         raise UsageError(f"--data-dir {data_dir!r} {what}; pass the directory your training data is read from")
-    return data_dir
+    return os.path.abspath(data_dir) if data_dir is not None else None
 
 
 @click.command(name="doctor")

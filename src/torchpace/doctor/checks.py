@@ -527,7 +527,9 @@ def check_governor(facts: DoctorFacts) -> list[Finding]:
 def check_bf16(facts: DoctorFacts) -> list[Finding]:
     """Native bf16 on the CPU (AVX512-BF16 / AMX / Arm bf16): CPU bf16 autocast pays off only with it."""
     if facts.cpu.native_bf16:
-        return [_finding("cpu", "cpu.bf16", OK, "CPU computes bf16 natively", facts.cpu.cpu_model, native_bf16=True)]
+        flags = ", ".join(sorted(facts.cpu.flags & {"avx512_bf16", "amx_bf16", "bf16"}))
+        return [_finding("cpu", "cpu.bf16", OK, "CPU computes bf16 natively", f"{facts.cpu.cpu_model} ({flags})",
+                         native_bf16=True)]
     return [_finding("cpu", "cpu.bf16", INFO, "No native bf16 on this CPU",
                      f"{facts.cpu.cpu_model}: bf16 autocast on CPU is emulated and usually slower than fp32",
                      native_bf16=False)]
