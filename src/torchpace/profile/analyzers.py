@@ -1,0 +1,407 @@
+"""Analyzers: pure plug-ins that read a parsed `Trace` and return `Finding`s.
+
+Lifecycle: an analyzer is instantiated once and registered (`register`); `run_analyzers(trace)`
+calls `analyze(trace)` on each in registry order. `analyze` must not touch the world or mutate the
+trace; it returns a list of findings whose ids start with ``profile.<name>``, whose `data` holds the
+numbers behind them (JSON-able, units in the key names: `*_us`, `*_bytes`, `*_frac`), and an empty
+list when the trace holds nothing it looks at (no GPU, no collectives). Every registered analyzer
+passes the shared conformance test in `tests/profile/test_analyzers.py`.
+
+All shares are of the profiled steps' wall time (`ProfilerStep#N` spans), so they add up the way
+the user's loop spends its time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from typing import Any, ClassVar, Iterable
+
+from torchpace.findings import Finding, Remedy, Severity
+from torchpace.profile.trace import (
+    GPU_CATEGORIES,
+    LABEL_PREFIX,
+    StepSpan,
+    Trace,
+    TraceEvent,
+    clip_to_steps,
+    in_step_us,
+    union_us,
+)
+
+OK, INFO, WARN = Severity.OK, Severity.INFO, Severity.WARN
+AREA = "profile"
+
+PHASES = ("input_wait", "h2d", "forward", "backward", "optimizer")
+PHASE_TITLES = {"input_wait": "input wait", "h2d": "host→device copy", "forward": "forward + loss",
+                "backward": "backward", "optimizer": "optimizer", "other": "other"}
+
+_TOP_N = 10  # rows in the top-operator and top-kernel tables: enough to see the shape, short to read
+_HOST_SYNC_WARN_FRAC = 0.10  # on a GPU, 10% of the step blocked on the device is worth removing
+_GPU_IDLE_WARN_FRAC = 0.30  # a GPU idle for 30% of the step has room the host is not feeding
+_MEMORY_WARN_FRAC = 0.90  # past 90% of capacity the next larger batch or fragmentation OOMs
+_COMM_WARN_FRAC = 0.20  # collectives taking 20% of the step are not hidden behind backward
+_PYTHON_WARN_FRAC = 0.30  # a third of the step in interpreted Python: launch/dispatch overhead shows
+
+SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
+SYNC_RUNTIME = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"})
+_COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms", "ProcessGroup")
+
+
+class Analyzer:
+    """Base of every analyzer: set `name` and implement `analyze`.
+
+    `name` is a short snake_case word; findings use ids ``profile.<name>`` or
+    ``profile.<name>.<detail>``.
+    """
+
+    name: ClassVar[str]
+
+    def analyze(self, trace: Trace) -> list[Finding]:
+        """Findings about `trace` (pure; an empty list when there is nothing to say)."""
+        raise NotImplementedError
+
+    def finding(self, severity: Severity, title: str, evidence: str, *, detail: str = "",
+                remedy: Remedy | None = None, **data: Any) -> Finding:
+        """A Finding with this analyzer's id and area."""
+        finding_id = f"profile.{self.name}" + (f".{detail}" if detail else "")
+        return Finding(id=finding_id, severity=severity, title=title, evidence=evidence, remedy=remedy,
+                       area=AREA, data=data)
+
+
+def _no_steps(analyzer: Analyzer) -> list[Finding]:
+    return [analyzer.finding(WARN, "no profiled steps in the trace",
+                             "the trace holds no ProfilerStep#N spans: was it recorded with a schedule and prof.step()?")]
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.1f} ms"
+
+
+# --- step split ---------------------------------------------------------------------------------
+
+
+def phase_times_us(trace: Trace, step: StepSpan) -> dict[str, float]:
+    """Time per phase in one step, from the `torchpace.<phase>` labels inside it; `other` is the rest."""
+    labels: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for event in trace.events:
+        if event.cat == "user_annotation" and event.tid == step.tid and event.name.startswith(LABEL_PREFIX):
+            labels[event.name[len(LABEL_PREFIX):]].append((event.ts_us, event.end_us))
+    times = {phase: union_us(clip_to_steps(labels.get(phase, ()), [step])) for phase in PHASES}
+    times["other"] = max(0.0, step.dur_us - sum(times.values()))
+    return times
+
+
+class StepSplitAnalyzer(Analyzer):
+    """Where each step's wall time goes: input wait, H2D copy, forward, backward, optimizer, other."""
+
+    name = "step_split"
+
+    def analyze(self, trace: Trace) -> list[Finding]:
+        if not trace.steps:
+            return _no_steps(self)
+        per_step = [phase_times_us(trace, step) for step in trace.steps]
+        total_us = trace.step_total_us
+        data: dict[str, Any] = {"steps": len(trace.steps), "step_time_us": total_us / len(trace.steps),
+                                "step_time_median_us": statistics.median(s.dur_us for s in trace.steps)}
+        for phase in (*PHASES, "other"):
+            phase_us = sum(times[phase] for times in per_step)
+            data[f"{phase}_us"] = phase_us / len(per_step)
+            data[f"{phase}_frac"] = phase_us / total_us if total_us else 0.0
+        labelled = any(data[f"{phase}_us"] for phase in PHASES)
+        split = ", ".join(f"{PHASE_TITLES[p]} {data[f'{p}_frac']:.0%}" for p in (*PHASES, "other") if data[f"{p}_us"])
+        evidence = f"{len(trace.steps)} steps, {_ms(data['step_time_us'])} each on average: {split}"
+        if not labelled:
+            return [self.finding(WARN, "step time split: no torchpace.* phase labels in the steps", evidence,
+                                 labelled=False, **data)]
+        return [self.finding(INFO, "step time split", evidence, labelled=True, **data)]
+
+
+# --- host syncs ---------------------------------------------------------------------------------
+
+
+def outermost(events: Iterable[TraceEvent]) -> list[TraceEvent]:
+    """The events not nested inside another of `events` on the same thread (time-ordered input)."""
+    kept, open_end = [], {}
+    for event in sorted(events, key=lambda e: (e.ts_us, -e.dur_us)):
+        if event.ts_us < open_end.get(event.tid, float("-inf")):
+            continue
+        kept.append(event)
+        open_end[event.tid] = event.end_us
+    return kept
+
+
+def _starts_in_steps(event: TraceEvent, steps: Iterable[StepSpan]) -> bool:
+    return any(step.ts_us <= event.ts_us < step.end_us for step in steps)
+
+
+_SYNC_REMEDY = Remedy(
+    "Do not read device values on the host every step: keep the running loss on the device and call "
+    "`.item()` every N steps (or at logging time), and avoid `.cpu()`, `print(tensor)`, `.tolist()` and "
+    "Python `if` on tensor values inside the step. Copy inputs from pinned memory with non_blocking=True."
+)
+
+
+_CPU_SCALAR_LABELS = ("torchpace.input_wait", "torchpace.optimizer")  # read CPU-side scalars by design
+
+
+def _label_spans(trace: Trace, names: Iterable[str]) -> list[tuple[Any, float, float]]:
+    wanted = set(names)
+    return [(e.tid, e.ts_us, e.end_us) for e in trace.events if e.cat == "user_annotation" and e.name in wanted]
+
+
+def _inside(event: TraceEvent, spans: Iterable[tuple[Any, float, float]]) -> bool:
+    return any(tid == event.tid and start <= event.ts_us and event.end_us <= end for tid, start, end in spans)
+
+
+def host_sync_events(trace: Trace) -> list[TraceEvent]:
+    """The host syncs inside the profiled steps, outermost only (`item` wraps `_local_scalar_dense`).
+
+    On a CUDA trace: CUDA stream/device/event syncs, and `item`/`_local_scalar_dense` calls that
+    copy from the device (a `cudaMemcpy*` or sync inside them; on a CPU tensor they wait for
+    nothing). On a CPU trace nothing waits for a device, so the `item` calls a GPU run would
+    make are counted: those outside input loading and the optimizer, which read CPU-side
+    scalars by design (decoding, Adam's step count).
+    """
+    in_steps = [e for e in trace.events if _starts_in_steps(e, trace.steps)]
+    ops = [e for e in in_steps if e.name in SYNC_OPS]
+    if trace.device == "cuda":
+        runtime = [e for e in in_steps if e.cat == "cuda_runtime" and (e.name in SYNC_RUNTIME or e.name.startswith("cudaMemcpy"))]
+        device_ops = [op for op in ops if any(_inside(r, [(op.tid, op.ts_us, op.end_us)]) for r in runtime)]
+        return outermost(device_ops + [e for e in runtime if e.name in SYNC_RUNTIME])
+    excluded = _label_spans(trace, _CPU_SCALAR_LABELS)
+    return outermost(e for e in ops if not _inside(e, excluded))
+
+
+class HostSyncAnalyzer(Analyzer):
+    """Host syncs: `.item()`, `_local_scalar_dense`, CUDA stream/device syncs, device→host copies."""
+
+    name = "host_sync"
+
+    def analyze(self, trace: Trace) -> list[Finding]:
+        if not trace.steps:
+            return _no_steps(self)
+        syncs = host_sync_events(trace)
+        dtoh = [e for e in trace.events_in(["gpu_memcpy"]) if "DtoH" in e.name and _starts_in_steps(e, trace.steps)]
+        sync_us = in_step_us(syncs, trace.steps)
+        total_us, steps = trace.step_total_us, len(trace.steps)
+        data = {"sync_count": len(syncs), "sync_per_step": len(syncs) / steps, "sync_us_per_step": sync_us / steps,
+                "sync_frac": sync_us / total_us if total_us else 0.0, "dtoh_copies": len(dtoh),
+                "by_name": dict(Counter(e.name for e in syncs)), "on_gpu": trace.device == "cuda"}
+        return [self._finding(data)]
+
+    def _finding(self, data: dict[str, Any]) -> Finding:
+        count = data["sync_count"]
+        names = ", ".join(f"{n} ×{c}" for n, c in sorted(data["by_name"].items())) or "none"
+        evidence = (f"{data['sync_per_step']:.1f} per step ({names}), {_ms(data['sync_us_per_step'])} per step "
+                    f"= {data['sync_frac']:.1%} of step time; {data['dtoh_copies']} device→host copies")
+        if count == 0 and not data["dtoh_copies"]:
+            return self.finding(OK, "no host syncs in the step", evidence, **data)
+        if not data["on_gpu"]:
+            return self.finding(INFO, "host syncs counted (on CPU they wait for no device)",
+                                evidence + "; on a GPU each would stall the host until the device catches up",
+                                remedy=_SYNC_REMEDY, **data)
+        severity = WARN if data["sync_frac"] >= _HOST_SYNC_WARN_FRAC else INFO
+        return self.finding(severity, "host waits for the GPU inside the step", evidence, remedy=_SYNC_REMEDY, **data)
+
+
+# --- GPU idle -----------------------------------------------------------------------------------
+
+
+class GpuIdleAnalyzer(Analyzer):
+    """Share of step time with no kernel, copy or memset running on the GPU (CUDA traces only)."""
+
+    name = "gpu_idle"
+
+    def analyze(self, trace: Trace) -> list[Finding]:
+        if not trace.has_gpu_activity or not trace.steps:
+            return []
+        busy_us = in_step_us(trace.events_in(GPU_CATEGORIES), trace.steps)
+        total_us = trace.step_total_us
+        idle_frac = max(0.0, 1.0 - busy_us / total_us) if total_us else 0.0
+        data = {"gpu_busy_us": busy_us, "step_total_us": total_us, "gpu_idle_frac": idle_frac}
+        evidence = f"the GPU ran nothing for {idle_frac:.0%} of the step time ({_ms(total_us - busy_us)} of {_ms(total_us)})"
+        if idle_frac >= _GPU_IDLE_WARN_FRAC:
+            remedy = Remedy("The host is not keeping the GPU fed: see the verdict; input loading, host syncs and "
+                            "per-kernel launch overhead (try compile.mode=reduce-overhead) are the usual causes.")
+            return [self.finding(WARN, "GPU idle during the step", evidence, remedy=remedy, **data)]
+        return [self.finding(OK, "GPU busy during the step", evidence, **data)]
+
+
+# --- top operators ------------------------------------------------------------------------------
+
+
+def self_times_us(events: Iterable[TraceEvent]) -> list[tuple[TraceEvent, float]]:
+    """(event, self time) for nested events: each event's duration minus its direct children's."""
+    by_tid: dict[Any, list[TraceEvent]] = defaultdict(list)
+    for event in events:
+        by_tid[event.tid].append(event)
+    result = []
+    for thread_events in by_tid.values():
+        stack: list[list] = []  # [event, children_us]
+        for event in sorted(thread_events, key=lambda e: (e.ts_us, -e.dur_us)):
+            while stack and event.ts_us >= stack[-1][0].end_us:
+                done = stack.pop()
+                result.append((done[0], max(0.0, done[0].dur_us - done[1])))
+            if stack:
+                stack[-1][1] += event.dur_us
+            stack.append([event, 0.0])
+        result.extend((ev, max(0.0, ev.dur_us - children)) for ev, children in reversed(stack))
+    return result
+
+
+def _top_table(rows: Iterable[tuple[str, float]], total_us: float, key: str) -> list[dict[str, Any]]:
+    calls: Counter = Counter()
+    time_us: Counter = Counter()
+    for name, us in rows:
+        calls[name] += 1
+        time_us[name] += us
+    return [{"name": name, "calls": calls[name], f"{key}_us": us, f"{key}_frac": us / total_us if total_us else 0.0}
+            for name, us in time_us.most_common(_TOP_N)]
+
+
+class TopOpsAnalyzer(Analyzer):
+    """The operators with the most self CPU time in the steps, and on CUDA the longest kernels."""
+
+    name = "top_ops"
+
+    def analyze(self, trace: Trace) -> list[Finding]:
+        if not trace.steps:
+            return _no_steps(self)
+        total_us = trace.step_total_us
+        ops = [e for e in trace.events_in(["cpu_op"]) if _starts_in_steps(e, trace.steps)]
+        table = _top_table(((e.name, us) for e, us in self_times_us(ops)), total_us, "self")
+        evidence = "; ".join(f"{r['name']} {r['self_frac']:.1%}" for r in table[:3]) or "no operators recorded"
+        findings = [self.finding(INFO, "top operators by self CPU time", evidence, ops=table, step_total_us=total_us)]
+        kernels = [e for e in trace.events_in(["kernel"]) if _starts_in_steps(e, trace.steps)]
+        if kernels:
+            ktable = _top_table(((e.name, e.dur_us) for e in kernels), total_us, "total")
+            kevidence = "; ".join(f"{r['name'][:60]} {r['total_frac']:.1%}" for r in ktable[:3])
+            findings.append(self.finding(INFO, "top GPU kernels by time", kevidence, detail="kernels",
+                                         kernels=ktable, step_total_us=total_us))
+        return findings
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+
+def _gpu_capacity_bytes(trace: Trace) -> int | None:
+    for props in trace.device_properties:
+        if props.get("totalGlobalMem"):
+            return int(props["totalGlobalMem"])
+    return None
+
+
+class MemoryAnalyzer(Analyzer):
+    """Peak memory against capacity: CUDA max allocated vs the GPU's memory, peak RSS vs host RAM."""
+
+    name = "memory"
+
+    def analyze(self, trace: Trace) -> list[Finding]:
+        device = trace.device
+        samples = [m.total_allocated_bytes for m in trace.memory if m.device == device]
+        profiled_peak = max(samples, default=None)
+        peak = trace.metadata.get("peak_memory_bytes") or profiled_peak
+        if peak is None:
+            return []
+        capacity = trace.metadata.get("memory_capacity_bytes") or (_gpu_capacity_bytes(trace) if device == "cuda" else None)
+        data = {"device": device, "peak_bytes": int(peak), "peak_kind": trace.metadata.get("peak_memory_kind", "profiler_allocated"),
+                "profiled_allocated_peak_bytes": profiled_peak, "capacity_bytes": capacity,
+                "peak_frac": peak / capacity if capacity else None}
+        what = f"peak {_gib(peak)} ({data['peak_kind']})"
+        if not capacity:
+            return [self.finding(INFO, "peak memory (capacity unknown)", what, **data)]
+        evidence = f"{what} of {_gib(capacity)} = {data['peak_frac']:.0%} (threshold {_MEMORY_WARN_FRAC:.0%})"
+        if data["peak_frac"] >= _MEMORY_WARN_FRAC:
+            remedy = Remedy("Free memory per step: activation checkpointing, or smaller micro-batches with "
+                            "gradient accumulation (the global batch stays the same).")
+            return [self.finding(WARN, f"{device} memory nearly full", evidence, remedy=remedy, **data)]
+        return [self.finding(OK, f"{device} memory has headroom", evidence, **data)]
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+# --- communication ------------------------------------------------------------------------------
+
+
+def is_collective(event: TraceEvent) -> bool:
+    """A collective: an NCCL kernel, or a gloo/NCCL/c10d operator on the host."""
+    if event.cat == "kernel":
+        return "nccl" in event.name.lower()
+    return event.cat in ("cpu_op", "user_annotation") and event.name.startswith(_COMM_PREFIXES)
+
+
+class CommunicationAnalyzer(Analyzer):
+    """Share of step time in collectives (distributed runs; nothing to say for a single process)."""
+
+    name = "communication"
+
+    def analyze(self, trace: Trace) -> list[Finding]:
+        comm = [e for e in trace.events if is_collective(e)]
+        if not comm or not trace.steps:
+            return []
+        kernels = [e for e in comm if e.cat == "kernel"]
+        timed = kernels or comm  # on a GPU the kernels are the transfer; host-side calls only launch them
+        comm_us = in_step_us(timed, trace.steps)
+        total_us = trace.step_total_us
+        data = {"comm_us_per_step": comm_us / len(trace.steps), "comm_frac": comm_us / total_us if total_us else 0.0,
+                "collectives": dict(Counter(e.name for e in outermost(timed)))}
+        evidence = f"collectives cover {data['comm_frac']:.0%} of the step ({_ms(data['comm_us_per_step'])} per step)"
+        if data["comm_frac"] >= _COMM_WARN_FRAC:
+            remedy = Remedy("Overlap communication with backward (DDP buckets: ddp.bucket_cap_mb, "
+                            "gradient_as_bucket_view), raise the per-process batch, or use fewer, faster links.")
+            return [self.finding(WARN, "communication is not hidden behind compute", evidence, remedy=remedy, **data)]
+        return [self.finding(INFO, "communication share", evidence, **data)]
+
+
+# --- Python overhead ----------------------------------------------------------------------------
+
+
+class PythonOverheadAnalyzer(Analyzer):
+    """Python-side overhead from the cProfile pass the capture stores in the trace's metadata."""
+
+    name = "python_overhead"
+
+    def analyze(self, trace: Trace) -> list[Finding]:
+        python = trace.metadata.get("python_profile")
+        if not python or not python.get("total_s"):
+            return []
+        frac = python["python_self_s"] / python["total_s"]
+        top = list(python.get("top", ()))[:_TOP_N]
+        data = {"python_frac": frac, "steps": python.get("steps"), "total_s": python["total_s"], "top": top}
+        names = "; ".join(f"{row['function']} {row['self_s'] * 1000:.1f} ms" for row in top[:3]) or "none"
+        evidence = (f"interpreted Python ran {frac:.0%} of {python.get('steps')} steps' time "
+                    f"(cProfile self time outside C/C++ calls); top: {names}")
+        if frac >= _PYTHON_WARN_FRAC:
+            remedy = Remedy("Python overhead dominates small steps: a larger batch, or compile.mode=default / "
+                            "reduce-overhead to fuse the per-op dispatch, moves time from Python to kernels.")
+            return [self.finding(WARN, "Python-side overhead is high", evidence, remedy=remedy, **data)]
+        return [self.finding(INFO, "Python-side overhead", evidence, **data)]
+
+
+# --- registry -----------------------------------------------------------------------------------
+
+REGISTRY: dict[str, Analyzer] = {}
+
+
+def register(analyzer: Analyzer) -> Analyzer:
+    """Add an analyzer; its name must be new."""
+    if analyzer.name in REGISTRY:
+        raise ValueError(f"analyzer {analyzer.name!r} is registered twice")
+    REGISTRY[analyzer.name] = analyzer
+    return analyzer
+
+
+for _analyzer in (StepSplitAnalyzer(), HostSyncAnalyzer(), GpuIdleAnalyzer(), TopOpsAnalyzer(),
+                  MemoryAnalyzer(), CommunicationAnalyzer(), PythonOverheadAnalyzer()):
+    register(_analyzer)
+
+
+def run_analyzers(trace: Trace, analyzers: Iterable[Analyzer] | None = None) -> list[Finding]:
+    """Every analyzer's findings on `trace`, in registry order."""
+    findings: list[Finding] = []
+    for analyzer in analyzers if analyzers is not None else REGISTRY.values():
+        findings.extend(analyzer.analyze(trace))
+    return findings

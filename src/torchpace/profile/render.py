@@ -1,0 +1,103 @@
+"""Rich rendering of a profile result (a dict as `ProfileResult.to_dict` returns it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_PHASES = (("input_wait", "input wait"), ("h2d", "host→device copy"), ("forward", "forward + loss"),
+           ("backward", "backward"), ("optimizer", "optimizer"), ("other", "other"))
+_SEVERITY_STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "red"}
+_BAR_WIDTH = 30
+
+
+def _finding(result: dict[str, Any], finding_id: str) -> dict[str, Any] | None:
+    return next((f for f in result["findings"] if f["id"] == finding_id), None)
+
+
+def split_rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(phase, ms per step, share, bar) rows of the step-split table; empty without a split."""
+    split = _finding(result, "profile.step_split")
+    if not split or not split["data"].get("labelled"):
+        return []
+    data = split["data"]
+    return [(title, f"{data[f'{key}_us'] / 1000:.2f}", f"{data[f'{key}_frac']:.1%}",
+             "█" * round(data[f"{key}_frac"] * _BAR_WIDTH)) for key, title in _PHASES]
+
+
+def top_op_rows(result: dict[str, Any], limit: int = 8) -> list[tuple[str, str, str, str]]:
+    """(operator, calls, self ms per step, share) rows."""
+    top, split = _finding(result, "profile.top_ops"), _finding(result, "profile.step_split")
+    if not top or not split:
+        return []
+    steps = max(1, split["data"].get("steps", 1))
+    return [(row["name"], str(row["calls"]), f"{row['self_us'] / steps / 1000:.2f}", f"{row['self_frac']:.1%}")
+            for row in top["data"]["ops"][:limit]]
+
+
+def render_profile(console, result: dict[str, Any]) -> None:
+    """Print the verdict, the step split, findings, top operators, remedies and the trace path."""
+    from rich.panel import Panel
+
+    config = ", ".join(f"{k}={v}" for k, v in result["config"].items()) or "defaults"
+    console.print(f"[bold]torchpace profile[/]: {result['workload']} on {result['device']} ({config}), "
+                  f"{result['steps']} profiled steps")
+    verdict = result["verdict"]
+    body = "\n".join(f"• {line}" for line in verdict["evidence"])
+    if verdict["also"]:
+        body += "\nalso: " + ", ".join(verdict["also"])
+    console.print(Panel(body, title=f"[bold]verdict: {verdict['kind']}[/]", expand=False))
+    _render_split(console, result)
+    _render_findings(console, result)
+    _render_top_ops(console, result)
+    _render_remedies(console, verdict)
+    if result.get("trace_path"):
+        console.print(f"trace: {result['trace_path']}  (open in https://ui.perfetto.dev or chrome://tracing)")
+
+
+def _table(title: str, *columns: str):
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_edge=False)
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("ms/step", "share", "calls", "self ms/step") else "left")
+    return table
+
+
+def _render_split(console, result: dict[str, Any]) -> None:
+    rows = split_rows(result)
+    if not rows:
+        return
+    table = _table("step time split", "phase", "ms/step", "share", "")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def _render_findings(console, result: dict[str, Any]) -> None:
+    table = _table("findings", "", "finding", "evidence")
+    for f in result["findings"]:
+        if f["id"] in ("profile.step_split", "profile.top_ops"):
+            continue  # shown as their own tables
+        style = _SEVERITY_STYLE.get(f["severity"], "")
+        table.add_row(f"[{style}]{f['severity']}[/]", f["title"], f["evidence"])
+    console.print(table)
+
+
+def _render_top_ops(console, result: dict[str, Any]) -> None:
+    rows = top_op_rows(result)
+    if not rows:
+        return
+    table = _table("top operators by self CPU time", "operator", "calls", "self ms/step", "share")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def _render_remedies(console, verdict: dict[str, Any]) -> None:
+    console.print("[bold]what to do[/]")
+    for remedy in verdict["remedies"]:
+        console.print(f"• {remedy['title']}: {remedy['remedy']['text']}")
+        if remedy["remedy"].get("command"):
+            console.print(f"    $ {remedy['remedy']['command']}")
+    knobs = ", ".join(verdict["knobs_to_try"]) or "none registered yet"
+    console.print(f"[bold]tune tries first[/] (stage {', '.join(verdict['stages_to_try'])}): {knobs}")

@@ -1,0 +1,69 @@
+"""`ProfileResult` and `analyze_trace`: from a parsed trace to findings and a verdict (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from torchpace.findings import Finding
+from torchpace.profile.analyzers import run_analyzers
+from torchpace.profile.trace import Trace
+from torchpace.profile.verdict import Verdict, build_verdict
+
+RESULT_KIND = "torchpace.profile"
+RESULT_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """What `torchpace profile` found. JSON via `to_dict` (schema in docs/readme/profile.md)."""
+
+    workload: str
+    device: str
+    config: Mapping[str, Any]
+    steps: int
+    verdict: Verdict
+    findings: tuple[Finding, ...]
+    trace_path: str | None = None
+    wall_time_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": RESULT_KIND,
+            "schema_version": RESULT_SCHEMA_VERSION,
+            "workload": self.workload,
+            "device": self.device,
+            "config": dict(self.config),
+            "steps": self.steps,
+            "trace_path": self.trace_path,
+            "wall_time_s": self.wall_time_s,
+            "verdict": self.verdict.to_dict(),
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def analyze_trace(trace: Trace, *, workload_spec: str = "WORKLOAD",
+                  knobs_by_stage: Mapping[str, Sequence[str]] | None = None) -> tuple[list[Finding], Verdict]:
+    """Run every registered analyzer on `trace` and build the verdict from their findings."""
+    findings = run_analyzers(trace)
+    verdict = build_verdict(findings, on_gpu=trace.device == "cuda", workload_spec=workload_spec,
+                            knobs_by_stage=knobs_by_stage)
+    return findings, verdict
+
+
+def build_profile_result(trace: Trace, *, workload_spec: str = "WORKLOAD",
+                         knobs_by_stage: Mapping[str, Sequence[str]] | None = None,
+                         trace_path: str | None = None, wall_time_s: float | None = None) -> ProfileResult:
+    """A ProfileResult for `trace` (workload, device and config read from its torchpace metadata)."""
+    findings, verdict = analyze_trace(trace, workload_spec=workload_spec, knobs_by_stage=knobs_by_stage)
+    meta = trace.metadata
+    return ProfileResult(
+        workload=str(meta.get("workload", workload_spec)),
+        device=str(meta.get("device", trace.device)),
+        config=dict(meta.get("config") or {}),
+        steps=len(trace.steps),
+        verdict=verdict,
+        findings=tuple(findings),
+        trace_path=trace_path,
+        wall_time_s=wall_time_s,
+    )

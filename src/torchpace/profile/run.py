@@ -1,0 +1,36 @@
+"""`profile_workload`: load a workload, capture its profile, analyze it (the `torchpace profile` flow)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from torchpace.config import RunConfig
+from torchpace.host import HostFacts, probe_host
+from torchpace.profile.capture import CaptureOptions, capture_profile
+from torchpace.profile.result import ProfileResult, build_profile_result
+from torchpace.profile.trace import parse_trace
+from torchpace.profile.verdict import applicable_knobs_by_stage
+from torchpace.workload import DEFAULT_WORKLOAD, load_workload
+
+
+def profile_workload(spec: str | None, config: RunConfig | None = None, options: CaptureOptions = CaptureOptions(), *,
+                     host: HostFacts | None = None, device: str | None = None,
+                     trace_path: str | Path | None = None) -> ProfileResult:
+    """Load workload `spec`, run it under the profiler, and return the findings and verdict.
+
+    Raises:
+        UsageError: the spec or config is not valid here.
+        UserCodeError: the workload's own code raised (while building or stepping).
+    """
+    start = time.perf_counter()
+    host = host or probe_host()
+    workload = load_workload(spec)
+    capture = capture_profile(workload, config, options, host=host, device=device, trace_path=trace_path)
+    return build_profile_result(
+        parse_trace(capture.document),
+        workload_spec=spec or DEFAULT_WORKLOAD,
+        knobs_by_stage=applicable_knobs_by_stage(host, workload),
+        trace_path=str(capture.trace_path) if capture.trace_path else None,
+        wall_time_s=time.perf_counter() - start,
+    )

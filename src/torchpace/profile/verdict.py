@@ -1,0 +1,280 @@
+"""The verdict: which one thing limits the step, the evidence for it, what to do, what to tune.
+
+Pure: `build_verdict(findings, ...)` reads the numbers the analyzers put in their findings' `data`.
+Rules, in order:
+
+1. Each time-share bottleneck whose share of the step passes its threshold is a candidate:
+   input-bound (input wait + host→device copy), host-sync-bound (on a GPU only: time blocked in
+   syncs, while the GPU idles), communication-bound (collectives). The largest share wins.
+2. Otherwise memory-bound when peak memory is near capacity.
+3. Otherwise compute-bound: the step is spent in forward, backward and optimizer.
+
+Other candidates are reported in `also`, so a second bottleneck is not hidden by the first.
+`stages_to_try_first(verdict)` names the knob stages the tuner should try first for a verdict.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from torchpace.findings import Finding, Remedy, Severity
+
+_INPUT_BOUND_FRAC = 0.25  # a quarter of the step waiting for data is more than workers usually cost to hide
+_HOST_SYNC_BOUND_FRAC = 0.15  # 15% of the step blocked on the device, on top of launch gaps, caps throughput
+_SYNC_GPU_IDLE_FRAC = 0.20  # syncs only limit the step when the GPU idles meanwhile (else it is compute)
+_COMM_BOUND_FRAC = 0.30  # collectives over 30% of the step: scaling out is costing more than it gives
+_MEMORY_BOUND_FRAC = 0.90  # within 10% of capacity, batch size and activations are what limit the step
+
+
+class VerdictKind(str, enum.Enum):
+    """What limits the step."""
+
+    INPUT = "input-bound"
+    HOST_SYNC = "host-sync-bound"
+    COMPUTE = "compute-bound"
+    MEMORY = "memory-bound"
+    COMMUNICATION = "communication-bound"
+
+
+# verdict -> knob stages (torchpace.knobs.STAGES) the tuner should try first, most relevant first.
+_STAGES_FIRST: dict[VerdictKind, tuple[str, ...]] = {
+    VerdictKind.INPUT: ("data",),
+    VerdictKind.HOST_SYNC: ("data", "compute"),  # pinned, non-blocking copies; compile removes some syncs
+    VerdictKind.COMPUTE: ("compute",),
+    VerdictKind.MEMORY: ("memory",),
+    VerdictKind.COMMUNICATION: ("distributed",),
+}
+
+# a first value worth measuring for a knob, for the remedy's `torchpace bench --set` command
+_FIRST_TRY: dict[str, str] = {
+    "data.num_workers": "2",
+    "data.pin_memory": "true",
+    "precision.amp": "bf16",
+    "compile.mode": "default",
+    "model.activation_checkpointing": "true",
+    "optimizer.impl": "foreach",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The bottleneck, why we think so, and what to do about it.
+
+    Attributes:
+        kind: the bottleneck.
+        evidence: the measured shares behind it, as sentences.
+        remedies: what to do, as Findings (the same shape doctor reports in).
+        knobs_to_try: the knobs `tune` would try first, in order.
+        stages_to_try: the knob stages those come from.
+        shares: the figures the rules compared (`*_frac`), None when not measured.
+        also: other bottlenecks that passed their threshold.
+    """
+
+    kind: VerdictKind
+    evidence: tuple[str, ...]
+    remedies: tuple[Finding, ...]
+    knobs_to_try: tuple[str, ...]
+    stages_to_try: tuple[str, ...]
+    shares: Mapping[str, float | None] = field(default_factory=dict)
+    also: tuple[VerdictKind, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "evidence": list(self.evidence),
+            "remedies": [r.to_dict() for r in self.remedies],
+            "knobs_to_try": list(self.knobs_to_try),
+            "stages_to_try": list(self.stages_to_try),
+            "shares": dict(self.shares),
+            "also": [k.value for k in self.also],
+        }
+
+
+def stages_to_try_first(verdict: Verdict | VerdictKind | str) -> list[str]:
+    """The knob stage names the tuner should try first for `verdict`.
+
+    Args:
+        verdict: a Verdict, a VerdictKind, or its value (e.g. ``"input-bound"``).
+
+    Returns:
+        Stage names from `torchpace.knobs.STAGES`, most relevant first, e.g. ``["data"]`` for
+        input-bound, ``["compute"]`` for compute-bound, ``["memory"]`` for memory-bound.
+
+    Raises:
+        ValueError: `verdict` is not a known verdict kind.
+    """
+    kind = verdict.kind if isinstance(verdict, Verdict) else VerdictKind(verdict)
+    return list(_STAGES_FIRST[kind])
+
+
+def data_of(findings: Iterable[Finding], finding_id: str) -> Mapping[str, Any]:
+    """The `data` of the finding with `finding_id`, or {} when the analyzer said nothing."""
+    return next((f.data for f in findings if f.id == finding_id), {})
+
+
+def measure_shares(findings: Sequence[Finding]) -> dict[str, float | None]:
+    """The figures the verdict rules compare, read from the analyzers' findings."""
+    split = data_of(findings, "profile.step_split")
+    has_split = bool(split.get("labelled"))
+    return {
+        "input_frac": split["input_wait_frac"] + split["h2d_frac"] if has_split else None,
+        "compute_frac": split["forward_frac"] + split["backward_frac"] + split["optimizer_frac"] if has_split else None,
+        "other_frac": split["other_frac"] if has_split else None,
+        "sync_frac": data_of(findings, "profile.host_sync").get("sync_frac"),
+        "gpu_idle_frac": data_of(findings, "profile.gpu_idle").get("gpu_idle_frac"),
+        "comm_frac": data_of(findings, "profile.communication").get("comm_frac"),
+        "memory_peak_frac": data_of(findings, "profile.memory").get("peak_frac"),
+        "python_frac": data_of(findings, "profile.python_overhead").get("python_frac"),
+    }
+
+
+def rank_bottlenecks(shares: Mapping[str, float | None], on_gpu: bool) -> list[VerdictKind]:
+    """Bottlenecks passing their thresholds: time-share ones by share (largest first), then memory."""
+    timed: list[tuple[float, VerdictKind]] = []
+    if (shares.get("input_frac") or 0.0) >= _INPUT_BOUND_FRAC:
+        timed.append((shares["input_frac"], VerdictKind.INPUT))
+    idle = shares.get("gpu_idle_frac")
+    if on_gpu and (shares.get("sync_frac") or 0.0) >= _HOST_SYNC_BOUND_FRAC and (idle is None or idle >= _SYNC_GPU_IDLE_FRAC):
+        timed.append((shares["sync_frac"], VerdictKind.HOST_SYNC))
+    if (shares.get("comm_frac") or 0.0) >= _COMM_BOUND_FRAC:
+        timed.append((shares["comm_frac"], VerdictKind.COMMUNICATION))
+    ranked = [kind for _, kind in sorted(timed, key=lambda pair: -pair[0])]
+    if (shares.get("memory_peak_frac") or 0.0) >= _MEMORY_BOUND_FRAC:
+        ranked.append(VerdictKind.MEMORY)
+    return ranked
+
+
+def build_verdict(findings: Sequence[Finding], *, on_gpu: bool = False, workload_spec: str = "WORKLOAD",
+                  knobs_by_stage: Mapping[str, Sequence[str]] | None = None) -> Verdict:
+    """The verdict from the analyzers' findings (see the module docstring for the rules).
+
+    Args:
+        findings: what `run_analyzers` returned.
+        on_gpu: the run was on a CUDA device (host syncs only limit a step there).
+        workload_spec: how the user named the workload, for the remedy commands.
+        knobs_by_stage: knob names per stage to offer (e.g. only those that apply on this host);
+            default: every registered knob.
+    """
+    shares = measure_shares(findings)
+    ranked = rank_bottlenecks(shares, on_gpu)
+    kind = ranked[0] if ranked else VerdictKind.COMPUTE
+    stages = tuple(stages_to_try_first(kind))
+    by_stage = knobs_by_stage if knobs_by_stage is not None else registered_knobs_by_stage()
+    knobs = tuple(name for stage in stages for name in by_stage.get(stage, ()))
+    return Verdict(kind=kind, evidence=tuple(_evidence(kind, shares, findings)),
+                   remedies=tuple(_remedies(kind, knobs, workload_spec, on_gpu)), knobs_to_try=knobs,
+                   stages_to_try=stages, shares=shares, also=tuple(ranked[1:]))
+
+
+def registered_knobs_by_stage() -> dict[str, list[str]]:
+    """Every registered knob's name, grouped by stage, in registry order."""
+    from torchpace.knobs import REGISTRY
+
+    grouped: dict[str, list[str]] = {}
+    for knob in REGISTRY.values():
+        grouped.setdefault(knob.stage, []).append(knob.name)
+    return grouped
+
+
+def applicable_knobs_by_stage(host: Any, workload: Any) -> dict[str, list[str]]:
+    """Like `registered_knobs_by_stage`, keeping only knobs that apply to `host` and `workload`."""
+    from torchpace.knobs import REGISTRY
+
+    grouped: dict[str, list[str]] = {}
+    for knob in REGISTRY.values():
+        if knob.applies(host, workload) is None and not (knob.training_only and not workload.is_training):
+            grouped.setdefault(knob.stage, []).append(knob.name)
+    return grouped
+
+
+# --- evidence -----------------------------------------------------------------------------------
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+def _evidence(kind: VerdictKind, shares: Mapping[str, float | None], findings: Sequence[Finding]) -> list[str]:
+    split = data_of(findings, "profile.step_split")
+    lines = []
+    if split.get("labelled"):
+        lines.append(f"step {split['step_time_us'] / 1000:.1f} ms: input wait + host→device copy {_pct(shares['input_frac'])}, "
+                     f"forward + backward + optimizer {_pct(shares['compute_frac'])}, other {_pct(shares['other_frac'])}")
+    thresholds = {
+        VerdictKind.INPUT: f"input share {_pct(shares['input_frac'])} ≥ {_INPUT_BOUND_FRAC:.0%}: the step waits for data",
+        VerdictKind.HOST_SYNC: f"host syncs take {_pct(shares['sync_frac'])} of the step (≥ {_HOST_SYNC_BOUND_FRAC:.0%}) "
+                               f"while the GPU idles {_pct(shares['gpu_idle_frac'])}",
+        VerdictKind.COMMUNICATION: f"collectives take {_pct(shares['comm_frac'])} of the step (≥ {_COMM_BOUND_FRAC:.0%})",
+        VerdictKind.MEMORY: f"peak memory is {_pct(shares['memory_peak_frac'])} of capacity (≥ {_MEMORY_BOUND_FRAC:.0%})",
+        VerdictKind.COMPUTE: "no input, sync, communication or memory share passed its threshold: the time goes to the model's own work",
+    }
+    lines.append(thresholds[kind])
+    top = data_of(findings, "profile.top_ops").get("ops") or []
+    if kind is VerdictKind.COMPUTE and top:
+        lines.append("heaviest operators: " + ", ".join(f"{r['name']} {r['self_frac']:.0%}" for r in top[:3]))
+    if shares.get("sync_frac") and kind is not VerdictKind.HOST_SYNC:
+        lines.append(f"host syncs: {_pct(shares['sync_frac'])} of the step")
+    if shares.get("python_frac") is not None:
+        lines.append(f"interpreted Python: {_pct(shares['python_frac'])} of step time (cProfile pass)")
+    return lines
+
+
+# --- remedies -----------------------------------------------------------------------------------
+
+
+def _bench_command(spec: str, knobs: Sequence[str], wanted: Sequence[str]) -> str | None:
+    """`torchpace bench SPEC --set K=V ...` for the wanted knobs that are on offer here."""
+    sets = [f"--set {k}={_FIRST_TRY[k]}" for k in wanted if k in knobs and k in _FIRST_TRY]
+    return f"torchpace bench {spec} " + " ".join(sets) if sets else None
+
+
+def _remedy(key: str, title: str, text: str, command: str | None, severity: Severity = Severity.WARN) -> Finding:
+    return Finding(id=f"profile.remedy.{key}", severity=severity, title=title, remedy=Remedy(text, command), area="profile")
+
+
+def _remedies(kind: VerdictKind, knobs: Sequence[str], spec: str, on_gpu: bool) -> list[Finding]:
+    tune = f"torchpace tune {spec}"
+    if kind is VerdictKind.INPUT:
+        return [
+            _remedy("data_workers", "load batches in parallel with the step",
+                    "Use DataLoader worker processes (num_workers, persistent_workers, prefetch_factor) so the "
+                    "next batches are decoded while this one trains.",
+                    _bench_command(spec, knobs, ["data.num_workers"]) or tune),
+            _remedy("data_cost", "make each sample cheaper to load",
+                    "Decode and augment less per sample: store pre-decoded or smaller files, move augmentation "
+                    "to the GPU, or cache decoded samples when the dataset fits in memory.", None, Severity.INFO),
+        ]
+    if kind is VerdictKind.HOST_SYNC:
+        return [
+            _remedy("host_sync", "stop reading device values every step",
+                    "Keep the loss and metrics on the device and read them every N steps; remove `.item()`, "
+                    "`.cpu()`, `print(tensor)` and data-dependent Python branches from the step.", None),
+            _remedy("pinned_copies", "make host→device copies asynchronous",
+                    "Pin host memory and copy with non_blocking=True, so the copy does not wait.",
+                    _bench_command(spec, knobs, ["data.pin_memory"])),
+        ]
+    if kind is VerdictKind.MEMORY:
+        return [_remedy("memory", "free memory per step",
+                        "Recompute activations in backward (activation checkpointing) or split the batch into "
+                        "micro-batches with gradient accumulation; then a larger batch or model fits.",
+                        _bench_command(spec, knobs, ["model.activation_checkpointing"]) or tune)]
+    if kind is VerdictKind.COMMUNICATION:
+        return [_remedy("communication", "hide communication behind backward",
+                        "Overlap gradient all-reduce with backward (DDP bucket size, gradient_as_bucket_view, "
+                        "static_graph), raise the per-process batch, or check the interconnect.", tune)]
+    return _compute_remedies(knobs, spec, on_gpu)
+
+
+def _compute_remedies(knobs: Sequence[str], spec: str, on_gpu: bool) -> list[Finding]:
+    precision = ("Use bf16 autocast (precision.amp=bf16) and TF32 matmuls (precision.matmul=high) on the GPU."
+                 if on_gpu else "Use bf16 autocast where the CPU computes bf16 natively (precision.amp=bf16).")
+    return [
+        _remedy("compute_precision", "do less work per step",
+                precision, _bench_command(spec, knobs, ["precision.amp"]), Severity.INFO),
+        _remedy("compute_compile", "fuse the model's operators",
+                "Compile the model (compile.mode=default; reduce-overhead for many small kernels) and use the "
+                "foreach/fused optimizer.", _bench_command(spec, knobs, ["compile.mode"]) or f"torchpace tune {spec}",
+                Severity.INFO),
+    ]
