@@ -1,0 +1,63 @@
+"""`torchpace profile [WORKLOAD]`: why the step is slow — a verdict with evidence and a trace."""
+
+from __future__ import annotations
+
+import click
+
+from torchpace.cli._common import emit_json, json_option, make_console
+from torchpace.cli._options import build_config, check_writable, config_options, workload_argument
+
+DEFAULT_TRACE = "torchpace-profile.json.gz"
+
+
+def _at_least_one(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    if value < 1:
+        raise click.BadParameter(f"must be at least 1, got {value}")
+    return value
+
+
+@click.command("profile")
+@workload_argument
+@config_options
+@click.option("--steps", type=int, default=5, show_default=True, callback=_at_least_one,
+              help="Steps recorded in the trace (after 1 untraced and 1 warm-up step).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=DEFAULT_TRACE, show_default=True,
+              help="Where to write the Chrome/Perfetto trace (gzip-compressed when it ends in .gz).")
+@click.option("--python-steps", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Steps run under cProfile for the Python-overhead analysis (0 skips it).")
+@click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")
+@json_option
+def command(workload, config_path, assignments, steps, trace_path, python_steps, device, as_json):
+    """Explain why WORKLOAD is slow (default: the built-in `tabular`).
+
+    Runs a few real steps under torch.profiler and reports a verdict (input-bound,
+    host-sync-bound, compute-bound, memory-bound or communication-bound), the evidence, what to
+    do, and the knobs `torchpace tune` would try first. WORKLOAD is `pkg.module:function`,
+    `path/to/file.py:function`, or one of vision, language, tabular, inference.
+    """
+    check_writable(trace_path, "--trace")
+    config = build_config(config_path, assignments)
+    from torchpace.profile.capture import CaptureOptions
+    from torchpace.profile.run import profile_workload
+
+    options = CaptureOptions(steps=steps, python_steps=python_steps)
+    with _status(not as_json, f"profiling {workload or 'tabular'} for {steps + 2} steps"):
+        result = profile_workload(workload, config, options, device=device, trace_path=trace_path)
+    payload = result.to_dict()
+    if as_json:
+        emit_json(payload)
+    else:
+        from torchpace.profile.render import render_profile
+
+        render_profile(make_console(), payload)
+    return 0
+
+
+def _status(enabled: bool, message: str):
+    """A spinner on stderr while the profile runs (nothing when disabled or not a terminal)."""
+    import contextlib
+    import sys
+
+    if not enabled or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    return make_console(stderr=True).status(message)
