@@ -1,0 +1,58 @@
+"""`torchpace profile` end to end: exit codes, JSON output, the Rich view, and a light `--help`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from _profile_traces import spec
+
+from torchpace.cli import main
+
+
+def test_help_does_not_import_torch():
+    code = ("import sys\nfrom torchpace.cli import main\nrc = main(['profile', '--help'])\n"
+            "print('TORCH', 'torch' in sys.modules, rc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "--steps" in out.stdout and "--trace" in out.stdout
+    assert "TORCH False 0" in out.stdout
+
+
+@pytest.mark.parametrize("steps", ["0", "-3"])
+def test_steps_below_one_is_a_usage_error(steps, capsys, tmp_path):
+    assert main(["profile", spec("raises_on_build"), "--steps", steps, "--trace", str(tmp_path / "t.json.gz")]) == 2
+    assert "--steps" in capsys.readouterr().err
+
+
+def test_unwritable_trace_path_exits_2_before_running_anything(capsys, tmp_path):
+    # the workload would fail with exit 1 if it were loaded: exit 2 shows nothing ran
+    rc = main(["profile", spec("raises_on_build"), "--trace", str(tmp_path / "missing-dir" / "t.json.gz")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--trace" in err and "cannot be written" in err
+    assert "planted failure" not in err
+
+
+def test_a_workload_that_raises_exits_1_with_its_traceback_labelled(capsys, tmp_path):
+    rc = main(["profile", spec("raises_in_step"), "--steps", "1", "--trace", str(tmp_path / "t.json.gz")])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "traceback from YOUR code" in err and "planted failure in the user's forward" in err
+
+
+@pytest.mark.slow
+def test_json_output_and_rich_output(capsys, tmp_path):
+    trace = tmp_path / "t.json.gz"
+    args = ["profile", spec("input_bound"), "--steps", "2", "--python-steps", "1", "--trace", str(trace)]
+    assert main(args + ["--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["kind"] == "torchpace.profile" and payload["schema_version"] == 1
+    assert payload["verdict"]["kind"] == "input-bound" and payload["steps"] == 2
+    assert {"kind", "evidence", "remedies", "knobs_to_try", "stages_to_try", "shares", "also"} <= set(payload["verdict"])
+    assert {f["id"] for f in payload["findings"]} >= {"profile.step_split", "profile.host_sync", "profile.top_ops"}
+    assert trace.exists() and payload["trace_path"] == str(trace)
+
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "verdict: input-bound" in out and "step time split" in out and "data.num_workers" in out
