@@ -512,9 +512,7 @@ def check_governor(facts: DoctorFacts) -> list[Finding]:
     seen = ", ".join(f"{g} on {n} CPUs" for g, n in c.governors)
     evidence = f"{seen}; driver {c.scaling_driver}"
     governors = {g for g, _ in c.governors}
-    remedy = _install(facts, "cpupower", "Set the performance governor (needs cpupower).")
-    remedy = Remedy(remedy.text, " && ".join(filter(None, [remedy.command,
-                                                            remedies.as_admin("cpupower frequency-set -g performance", facts.euid == 0)])))
+    remedy = _performance_governor_remedy(facts)
     if governors == {"performance"}:
         return [_finding("cpu", "cpu.governor", OK, "performance governor", evidence, governors=sorted(governors))]
     if "powersave" in governors and c.scaling_driver not in _HWP_DRIVERS:
@@ -522,6 +520,13 @@ def check_governor(facts: DoctorFacts) -> list[Finding]:
                          governors=sorted(governors))]
     return [_finding("cpu", "cpu.governor", INFO, "Dynamic frequency governor", evidence + "; clocks ramp on demand",
                      remedy, governors=sorted(governors))]
+
+
+def _performance_governor_remedy(facts: DoctorFacts) -> Remedy:
+    """Install cpupower (this distribution's package) and switch every CPU to ``performance``."""
+    install = _install(facts, "cpupower", "Set the performance governor (needs cpupower).")
+    switch = remedies.as_admin("cpupower frequency-set -g performance", facts.euid == 0)
+    return Remedy(install.text, f"{install.command} && {switch}" if install.command else switch)
 
 
 def check_bf16(facts: DoctorFacts) -> list[Finding]:
