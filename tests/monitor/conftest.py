@@ -17,7 +17,7 @@ QUIET = Sample(
     swap_used_bytes=0, swap_total_bytes=0,
     disk_read_bytes_per_s=0.0, disk_write_bytes_per_s=0.0, disk_busy_frac=0.0,
     net_recv_bytes_per_s=0.0, net_sent_bytes_per_s=0.0,
-    tree_procs=1, tree_busy_procs=0, tree_threads=4, tree_cpu_pct=50.0, tree_rss_bytes=_GIB,
+    tree_procs=1, tree_busy_procs=0, tree_threads=4, tree_cpu_pct=50.0, tree_cpu_wait_pct=0.0, tree_rss_bytes=_GIB,
     tree_read_bytes_per_s=0.0, tree_write_bytes_per_s=0.0,
     gpus=(GpuSample(index=0, util_pct=95.0, mem_bw_util_pct=40.0, mem_used_bytes=20 * _GIB,
                     mem_total_bytes=80 * _GIB, temp_c=60.0, power_w=300.0, sm_clock_mhz=1980),),

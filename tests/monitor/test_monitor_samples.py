@@ -19,10 +19,11 @@ from torchpace.monitor.samplers import (
     build_tree_usage,
     decode_throttle_reasons,
     is_physical_disk,
-    list_tree_pids,
+    parse_schedstat,
     parse_psi_some_total_us,
     parse_runnable_tasks,
     pick_interfaces,
+    walk_tree,
 )
 from torchpace.monitor.samples import (
     GPU_COLUMNS,
@@ -49,9 +50,9 @@ def _reading(t_s: float, busy_s: float, iowait_s: float, procs=(), disk=(0, 0), 
     )
 
 
-def _proc(pid: int, cpu_s: float, write: int | None = 0) -> ProcReading:
+def _proc(pid: int, cpu_s: float, write: int | None = 0, wait_s: float | None = None) -> ProcReading:
     return ProcReading(pid=pid, create_time=100.0 + pid, cpu_s=cpu_s, rss_bytes=1000, threads=2,
-                       read_bytes=0 if write is not None else None, write_bytes=write)
+                       read_bytes=0 if write is not None else None, write_bytes=write, run_wait_s=wait_s)
 
 
 def test_build_sample_turns_counters_into_rates():
@@ -70,11 +71,12 @@ def test_build_sample_turns_counters_into_rates():
 
 
 def test_tree_usage_sums_processes_and_counts_newcomers_from_zero():
-    before = (_proc(1, 10.0), _proc(2, 5.0))
-    after = (_proc(1, 10.2), _proc(2, 6.0), _proc(3, 0.5))  # pid 3 started during the interval
+    before = (_proc(1, 10.0, wait_s=1.0), _proc(2, 5.0, wait_s=2.0))
+    after = (_proc(1, 10.2, wait_s=1.5), _proc(2, 6.0, wait_s=1.0), _proc(3, 0.5, wait_s=0.25))  # 3 is new
     usage = build_tree_usage(before, after, dt_s=1.0)
     assert usage.procs == 3 and usage.threads == 6 and usage.rss_bytes == 3000
     assert usage.cpu_pct == pytest.approx(170.0) and usage.busy_procs == 1
+    assert usage.cpu_wait_pct == pytest.approx(75.0)  # 0.5 + 0 (a thread exited: no negative) + 0.25
     reused = (ProcReading(2, 999.0, 0.3, 1, 1, None, None),)  # same pid, new process
     assert build_tree_usage(before, reused, dt_s=1.0).cpu_pct == pytest.approx(30.0)
     assert build_tree_usage(before, reused, dt_s=1.0).write_bytes_per_s is None
@@ -101,8 +103,10 @@ def test_tree_walk_follows_every_threads_children(tmp_path):
         task = tmp_path / str(pid) / "task" / str(tid)
         task.mkdir(parents=True)
         (task / "children").write_text(children + (" " if children else ""))
-    assert sorted(list_tree_pids(10, tmp_path)) == [10, 11, 12, 14, 15]
-    assert list_tree_pids(99, tmp_path) == [99]  # gone: only itself, whose stats then read as exited
+    tree = dict(walk_tree(10, tmp_path))
+    assert sorted(tree) == [10, 11, 12, 14, 15] and sorted(tree[10]) == ["10", "13"]
+    assert walk_tree(99, tmp_path) == [(99, [])]  # gone: only itself, whose stats then read as exited
+    assert parse_schedstat("142802 3040270 2\n") == pytest.approx(0.00304027) and parse_schedstat("") is None
 
 
 def test_host_sampler_reads_this_process():
@@ -111,6 +115,7 @@ def test_host_sampler_reads_this_process():
     sum(i * i for i in range(200_000))
     sample = sampler.take()
     assert sample.tree_procs >= 1 and sample.tree_threads >= 1 and sample.tree_rss_bytes > 0
+    assert sample.tree_cpu_wait_pct is None or sample.tree_cpu_wait_pct >= 0
     assert len(sample.cpu_core_pct) == os.cpu_count() and 0.0 <= sample.cpu_pct <= 100.0
     assert sample.mem_total_bytes > sample.mem_available_bytes > 0 and sample.gpus == ()
 

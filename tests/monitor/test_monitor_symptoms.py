@@ -95,15 +95,25 @@ def test_thermal_throttle_warns_and_power_cap_informs(make_sample):
     assert alert.id == "monitor.gpu_power_cap" and alert.severity is Severity.INFO
 
 
-def test_cpu_oversubscribed_from_pressure_or_runnable_tasks(make_sample):
-    crowded = {"tree_cpu_pct": 395.0, "cpu_pressure_frac": 0.7}
+def test_cpu_oversubscribed_when_threads_want_more_than_the_usable_cores(make_sample):
+    crowded = {"tree_cpu_pct": 390.0, "tree_cpu_wait_pct": 300.0}
     [alert] = check_symptoms(_sequence(make_sample, "xxxxx", crowded), CTX)
-    assert alert.id == "monitor.cpu_oversubscribed" and "waited for a CPU 70%" in alert.evidence
+    assert alert.id == "monitor.cpu_oversubscribed" and "wanted 6.9 cores (3.9 running, 3.0 waiting" in alert.evidence
     assert "OMP_NUM_THREADS" in alert.remedy.text
-    without_psi = {"tree_cpu_pct": 395.0, "cpu_pressure_frac": None, "runnable_tasks": 12}
+    all_cores_little_queue = {"tree_cpu_pct": 395.0, "tree_cpu_wait_pct": 20.0}
+    noisy_neighbours = {"tree_cpu_pct": 150.0, "tree_cpu_wait_pct": 150.0}  # waits, but wants 3 of 4 cores
+    for fields in (all_cores_little_queue, noisy_neighbours):
+        assert check_symptoms(_sequence(make_sample, "xxxxx", fields), CTX) == []
+
+
+def test_cpu_oversubscribed_without_schedstat_uses_pressure_or_run_queue(make_sample):
+    with_psi = {"tree_cpu_pct": 395.0, "tree_cpu_wait_pct": None, "cpu_pressure_frac": 0.7}
+    [alert] = check_symptoms(_sequence(make_sample, "xxxxx", with_psi), CTX)
+    assert "waited for a CPU 70%" in alert.evidence
+    without_psi = {"tree_cpu_pct": 395.0, "tree_cpu_wait_pct": None, "cpu_pressure_frac": None, "runnable_tasks": 12}
     assert [a.id for a in check_symptoms(_sequence(make_sample, "xxxxx", without_psi), CTX)] == ["monitor.cpu_oversubscribed"]
-    all_cores_no_queue = {"tree_cpu_pct": 395.0, "cpu_pressure_frac": 0.02}
-    assert check_symptoms(_sequence(make_sample, "xxxxx", all_cores_no_queue), CTX) == []
+    no_queue = {"tree_cpu_pct": 395.0, "tree_cpu_wait_pct": None, "cpu_pressure_frac": 0.02}
+    assert check_symptoms(_sequence(make_sample, "xxxxx", no_queue), CTX) == []
 
 
 def test_tracker_reports_raise_and_clear_events(make_sample):

@@ -306,7 +306,7 @@ def _render_alerts(alerts: list[dict[str, Any]]) -> Table:
         data = alert["data"]
         cleared = data["cleared_at_s"]
         table.add_row(f"{data['raised_at_s']:.1f} s", "-" if cleared is None else f"{cleared:.1f} s",
-                      f"{alert['title']} ({alert['id']})", alert["evidence"],
+                      alert["title"], alert["evidence"],
                       (alert["remedy"] or {}).get("text", ""))
     return table
 

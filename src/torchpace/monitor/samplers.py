@@ -55,6 +55,7 @@ class ProcReading:
     threads: int
     read_bytes: int | None
     write_bytes: int | None
+    run_wait_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,7 @@ class TreeUsage:
     busy_procs: int
     threads: int
     cpu_pct: float
+    cpu_wait_pct: float | None
     rss_bytes: int
     read_bytes_per_s: float | None
     write_bytes_per_s: float | None
@@ -158,6 +160,7 @@ def build_tree_usage(before: tuple[ProcReading, ...], after: tuple[ProcReading, 
     """
     old = {(p.pid, p.create_time): p for p in before}
     cpu_s = 0.0
+    wait_s: float | None = None
     busy = 0
     io: dict[str, float] = {"read": 0.0, "write": 0.0}
     io_known = False
@@ -166,6 +169,9 @@ def build_tree_usage(before: tuple[ProcReading, ...], after: tuple[ProcReading, 
         used = max(0.0, proc.cpu_s - (prev.cpu_s if prev else 0.0))
         cpu_s += used
         busy += used / dt_s >= _BUSY_PROC_FRAC
+        if proc.run_wait_s is not None:
+            waited_before = prev.run_wait_s if prev is not None and prev.run_wait_s is not None else 0.0
+            wait_s = (wait_s or 0.0) + max(0.0, proc.run_wait_s - waited_before)
         if proc.read_bytes is not None and proc.write_bytes is not None:
             io_known = True
             io["read"] += _grown(prev.read_bytes if prev else None, proc.read_bytes)
@@ -175,6 +181,7 @@ def build_tree_usage(before: tuple[ProcReading, ...], after: tuple[ProcReading, 
         busy_procs=busy,
         threads=sum(p.threads for p in after),
         cpu_pct=100.0 * cpu_s / dt_s,
+        cpu_wait_pct=100.0 * wait_s / dt_s if wait_s is not None else None,
         rss_bytes=sum(p.rss_bytes for p in after),
         read_bytes_per_s=io["read"] / dt_s if io_known else None,
         write_bytes_per_s=io["write"] / dt_s if io_known else None,
@@ -219,6 +226,7 @@ def build_sample(before: HostReading, after: HostReading, t0_s: float, gpus: tup
         tree_busy_procs=tree.busy_procs,
         tree_threads=tree.threads,
         tree_cpu_pct=tree.cpu_pct,
+        tree_cpu_wait_pct=tree.cpu_wait_pct,
         tree_rss_bytes=tree.rss_bytes,
         tree_read_bytes_per_s=tree.read_bytes_per_s,
         tree_write_bytes_per_s=tree.write_bytes_per_s,
@@ -234,28 +242,42 @@ def has_children_files(proc_root: Path = Path("/proc")) -> bool:
     return (proc_root / str(os.getpid()) / "task" / str(threading.get_native_id()) / "children").exists()
 
 
-def list_tree_pids(root_pid: int, proc_root: Path = Path("/proc")) -> list[int]:
-    """`root_pid` and all its descendants, from /proc/PID/task/TID/children (no host-wide scan)."""
-    pids: list[int] = []
+def list_tids(proc_root: Path, pid: int) -> list[str]:
+    """Thread ids of `pid` (empty once it exited)."""
+    try:
+        return os.listdir(proc_root / str(pid) / "task")
+    except OSError:
+        return []
+
+
+def walk_tree(root_pid: int, proc_root: Path = Path("/proc")) -> list[tuple[int, list[str]]]:
+    """`root_pid` and all its descendants with their thread ids, from /proc/PID/task/TID/children.
+
+    A thread that forks is the child's parent, so every thread's children file is read; no
+    host-wide scan of /proc is needed.
+    """
+    tree: list[tuple[int, list[str]]] = []
     frontier = [root_pid]
     while frontier:
         pid = frontier.pop()
-        pids.append(pid)
-        frontier.extend(_read_children(proc_root, pid))
-    return pids
+        tids = list_tids(proc_root, pid)
+        tree.append((pid, tids))
+        for tid in tids:
+            frontier.extend(int(child) for child in (read_text(proc_root, f"{pid}/task/{tid}/children") or "").split())
+    return tree
 
 
-def _read_children(proc_root: Path, pid: int) -> list[int]:
-    """Children of every thread of `pid` (a thread that forks is that child's parent)."""
-    try:
-        tids = os.listdir(proc_root / str(pid) / "task")
-    except OSError:
-        return []
-    children: list[int] = []
-    for tid in tids:
-        text = read_text(proc_root, f"{pid}/task/{tid}/children")
-        children.extend(int(child) for child in (text or "").split())
-    return children
+def parse_schedstat(text: str | None) -> float | None:
+    """Seconds a thread waited on a run queue, from /proc/PID/task/TID/schedstat (``run_ns wait_ns slices``)."""
+    fields = (text or "").split()
+    return int(fields[1]) / 1e9 if len(fields) >= 2 else None
+
+
+def read_run_wait_s(proc_root: Path, pid: int, tids: list[str]) -> float | None:
+    """Seconds the live threads of `pid` spent runnable but waiting for a CPU, summed; None if unreadable."""
+    waits = [parse_schedstat(read_text(proc_root, f"{pid}/task/{tid}/schedstat")) for tid in tids]
+    known = [w for w in waits if w is not None]
+    return sum(known) if known else None
 
 
 # --------------------------------------------------------------------------- host sampler
@@ -325,22 +347,24 @@ class HostSampler:
         nics = [counters[name] for name in self._nics if name in counters]
         return sum(n.bytes_recv for n in nics), sum(n.bytes_sent for n in nics)
 
-    def _tree_pids(self) -> list[int]:
+    def _tree(self) -> list[tuple[int, list[str]]]:
         if self._walk_children:
-            return list_tree_pids(self.root_pid, self._proc_root)
+            return walk_tree(self.root_pid, self._proc_root)
         try:
             root = psutil.Process(self.root_pid)
-            return [self.root_pid, *(child.pid for child in root.children(recursive=True))]
+            pids = [self.root_pid, *(child.pid for child in root.children(recursive=True))]
         except psutil.NoSuchProcess:
             return []
+        return [(pid, list_tids(self._proc_root, pid)) for pid in pids]
 
     def _read_tree(self) -> tuple[ProcReading, ...]:
         readings = []
-        for pid in self._tree_pids():
+        for pid, tids in self._tree():
             proc = self._process(pid)
             reading = _read_process(proc) if proc is not None else None
             if reading is not None:
-                readings.append(reading)
+                wait_s = read_run_wait_s(self._proc_root, pid, tids)
+                readings.append(dataclasses.replace(reading, run_wait_s=wait_s))
         return tuple(readings)
 
     def _process(self, pid: int) -> psutil.Process | None:

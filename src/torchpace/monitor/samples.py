@@ -73,6 +73,9 @@ class Sample:
         tree_busy_procs: of those, processes that used at least 90% of one core.
         tree_threads: threads in the tree.
         tree_cpu_pct: CPU used by the tree, percent of ONE core (200 = two cores busy), as `top`.
+        tree_cpu_wait_pct: time the tree's threads were runnable but waiting for a CPU, percent of one
+            core (100 = on average one thread waiting); `tree_cpu_pct + tree_cpu_wait_pct` is the CPU
+            the tree wanted. None without per-thread schedstat.
         tree_rss_bytes: sum of the tree's resident set sizes (pages shared between processes count
             once per process, so forked DataLoader workers overstate it).
         tree_read_bytes_per_s, tree_write_bytes_per_s: the tree's storage-layer I/O (/proc/PID/io);
@@ -102,6 +105,7 @@ class Sample:
     tree_busy_procs: int
     tree_threads: int
     tree_cpu_pct: float
+    tree_cpu_wait_pct: float | None
     tree_rss_bytes: int
     tree_read_bytes_per_s: float | None
     tree_write_bytes_per_s: float | None
@@ -144,6 +148,8 @@ HOST_COLUMNS: tuple[Column, ...] = (
     Column("tree_busy_procs", "processes", "processes in the tree using at least 90% of one core"),
     Column("tree_threads", "threads", "threads in the tree"),
     Column("tree_cpu_pct", "% of one core", "CPU used by the tree; 200 means two cores busy"),
+    Column("tree_cpu_wait_pct", "% of one core",
+           "time the tree's threads were runnable but waited for a CPU; 100 means one thread waiting on average"),
     Column("tree_rss_bytes", "bytes", "sum of the tree's resident memory (shared pages counted per process)"),
     Column("tree_read_bytes_per_s", "bytes/s", "read by the tree from storage (page-cache hits excluded)"),
     Column("tree_write_bytes_per_s", "bytes/s", "written by the tree to storage (counted when pages are dirtied)"),
@@ -226,8 +232,9 @@ _MAX_KEPT_VALUES = 65536  # per metric: bounds memory on week-long runs; p95 is 
 
 
 def is_summary_column(name: str) -> bool:
-    """True for columns summarised at exit: all but time and per-core columns."""
-    return name not in _SUMMARY_SKIP and not (name.startswith("cpu") and name[3:4].isdigit())
+    """True for columns summarised at exit: all but time, per-core and (constant) size columns."""
+    per_core = name.startswith("cpu") and name[3:4].isdigit()
+    return name not in _SUMMARY_SKIP and not per_core and not name.endswith("_total_bytes")
 
 
 @dataclass
@@ -277,7 +284,7 @@ class MetricsAccumulator:
 
 
 def summarize_samples(samples: Iterable[Sample]) -> list[MetricStats]:
-    """Mean / p95 / max of every numeric column except time and per-core columns.
+    """Mean / p95 / max of every numeric column except time, per-core and size columns.
 
     Columns that were never measured (all empty, e.g. PSI on an old kernel) are left out.
     """

@@ -26,8 +26,9 @@ _IO_PRESSURE_FRAC = 0.25  # some task stalled on I/O a quarter of the time (Linu
 _DISK_BUSY_FRAC = 0.9  # a disk with I/O in flight 90% of the time is saturated (iostat %util; lenient on NVMe)
 _GPU_MEM_FULL_FRAC = 0.95  # within 5% of device memory, the next larger batch or fragmentation OOMs
 _HOST_MEM_AVAILABLE_FRAC = 0.10  # under 10% available the kernel evicts page cache and the OOM killer is near
-_CPU_PRESSURE_FRAC = 0.25  # runnable threads waited for a CPU a quarter of the time (Linux PSI "some")
-_RUNNABLE_PER_CORE = 1.5  # without PSI: 1.5 runnable tasks per usable core means threads queue for CPUs
+_DEMAND_OVER_USABLE = 1.25  # the tree's threads want 25% more CPU than its usable cores: they queue all the time
+_CPU_PRESSURE_FRAC = 0.25  # without schedstat: runnable threads waited for a CPU a quarter of the time (PSI "some")
+_RUNNABLE_PER_CORE = 1.5  # without schedstat or PSI: 1.5 runnable tasks per usable core means threads queue
 _THERMAL_REASONS = frozenset({"hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"})
 
 
@@ -129,7 +130,24 @@ def check_gpu_power_cap(sample: Sample, context: SymptomContext) -> str | None:
 
 
 def check_cpu_oversubscribed(sample: Sample, context: SymptomContext) -> str | None:
-    """CMD's tree fills its usable cores and still more threads wait for a CPU."""
+    """CMD's threads want more cores than it may use.
+
+    Wanted CPU is what the tree's threads ran plus what they spent runnable but waiting for a CPU
+    (per-thread schedstat). Waiting because other programs hog the CPUs adds to both, but stays
+    below the usable cores unless the tree itself runs more busy threads than there are cores.
+    """
+    cores = sample.tree_cpu_pct / 100.0
+    if sample.tree_cpu_wait_pct is not None:
+        waiting = sample.tree_cpu_wait_pct / 100.0
+        if cores + waiting < _DEMAND_OVER_USABLE * context.usable_cores:
+            return None
+        return (f"CMD's threads wanted {cores + waiting:.1f} cores ({cores:.1f} running, {waiting:.1f} waiting "
+                f"for a CPU) with {context.usable_cores} usable")
+    return _check_host_cpu_queue(sample, context)
+
+
+def _check_host_cpu_queue(sample: Sample, context: SymptomContext) -> str | None:
+    """Without per-thread schedstat: the tree fills its cores and the host's run queue is long."""
     cores = sample.tree_cpu_pct / 100.0
     if cores < _TREE_SATURATED_FRAC * context.usable_cores:
         return None
