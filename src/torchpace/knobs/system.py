@@ -7,7 +7,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from torchpace.knobs.base import IntKnob, Knob, Point
 
@@ -37,6 +37,18 @@ def find_allocator(name: str, dirs: Iterable[Path]) -> Path | None:
             if candidate.exists():
                 return candidate
     return None
+
+
+def allocator_env(name: str, library: Path | str, env: Mapping[str, str]) -> dict[str, str]:
+    """The env vars that preload allocator `name` from `library` for a child whose env is `env`.
+
+    `library` goes first in LD_PRELOAD, ahead of what `env` already preloads; jemalloc also gets
+    JEMALLOC_CONF as MALLOC_CONF unless `env` sets MALLOC_CONF. Pure: returns the changes only.
+    """
+    changes = {"LD_PRELOAD": ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)}
+    if name == "jemalloc" and "MALLOC_CONF" not in env:
+        changes["MALLOC_CONF"] = JEMALLOC_CONF
+    return changes
 
 
 def read_loaded_libraries(maps_path: str = "/proc/self/maps") -> str:
@@ -101,9 +113,7 @@ class AllocatorKnob(Knob):
             return
         lib = find_allocator(str(value), allocator_search_dirs(env))
         if lib is not None:
-            env["LD_PRELOAD"] = ":".join(p for p in (str(lib), env.get("LD_PRELOAD", "")) if p)
-            if value == "jemalloc":
-                env.setdefault("MALLOC_CONF", JEMALLOC_CONF)
+            env.update(allocator_env(str(value), lib, env))
 
 
 class NumaKnob(Knob):
