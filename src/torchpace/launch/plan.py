@@ -1,0 +1,603 @@
+"""The launch planner: from options, host facts and the caller's environment to a `LaunchPlan`.
+
+`plan_launch` is pure: it reads nothing from the machine (the facts it needs come in as `HostFacts`
+and `LaunchFacts`, collected by `torchpace.launch.probe`) and never touches `os.environ`. Every
+setting it decides carries its value, its source and the reason, with the precedence
+
+    cli > env > config > auto > default
+
+where `env` means a value the user already set in the environment they launch from: it wins over
+the config and torchpace's own choice, and only an explicit command-line option beats it. An option
+given as `auto` on the command line states no preference, so the lower sources decide.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from torchpace.config import RunConfig
+from torchpace.errors import UsageError
+from torchpace.host import DistroInfo, HostFacts, NumaNode
+from torchpace.knobs import REGISTRY, Point, get_knob
+from torchpace.knobs.system import ALLOCATOR_LIBRARIES, allocator_env
+from torchpace.launch.bind import BINDINGS_ENV  # JSON of each local rank's numactl prefix and env
+
+CONFIG_ENV = "TORCHPACE_LAUNCH_CONFIG"  # JSON of the knob values the sitecustomize hook applies
+TORCHRUN_MODULE = "torchpace.launch.torchrun"  # torchrun that exits with the failed worker's code
+BIND_MODULE = "torchpace.launch.bind"  # per-rank entrypoint that execs numactl
+
+ALLOCATORS = ("jemalloc", "tcmalloc")  # in the order `auto` prefers them
+NUMA_MODES = ("auto", "off", "node")
+# A soft RLIMIT_NOFILE worth raising to: DataLoader workers pass batches as shared-memory file
+# descriptors; far higher limits make programs that loop over every possible fd slow at start-up.
+_NOFILE_TARGET = 65536
+_KEPT = "already set in your environment; left as is"
+_KMP_AFFINITY = "granularity=fine,compact,1,0"  # Intel OpenMP: one thread per bound CPU, packed
+_HOOK_POINTS = (Point.GLOBAL, Point.LOADER)
+_PREPARE_POINTS = (Point.MODEL, Point.OPTIMIZER, Point.STEP)
+# threads.intra_op reaches the child as OMP_NUM_THREADS, which torch reads at start-up.
+_HOOK_SKIPS = ("threads.intra_op",)
+
+# Packages that provide what launch can ask for, by distribution family.
+_PACKAGES = {
+    "jemalloc": {"debian": "libjemalloc2", "rhel": "jemalloc"},
+    "tcmalloc": {"debian": "libtcmalloc-minimal4", "rhel": "gperftools-libs"},
+    "numactl": {"debian": "numactl", "rhel": "numactl"},
+}
+_MANAGERS = {"debian": "apt-get", "rhel": "dnf"}
+
+
+class Source(str, enum.Enum):
+    """Where a setting's value came from, highest precedence first."""
+
+    CLI = "cli"
+    ENV = "env"
+    CONFIG = "config"
+    AUTO = "auto"
+    DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One decision of the plan.
+
+    Attributes:
+        name: an env var (`OMP_NUM_THREADS`), a limit (`RLIMIT_NOFILE`), a launch parameter
+            (`nproc_per_node`, `numa`, `allocator`) or a knob the hook applies (`precision.matmul`).
+        value: the value the child gets, as text; None when nothing is set.
+        source: where the value came from.
+        reason: why, in words a user can act on.
+    """
+
+    name: str
+    value: str | None
+    source: Source
+    reason: str
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What the user asked for; None means "not given" (the lower sources decide)."""
+
+    script: str
+    script_args: tuple[str, ...] = ()
+    config: RunConfig = field(default_factory=RunConfig)
+    config_name: str = "config"
+    nproc_per_node: int | None = None
+    nnodes: int | None = None
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    numa: str | None = None
+    allocator: str | None = None
+    omp_threads: int | str | None = None
+    nofile: int | None = None
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """What the planner needs from this machine besides HostFacts (see `probe_launch_facts`).
+
+    Attributes:
+        python: the interpreter that runs the script (and torchrun).
+        allocators: allocator name -> shared library found (missing ones are absent).
+        allocator_dirs: where allocators were looked for (for error messages).
+        numactl: path of numactl, None when not installed.
+        nofile_soft: the current soft RLIMIT_NOFILE; None when unlimited.
+        nofile_hard: the hard RLIMIT_NOFILE; None when unlimited.
+        allowed_cpus: CPUs this process may run on (its affinity); None when unknown.
+        is_root: whether install commands need sudo.
+        hook_dir: the directory holding torchpace's sitecustomize.py.
+    """
+
+    python: str
+    allocators: Mapping[str, str] = field(default_factory=dict)
+    allocator_dirs: tuple[str, ...] = ()
+    numactl: str | None = None
+    nofile_soft: int | None = 1024
+    nofile_hard: int | None = 1048576
+    allowed_cpus: frozenset[int] | None = None
+    is_root: bool = False
+    hook_dir: str = ""
+
+
+@dataclass(frozen=True)
+class RankBinding:
+    """Where one local rank runs: its NUMA node and its own slice of that node's CPUs."""
+
+    local_rank: int
+    node: int
+    cpus: tuple[int, ...]
+
+    def numactl_prefix(self, numactl: str) -> list[str]:
+        """`numactl --physcpubind=CPUS --membind=NODE`: CPUs and memory on the node."""
+        return [numactl, f"--physcpubind={format_cpu_list(self.cpus)}", f"--membind={self.node}"]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything `execute` runs and `--dry-run` prints.
+
+    Attributes:
+        argv: the exact command.
+        script: the user's script (for messages).
+        env: the child's complete environment.
+        settings: every decision with its source and reason.
+        needs_prepare: config knobs that change the model, optimizer or step; the hook cannot apply
+            them, the script's own `torchpace.prepare()` call does.
+        nofile: the soft RLIMIT_NOFILE to give the child; None leaves the limit as it is.
+        bindings: each local rank's NUMA binding (empty when not binding).
+        notes: what the user should know before the run (a missing tool and how to install it).
+    """
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    settings: tuple[Setting, ...]
+    script: str = ""
+    needs_prepare: tuple[str, ...] = ()
+    nofile: int | None = None
+    bindings: tuple[RankBinding, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def uses_torchrun(self) -> bool:
+        return TORCHRUN_MODULE in self.argv
+
+    def setting(self, name: str) -> Setting:
+        """The setting called `name` (KeyError when the plan has none)."""
+        for setting in self.settings:
+            if setting.name == name:
+                return setting
+        raise KeyError(name)
+
+
+@dataclass
+class _Part:
+    """What one planning step decides: settings, env changes (None removes a var), notes."""
+
+    settings: list[Setting] = field(default_factory=list)
+    env: dict[str, str | None] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_launch(options: LaunchOptions, host: HostFacts, base_env: Mapping[str, str], facts: LaunchFacts) -> LaunchPlan:
+    """Plan a launch: the command, the child's env, and every setting's value, source and reason.
+
+    Args:
+        options: what the user asked for.
+        host: this machine (cores, NUMA nodes, GPUs and their NUMA nodes, distribution).
+        base_env: the environment the launch starts from (never modified).
+        facts: allocators, numactl, limits and paths found on this machine.
+
+    Returns:
+        The LaunchPlan.
+
+    Raises:
+        UsageError: bad options, or an allocator or numactl that was asked for but is missing.
+    """
+    nproc, torchrun, processes = _plan_processes(options, host)
+    bindings, numa = _plan_numa(options, host, facts, nproc)
+    parts = [
+        processes,
+        _plan_threads(options, host, base_env, nproc, bindings),
+        numa,
+        _plan_binding_env(bindings, base_env, facts, torchrun),
+        _plan_allocator(options, host, base_env, facts),
+        _plan_nccl(host, base_env, torchrun),
+        _plan_hook(options.config, base_env, facts),
+    ]
+    nofile, nofile_setting = _plan_nofile(options, facts)
+    env = _apply_env(base_env, parts)
+    needs_prepare = _needs_prepare(options.config)
+    notes = [note for part in parts for note in part.notes] + _prepare_notes(needs_prepare)
+    settings = [s for part in parts for s in part.settings] + [nofile_setting]
+    argv = _build_argv(options, facts, nproc, torchrun, bindings)
+    return LaunchPlan(tuple(argv), env, tuple(settings), options.script, needs_prepare, nofile, bindings, tuple(notes))
+
+
+def _apply_env(base_env: Mapping[str, str], parts: Sequence[_Part]) -> dict[str, str]:
+    env = dict(base_env)
+    for part in parts:
+        for name, value in part.env.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
+    return env
+
+
+def _env_part(wanted: Mapping[str, str], source: Source, reason: str, base_env: Mapping[str, str]) -> _Part:
+    """Settings for env vars: a var the user already set wins unless the value comes from the cli."""
+    part = _Part()
+    for name, value in wanted.items():
+        if name in base_env and source is not Source.CLI:
+            part.settings.append(Setting(name, base_env[name], Source.ENV, _KEPT))
+        else:
+            part.settings.append(Setting(name, value, source, reason))
+            part.env[name] = value
+    return part
+
+
+# ---- processes: plain exec or torchrun ----------------------------------------------------------
+
+def _plan_processes(options: LaunchOptions, host: HostFacts) -> tuple[int, bool, _Part]:
+    """(processes per node, whether torchrun runs them, the settings)."""
+    _check_distributed(options)
+    nproc = options.nproc_per_node or 1
+    nnodes = options.nnodes or 1
+    torchrun = nproc > 1 or nnodes > 1 or options.rdzv_endpoint is not None
+    part = _Part()
+    part.settings.append(_cli_or_default("nproc_per_node", options.nproc_per_node, 1, "one process per node"))
+    part.settings.append(_cli_or_default("nnodes", options.nnodes, 1, "this node only"))
+    if options.node_rank is not None:
+        part.settings.append(Setting("node_rank", str(options.node_rank), Source.CLI,
+                                     "node 0 hosts the c10d rendezvous store; global ranks follow the rendezvous"))
+    how = (f"torch.distributed.run (torchrun): {nproc} process(es) on each of {nnodes} node(s)" if torchrun
+           else "one process: the script runs directly, no torchrun")
+    part.settings.append(Setting("launcher", "torchrun" if torchrun else "exec",
+                                 Source.CLI if torchrun else Source.DEFAULT, how))
+    return nproc, torchrun, part
+
+
+def _cli_or_default(name: str, given: int | None, default: int, default_reason: str) -> Setting:
+    if given is not None:
+        return Setting(name, str(given), Source.CLI, f"--{name.replace('_', '-')} {given}")
+    return Setting(name, str(default), Source.DEFAULT, default_reason)
+
+
+def _check_distributed(options: LaunchOptions) -> None:
+    """UsageError for multi-node options that cannot work together."""
+    nnodes = options.nnodes or 1
+    if options.nproc_per_node is not None and options.nproc_per_node < 1:
+        raise UsageError(f"--nproc-per-node must be 1 or more, got {options.nproc_per_node}")
+    if nnodes > 1 and not options.rdzv_endpoint:
+        raise UsageError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT, the address every node can reach "
+                         "(e.g. node 0's IP and a free port)")
+    if options.node_rank is not None and not 0 <= options.node_rank < nnodes:
+        raise UsageError(f"--node-rank {options.node_rank} is out of range for --nnodes {nnodes} (valid: 0..{nnodes - 1})")
+    if options.rdzv_endpoint is not None:
+        host, sep, port = options.rdzv_endpoint.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise UsageError(f"--rdzv-endpoint {options.rdzv_endpoint!r} is not HOST:PORT (e.g. 10.0.0.1:29500)")
+
+
+def _build_argv(options: LaunchOptions, facts: LaunchFacts, nproc: int, torchrun: bool,
+                bindings: Sequence[RankBinding]) -> list[str]:
+    """The exact command: the script itself, or torchrun running it on every rank."""
+    script = [options.script, *options.script_args]
+    if not torchrun:
+        prefix = bindings[0].numactl_prefix(str(facts.numactl)) if bindings else []
+        return [*prefix, facts.python, *script]
+    argv = [facts.python, "-m", TORCHRUN_MODULE, f"--nproc-per-node={nproc}"]
+    if options.rdzv_endpoint is None:
+        argv.append("--standalone")
+    else:
+        argv += [f"--nnodes={options.nnodes or 1}", "--rdzv-backend=c10d", f"--rdzv-endpoint={options.rdzv_endpoint}"]
+        if options.node_rank is not None:
+            argv.append(f"--rdzv-conf=is_host={'true' if options.node_rank == 0 else 'false'}")
+    if bindings:
+        return [*argv, "--no-python", facts.python, "-m", BIND_MODULE, facts.python, "-u", *script]
+    return [*argv, *script]
+
+
+# ---- threads --------------------------------------------------------------------------------------
+
+def _plan_threads(options: LaunchOptions, host: HostFacts, base_env: Mapping[str, str], nproc: int,
+                  bindings: Sequence[RankBinding]) -> _Part:
+    """OMP_NUM_THREADS (and MKL_NUM_THREADS): always explicit, since torchrun would force 1."""
+    configured = options.config.get_value("threads.intra_op")
+    if isinstance(options.omp_threads, int):
+        threads, source, reason = options.omp_threads, Source.CLI, f"--omp-threads {options.omp_threads}"
+    elif "OMP_NUM_THREADS" in base_env:
+        return _env_part({"OMP_NUM_THREADS": base_env["OMP_NUM_THREADS"]}, Source.ENV, "", base_env)
+    elif configured != "auto":
+        threads, source, reason = int(configured), Source.CONFIG, f"threads.intra_op = {configured} in {options.config_name}"
+    else:
+        threads, reason = _auto_threads(host, nproc, bindings)
+        source = Source.AUTO
+    wanted: dict[str, str] = {}
+    get_knob("threads.intra_op").child_env(threads, host, wanted)
+    return _env_part(wanted, source, reason, base_env)
+
+
+def _auto_threads(host: HostFacts, nproc: int, bindings: Sequence[RankBinding]) -> tuple[int, str]:
+    """Threads per rank: the rank's CPU slice when bound, else usable cores shared among the ranks."""
+    if bindings:
+        size = len(bindings[0].cpus)
+        return size, f"each rank is bound to {size} CPU(s) of its NUMA node"
+    threads = max(1, host.usable_cores // nproc)
+    reason = f"{host.usable_cores} usable core(s) / {nproc} rank(s) on this node"
+    if nproc > host.usable_cores:
+        reason += " (more ranks than cores: the ranks share cores)"
+    return threads, reason
+
+
+# ---- NUMA binding ---------------------------------------------------------------------------------
+
+def _plan_numa(options: LaunchOptions, host: HostFacts, facts: LaunchFacts, nproc: int) -> tuple[tuple[RankBinding, ...], _Part]:
+    """Bind each rank's CPUs and memory to a NUMA node (with GPUs: its GPU's node), or say why not."""
+    mode, source, asked = _numa_mode(options)
+    nodes = _usable_nodes(host, facts)
+    if mode == "off":
+        return (), _Part([Setting("numa", "off", source, asked or "binding is off")])
+    if facts.numactl is None and mode == "node":
+        raise UsageError(f"NUMA binding was asked for ({asked}) but numactl is not installed; "
+                         f"install it with: {install_command(host.distro, 'numactl', facts.is_root)}")
+    why_not = _why_not_bind(host, nodes, facts, nproc) if mode == "auto" else None
+    if why_not is not None:
+        part = _Part([Setting("numa", None, Source.AUTO, why_not)])
+        if facts.numactl is None and len(nodes) > 1:
+            part.notes.append(f"numactl not found, so ranks are not NUMA-bound; install it with: "
+                              f"{install_command(host.distro, 'numactl', facts.is_root)}")
+        return (), part
+    bindings = plan_rank_bindings(host, nodes, nproc)
+    where = "; ".join(f"rank {b.local_rank}: node {b.node}, cpus {format_cpu_list(b.cpus)}" for b in bindings)
+    reason = asked or (f"{len(nodes)} NUMA nodes" + (", each rank on its GPU's node" if host.gpus else ""))
+    return bindings, _Part([Setting("numa", "node", Source.AUTO if mode == "auto" else source, f"{reason} ({where})")])
+
+
+def _numa_mode(options: LaunchOptions) -> tuple[str, Source, str]:
+    """(auto/off/node, its source, how it was asked for: empty for auto)."""
+    if options.numa is not None and options.numa != "auto":
+        if options.numa not in NUMA_MODES:
+            raise UsageError(f"--numa {options.numa!r} is not valid; valid values: {', '.join(NUMA_MODES)}")
+        return options.numa, Source.CLI, f"--numa {options.numa}"
+    if "system.numa" in options.config.values:
+        value = options.config.values["system.numa"]
+        return ("node" if value == "bind" else "off"), Source.CONFIG, f"system.numa = {value} in {options.config_name}"
+    return "auto", Source.AUTO, ""
+
+
+def _why_not_bind(host: HostFacts, nodes: Sequence[NumaNode], facts: LaunchFacts, nproc: int) -> str | None:
+    """None when `auto` binds, else the reason it does not."""
+    if len(nodes) < 2:
+        return f"{len(nodes) or 1} NUMA node: nothing to bind"
+    if facts.numactl is None:
+        return f"{len(nodes)} NUMA nodes, but numactl is not installed"
+    if not host.gpus and nproc < len(nodes):
+        return (f"{nproc} rank(s) on {len(nodes)} NUMA nodes: binding would leave nodes idle "
+                "(--numa node binds anyway)")
+    return None
+
+
+def _usable_nodes(host: HostFacts, facts: LaunchFacts) -> tuple[NumaNode, ...]:
+    """NUMA nodes with the CPUs this process may use (one node of all CPUs when the kernel shows none)."""
+    nodes = host.numa_nodes or (NumaNode(0, tuple(range(host.logical_cpus))),)
+    if facts.allowed_cpus is None:
+        return nodes
+    kept = (NumaNode(n.id, tuple(c for c in n.cpus if c in facts.allowed_cpus)) for n in nodes)
+    return tuple(n for n in kept if n.cpus) or (NumaNode(nodes[0].id, tuple(sorted(facts.allowed_cpus))),)
+
+
+def plan_rank_bindings(host: HostFacts, nodes: Sequence[NumaNode], nproc: int) -> tuple[RankBinding, ...]:
+    """Each local rank's node and CPU slice: ranks on one node get disjoint, equal slices of it.
+
+    With GPUs, rank i runs on GPU i's NUMA node; without, ranks are spread over the nodes in
+    contiguous blocks (4 ranks on 2 nodes: 0,1 -> node 0; 2,3 -> node 1).
+    """
+    by_id = {n.id: n for n in nodes}
+    node_of = [_rank_node(host, nodes, rank, nproc) for rank in range(nproc)]
+    counts = {node: node_of.count(node) for node in node_of}
+    size = max(1, min(len(by_id[node].cpus) // count for node, count in counts.items()))
+    size = min(size, max(1, host.usable_cores // nproc))
+    seen: dict[int, int] = {}
+    bindings = []
+    for rank, node in enumerate(node_of):
+        cpus = by_id[node].cpus
+        start = (seen.get(node, 0) * size) % len(cpus)
+        seen[node] = seen.get(node, 0) + 1
+        bindings.append(RankBinding(rank, node, tuple(cpus[start:start + size])))
+    return tuple(bindings)
+
+
+def _rank_node(host: HostFacts, nodes: Sequence[NumaNode], rank: int, nproc: int) -> int:
+    if host.gpus:
+        gpu = host.gpus[rank % len(host.gpus)]
+        if gpu.numa_node is not None and gpu.numa_node in {n.id for n in nodes}:
+            return gpu.numa_node
+    return nodes[rank * len(nodes) // nproc].id
+
+
+def _plan_binding_env(bindings: Sequence[RankBinding], base_env: Mapping[str, str], facts: LaunchFacts,
+                      torchrun: bool) -> _Part:
+    """GOMP_CPU_AFFINITY / KMP_AFFINITY for bound ranks; under torchrun, each rank's numactl command."""
+    if not bindings:
+        return _Part()
+    part = _env_part({"KMP_AFFINITY": _KMP_AFFINITY}, Source.AUTO, "Intel OpenMP: one thread per bound CPU", base_env)
+    gomp_reason = "GNU OpenMP: threads pinned to the rank's CPUs"
+    if not torchrun:
+        gomp = _env_part({"GOMP_CPU_AFFINITY": format_cpu_list(bindings[0].cpus)}, Source.AUTO, gomp_reason, base_env)
+        return _merge(part, gomp)
+    keep_gomp = "GOMP_CPU_AFFINITY" in base_env
+    per_rank = {str(b.local_rank): {"prefix": b.numactl_prefix(str(facts.numactl)),
+                                    "env": {} if keep_gomp else {"GOMP_CPU_AFFINITY": format_cpu_list(b.cpus)}}
+                for b in bindings}
+    part.env[BINDINGS_ENV] = json.dumps(per_rank, sort_keys=True)
+    part.settings.append(Setting(BINDINGS_ENV, part.env[BINDINGS_ENV], Source.AUTO,
+                                 f"each local rank's numactl command and CPU list, read by {BIND_MODULE}"))
+    part.settings.append(Setting("GOMP_CPU_AFFINITY", base_env["GOMP_CPU_AFFINITY"], Source.ENV, _KEPT) if keep_gomp
+                         else Setting("GOMP_CPU_AFFINITY", "per rank", Source.AUTO, f"{gomp_reason} (set by {BIND_MODULE})"))
+    return part
+
+
+def _merge(*parts: _Part) -> _Part:
+    merged = _Part()
+    for part in parts:
+        merged.settings += part.settings
+        merged.env.update(part.env)
+        merged.notes += part.notes
+    return merged
+
+
+def format_cpu_list(cpus: Sequence[int]) -> str:
+    """`(0, 1, 2, 3, 8)` -> `"0-3,8"`, the kernel's and numactl's CPU list syntax."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+
+
+# ---- allocator ------------------------------------------------------------------------------------
+
+def _plan_allocator(options: LaunchOptions, host: HostFacts, base_env: Mapping[str, str], facts: LaunchFacts) -> _Part:
+    """LD_PRELOAD of jemalloc (with MALLOC_CONF) or tcmalloc, or the system's malloc, and why."""
+    preloaded = preloaded_allocator(base_env.get("LD_PRELOAD", ""))
+    if options.allocator not in (None, "auto"):
+        wanted, source, asked = options.allocator, Source.CLI, f"--allocator {options.allocator}"
+    elif preloaded is not None:
+        return _Part([Setting("allocator", preloaded, Source.ENV, "LD_PRELOAD in your environment already preloads it")])
+    elif "system.allocator" in options.config.values:
+        wanted = str(options.config.values["system.allocator"])
+        source, asked = Source.CONFIG, f"system.allocator = {wanted} in {options.config_name}"
+    else:
+        return _auto_allocator(host, base_env, facts)
+    if wanted == "system":
+        return _system_allocator(base_env, source, asked)
+    if wanted not in facts.allocators:
+        raise UsageError(f"{wanted} was asked for ({asked}) but is not installed in {', '.join(facts.allocator_dirs)}; "
+                         f"install it with: {install_command(host.distro, wanted, facts.is_root)}")
+    return _preload(wanted, facts.allocators[wanted], _without_allocators(base_env), source, asked)
+
+
+def _auto_allocator(host: HostFacts, base_env: Mapping[str, str], facts: LaunchFacts) -> _Part:
+    for name in ALLOCATORS:
+        if name in facts.allocators:
+            return _preload(name, facts.allocators[name], base_env, Source.AUTO, f"{name} found")
+    command = install_command(host.distro, "jemalloc", facts.is_root)
+    part = _Part([Setting("allocator", "system", Source.AUTO, f"neither jemalloc nor tcmalloc is installed ({command})")])
+    part.notes.append(f"no jemalloc or tcmalloc found, so the script keeps the system malloc; install jemalloc with: {command}")
+    return part
+
+
+def _preload(name: str, library: str, env: Mapping[str, str], source: Source, why: str) -> _Part:
+    """Preload `library`; jemalloc gets MALLOC_CONF unless the user's environment sets one."""
+    changes = allocator_env(name, library, env)
+    part = _Part([Setting("allocator", name, source, f"{why}: {library}"),
+                  Setting("LD_PRELOAD", changes["LD_PRELOAD"], source, f"preload {name} ({why})")], env=dict(changes))
+    if "MALLOC_CONF" in changes:
+        part.settings.append(Setting("MALLOC_CONF", changes["MALLOC_CONF"], source,
+                                     "jemalloc settings from the PyTorch CPU tuning guide"))
+    elif name == "jemalloc":
+        part.settings.append(Setting("MALLOC_CONF", env["MALLOC_CONF"], Source.ENV, _KEPT))
+    return part
+
+
+def _system_allocator(base_env: Mapping[str, str], source: Source, asked: str) -> _Part:
+    part = _Part([Setting("allocator", "system", source, f"{asked}: the C library's malloc")])
+    if preloaded_allocator(base_env.get("LD_PRELOAD", "")) is not None:
+        stripped = _without_allocators(base_env).get("LD_PRELOAD")
+        part.env["LD_PRELOAD"] = stripped
+        part.settings.append(Setting("LD_PRELOAD", stripped, source, f"{asked}: allocators removed from your LD_PRELOAD"))
+    return part
+
+
+def preloaded_allocator(ld_preload: str) -> str | None:
+    """The allocator (jemalloc/tcmalloc) an LD_PRELOAD value already loads, or None."""
+    for entry in ld_preload.replace(" ", ":").split(":"):
+        base = os.path.basename(entry)
+        for name, libraries in ALLOCATOR_LIBRARIES.items():
+            if base in libraries or base.startswith(f"lib{name}"):
+                return name
+    return None
+
+
+def _without_allocators(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with jemalloc/tcmalloc taken out of LD_PRELOAD (the var removed when nothing is left)."""
+    kept = [e for e in env.get("LD_PRELOAD", "").replace(" ", ":").split(":") if e and preloaded_allocator(e) is None]
+    stripped = {k: v for k, v in env.items() if k != "LD_PRELOAD"}
+    if kept:
+        stripped["LD_PRELOAD"] = ":".join(kept)
+    return stripped
+
+
+def install_command(distro: DistroInfo, tool: str, is_root: bool) -> str:
+    """The command that installs `tool` (jemalloc, tcmalloc, numactl) on this distribution."""
+    packages = _PACKAGES[tool]
+    if distro.family not in _MANAGERS:
+        return f"your package manager (Debian/Ubuntu: {packages['debian']}; RHEL family: {packages['rhel']})"
+    command = f"{_MANAGERS[distro.family]} install -y {packages[distro.family]}"
+    return command if is_root else f"sudo {command}"
+
+
+# ---- limits, NCCL, the sitecustomize hook ---------------------------------------------------------
+
+def _plan_nofile(options: LaunchOptions, facts: LaunchFacts) -> tuple[int | None, Setting]:
+    """The child's soft RLIMIT_NOFILE: --nofile, else raised toward the hard limit."""
+    soft, hard = facts.nofile_soft, facts.nofile_hard
+    if options.nofile is not None:
+        if hard is not None and options.nofile > hard:
+            raise UsageError(f"--nofile {options.nofile} is above the hard limit {hard}; raise the hard limit first "
+                             "(/etc/security/limits.conf, or LimitNOFILE= for a systemd service)")
+        return options.nofile, Setting("RLIMIT_NOFILE", str(options.nofile), Source.CLI, f"--nofile {options.nofile}")
+    target = _NOFILE_TARGET if hard is None else min(hard, _NOFILE_TARGET)
+    if soft is None or soft >= target:
+        shown = "unlimited" if soft is None else str(soft)
+        return None, Setting("RLIMIT_NOFILE", shown, Source.DEFAULT, f"the soft limit {shown} is already high enough")
+    return target, Setting("RLIMIT_NOFILE", str(target), Source.AUTO,
+                           f"raised from the soft limit {soft} toward the hard limit "
+                           f"{'unlimited' if hard is None else hard} (at most {_NOFILE_TARGET})")
+
+
+def _plan_nccl(host: HostFacts, base_env: Mapping[str, str], torchrun: bool) -> _Part:
+    name = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+    if not torchrun:
+        return _Part([Setting(name, None, Source.DEFAULT, "one process: no NCCL process group")])
+    if not host.gpus:
+        return _Part([Setting(name, None, Source.DEFAULT, "no CUDA device: the ranks use gloo, not NCCL")])
+    return _env_part({name: "1"}, Source.AUTO, "a failed NCCL collective aborts the job instead of hanging it", base_env)
+
+
+def _plan_hook(config: RunConfig, base_env: Mapping[str, str], facts: LaunchFacts) -> _Part:
+    """The sitecustomize hook: global and DataLoader knobs applied inside an unmodified script."""
+    values = {name: value for name, value in sorted(config.non_default().items())
+              if REGISTRY[name].point in _HOOK_POINTS and name not in _HOOK_SKIPS}
+    if not values:
+        return _Part()
+    pythonpath = os.pathsep.join(p for p in (facts.hook_dir, base_env.get("PYTHONPATH", "")) if p)
+    part = _Part(env={"PYTHONPATH": pythonpath, CONFIG_ENV: json.dumps(values, sort_keys=True)})
+    part.settings.append(Setting("PYTHONPATH", pythonpath, Source.CONFIG, "puts torchpace's sitecustomize hook first"))
+    part.settings.append(Setting(CONFIG_ENV, part.env[CONFIG_ENV], Source.CONFIG, "the knobs the hook applies"))
+    for name, value in values.items():
+        knob = REGISTRY[name]
+        where = ("DataLoader default; arguments the script passes win" if knob.point is Point.LOADER
+                 else "set when the script imports torch")
+        part.settings.append(Setting(name, json.dumps(value), Source.CONFIG, f"{where} ({knob.help})"))
+    return part
+
+
+def _needs_prepare(config: RunConfig) -> tuple[str, ...]:
+    """Config knobs (not at their default) that touch the model, optimizer or step."""
+    return tuple(sorted(name for name in config.non_default() if REGISTRY[name].point in _PREPARE_POINTS))
+
+
+def _prepare_notes(needs_prepare: Sequence[str]) -> list[str]:
+    if not needs_prepare:
+        return []
+    return [f"{', '.join(needs_prepare)} change the model, optimizer or training step: the launch hook cannot "
+            "apply them; call torchpace.prepare(..., config) in the script for those"]

@@ -1,0 +1,244 @@
+"""Planner table tests over canned host facts: 1 and 2 NUMA nodes, with and without GPUs, user env set."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from types import MappingProxyType
+
+import pytest
+
+from torchpace.config import RunConfig
+from torchpace.errors import UsageError
+from torchpace.host import DistroInfo, GpuInfo, HostFacts, NumaNode
+from torchpace.knobs.system import JEMALLOC_CONF
+from torchpace.launch.bind import BINDINGS_ENV
+from torchpace.launch.plan import (
+    CONFIG_ENV,
+    LaunchFacts,
+    LaunchOptions,
+    Source,
+    format_cpu_list,
+    install_command,
+    plan_launch,
+    preloaded_allocator,
+)
+
+DEBIAN = DistroInfo("debian", (), "12", "Debian GNU/Linux 12 (bookworm)")
+ROCKY = DistroInfo("rocky", ("rhel", "centos", "fedora"), "9.3")
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+
+ONE_NODE = HostFacts(logical_cpus=8, usable_cores=8, numa_nodes=(NumaNode(0, tuple(range(8))),), distro=DEBIAN)
+TWO_NODES = HostFacts(logical_cpus=16, usable_cores=16, distro=DEBIAN,
+                      numa_nodes=(NumaNode(0, tuple(range(8))), NumaNode(1, tuple(range(8, 16)))))
+GPU_NODES = HostFacts(logical_cpus=16, usable_cores=16, distro=DEBIAN, numa_nodes=TWO_NODES.numa_nodes,
+                      gpus=(GpuInfo(0, "H100", 80 << 30, numa_node=1), GpuInfo(1, "H100", 80 << 30, numa_node=0)))
+ONE_NODE_GPU = HostFacts(logical_cpus=8, usable_cores=8, distro=DEBIAN, numa_nodes=ONE_NODE.numa_nodes,
+                         gpus=(GpuInfo(0, "L4", 24 << 30, numa_node=0),))
+
+FACTS = LaunchFacts(python="/py", allocators={"jemalloc": JEMALLOC, "tcmalloc": TCMALLOC},
+                    allocator_dirs=("/usr/lib/x86_64-linux-gnu",), numactl="/usr/bin/numactl",
+                    nofile_soft=1024, nofile_hard=1048576, is_root=True, hook_dir="/hook")
+BARE = LaunchFacts(python="/py", allocator_dirs=("/usr/lib/x86_64-linux-gnu", "/venv/lib"),
+                   nofile_soft=1024, nofile_hard=4096, is_root=False, hook_dir="/hook")
+
+
+def plan(host=ONE_NODE, env=None, facts=FACTS, **options):
+    return plan_launch(LaunchOptions("train.py", ("--lr", "3"), **options), host, MappingProxyType(env or {}), facts)
+
+
+def picked(result, *names):
+    """{name: (value, source)} of the named settings."""
+    return {n: (result.setting(n).value, result.setting(n).source.value) for n in names}
+
+
+# (id, host, options, base env, expected {setting: (value, source)})
+TABLE = [
+    ("one node: all auto", ONE_NODE, {}, {}, {
+        "launcher": ("exec", "default"), "OMP_NUM_THREADS": ("8", "auto"), "MKL_NUM_THREADS": ("8", "auto"),
+        "numa": (None, "auto"), "allocator": ("jemalloc", "auto"), "LD_PRELOAD": (JEMALLOC, "auto"),
+        "MALLOC_CONF": (JEMALLOC_CONF, "auto"), "RLIMIT_NOFILE": ("65536", "auto"),
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": (None, "default")}),
+    ("one node: 2 ranks share the cores", ONE_NODE, {"nproc_per_node": 2}, {}, {
+        "launcher": ("torchrun", "cli"), "nproc_per_node": ("2", "cli"), "OMP_NUM_THREADS": ("4", "auto"),
+        "numa": (None, "auto"), "TORCH_NCCL_ASYNC_ERROR_HANDLING": (None, "default")}),
+    ("one node, 1 GPU: nothing to bind, NCCL on", ONE_NODE_GPU, {"nproc_per_node": 1, "nnodes": 2,
+                                                                 "rdzv_endpoint": "10.0.0.1:29500"}, {}, {
+        "numa": (None, "auto"), "TORCH_NCCL_ASYNC_ERROR_HANDLING": ("1", "auto"), "OMP_NUM_THREADS": ("8", "auto")}),
+    ("two nodes: 1 rank is not bound", TWO_NODES, {}, {}, {
+        "numa": (None, "auto"), "OMP_NUM_THREADS": ("16", "auto")}),
+    ("two nodes: 2 ranks, one per node", TWO_NODES, {"nproc_per_node": 2}, {}, {
+        "numa": ("node", "auto"), "OMP_NUM_THREADS": ("8", "auto"), "KMP_AFFINITY": ("granularity=fine,compact,1,0", "auto"),
+        "GOMP_CPU_AFFINITY": ("per rank", "auto")}),
+    ("two nodes, GPUs: NCCL and GPU-node binding", GPU_NODES, {"nproc_per_node": 2}, {}, {
+        "numa": ("node", "auto"), "TORCH_NCCL_ASYNC_ERROR_HANDLING": ("1", "auto"), "OMP_NUM_THREADS": ("8", "auto")}),
+    ("user env wins over auto", TWO_NODES, {"nproc_per_node": 2},
+     {"OMP_NUM_THREADS": "3", "LD_PRELOAD": "/opt/lib/libtcmalloc.so.4", "KMP_AFFINITY": "verbose",
+      "GOMP_CPU_AFFINITY": "0-15"}, {
+        "OMP_NUM_THREADS": ("3", "env"), "allocator": ("tcmalloc", "env"), "KMP_AFFINITY": ("verbose", "env"),
+        "GOMP_CPU_AFFINITY": ("0-15", "env")}),
+    ("user env wins over config", ONE_NODE_GPU, {"config": RunConfig({"threads.intra_op": 2}), "nproc_per_node": 2},
+     {"OMP_NUM_THREADS": "5", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "MALLOC_CONF": "narenas:2"}, {
+        "OMP_NUM_THREADS": ("5", "env"), "TORCH_NCCL_ASYNC_ERROR_HANDLING": ("0", "env"),
+        "MALLOC_CONF": ("narenas:2", "env"), "allocator": ("jemalloc", "auto")}),
+    ("cli wins over env", ONE_NODE, {"omp_threads": 6, "allocator": "tcmalloc"},
+     {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3", "LD_PRELOAD": "/x/libjemalloc.so.2:/x/libfoo.so"}, {
+        "OMP_NUM_THREADS": ("6", "cli"), "MKL_NUM_THREADS": ("6", "cli"), "allocator": ("tcmalloc", "cli"),
+        "LD_PRELOAD": (f"{TCMALLOC}:/x/libfoo.so", "cli")}),
+    ("config over auto", ONE_NODE, {"config": RunConfig({"threads.intra_op": 2, "system.allocator": "tcmalloc",
+                                                         "system.numa": "bind"})}, {}, {
+        "OMP_NUM_THREADS": ("2", "config"), "allocator": ("tcmalloc", "config"), "numa": ("node", "config")}),
+    ("cli auto defers to config", ONE_NODE, {"allocator": "auto", "numa": "auto", "omp_threads": "auto",
+                                             "config": RunConfig({"system.allocator": "system", "system.numa": "off",
+                                                                  "threads.intra_op": 3})}, {}, {
+        "allocator": ("system", "config"), "numa": ("off", "config"), "OMP_NUM_THREADS": ("3", "config")}),
+    ("--allocator system strips a preloaded allocator", ONE_NODE, {"allocator": "system"},
+     {"LD_PRELOAD": "/x/libjemalloc.so.2:/x/libfoo.so"}, {
+        "allocator": ("system", "cli"), "LD_PRELOAD": ("/x/libfoo.so", "cli")}),
+]
+
+
+@pytest.mark.parametrize("name, host, options, env, expected", TABLE, ids=[row[0] for row in TABLE])
+def test_settings_table(name, host, options, env, expected):
+    result = plan(host, env, **options)
+    assert picked(result, *expected) == expected
+    for setting in result.settings:  # every setting explains itself
+        assert setting.reason and isinstance(setting.source, Source)
+
+
+def test_env_set_by_user_reaches_child_unchanged():
+    env = {"OMP_NUM_THREADS": "3", "MALLOC_CONF": "narenas:2", "PATH": "/bin"}
+    result = plan(ONE_NODE, env)
+    assert {k: result.env[k] for k in env} == env
+    assert result.env["LD_PRELOAD"] == JEMALLOC
+
+
+def test_bare_host_says_how_to_install_and_caps_nofile_at_hard_limit():
+    result = plan(ONE_NODE, facts=BARE)
+    assert picked(result, "allocator", "RLIMIT_NOFILE") == {"allocator": ("system", "auto"), "RLIMIT_NOFILE": ("4096", "auto")}
+    assert "LD_PRELOAD" not in result.env and result.nofile == 4096
+    assert any("sudo apt-get install -y libjemalloc2" in note for note in result.notes)
+
+
+def test_single_process_argv_is_the_script_itself():
+    result = plan(ONE_NODE)
+    assert result.argv == ("/py", "train.py", "--lr", "3") and not result.uses_torchrun
+    assert result.script == "train.py"
+
+
+def test_torchrun_argv_standalone():
+    result = plan(ONE_NODE, nproc_per_node=2)
+    assert result.argv == ("/py", "-m", "torchpace.launch.torchrun", "--nproc-per-node=2", "--standalone",
+                           "train.py", "--lr", "3")
+
+
+def test_multi_node_argv_uses_c10d_and_node_rank_picks_the_store_host():
+    result = plan(ONE_NODE, nproc_per_node=2, nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29500")
+    assert result.argv[3:8] == ("--nproc-per-node=2", "--nnodes=2", "--rdzv-backend=c10d",
+                                "--rdzv-endpoint=10.0.0.1:29500", "--rdzv-conf=is_host=false")
+    assert plan(ONE_NODE, nnodes=2, node_rank=0, rdzv_endpoint="h:1").argv[7] == "--rdzv-conf=is_host=true"
+
+
+def test_two_nodes_four_ranks_get_disjoint_slices():
+    result = plan(TWO_NODES, nproc_per_node=4)
+    assert [(b.node, format_cpu_list(b.cpus)) for b in result.bindings] == [(0, "0-3"), (0, "4-7"), (1, "8-11"), (1, "12-15")]
+    assert result.setting("OMP_NUM_THREADS").value == "4"
+    per_rank = json.loads(result.env[BINDINGS_ENV])
+    assert per_rank["2"] == {"prefix": ["/usr/bin/numactl", "--physcpubind=8-11", "--membind=1"],
+                             "env": {"GOMP_CPU_AFFINITY": "8-11"}}
+    assert result.argv[5:] == ("--no-python", "/py", "-m", "torchpace.launch.bind", "/py", "-u", "train.py", "--lr", "3")
+
+
+def test_gpu_ranks_bind_to_their_gpus_nodes():
+    result = plan(GPU_NODES, nproc_per_node=2)
+    assert [(b.local_rank, b.node) for b in result.bindings] == [(0, 1), (1, 0)]
+
+
+def test_single_process_on_gpu_node_binds_with_numactl_prefix():
+    result = plan(GPU_NODES)
+    assert result.argv[:3] == ("/usr/bin/numactl", "--physcpubind=8-15", "--membind=1")
+    assert result.env["GOMP_CPU_AFFINITY"] == "8-15" and result.env["OMP_NUM_THREADS"] == "8"
+
+
+def test_binding_keeps_to_allowed_cpus():
+    facts = replace(FACTS, allowed_cpus=frozenset({2, 3, 10, 11}))
+    host = replace(TWO_NODES, usable_cores=4)
+    result = plan(host, facts=facts, nproc_per_node=2)
+    assert [(b.node, b.cpus) for b in result.bindings] == [(0, (2, 3)), (1, (10, 11))]
+
+
+def test_numa_node_forced_on_one_node_host():
+    result = plan(ONE_NODE, numa="node", nproc_per_node=2)
+    assert picked(result, "numa") == {"numa": ("node", "cli")}
+    assert [b.cpus for b in result.bindings] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+
+
+def test_numa_off_and_missing_numactl_in_auto():
+    assert plan(TWO_NODES, numa="off", nproc_per_node=2).bindings == ()
+    result = plan(TWO_NODES, facts=BARE, nproc_per_node=2)
+    assert result.bindings == () and "not installed" in result.setting("numa").reason
+    assert any("sudo apt-get install -y numactl" in note for note in result.notes)
+
+
+@pytest.mark.parametrize("options, host, message", [
+    ({"allocator": "tcmalloc"}, ONE_NODE, "sudo apt-get install -y libtcmalloc-minimal4"),
+    ({"allocator": "jemalloc"}, HostFacts(distro=ROCKY), "sudo dnf install -y jemalloc"),
+    ({"config": RunConfig({"system.allocator": "jemalloc"})}, ONE_NODE, "system.allocator = jemalloc in config"),
+    ({"numa": "node"}, ONE_NODE, "sudo apt-get install -y numactl"),
+    ({"config": RunConfig({"system.numa": "bind"})}, HostFacts(distro=ROCKY), "sudo dnf install -y numactl"),
+    ({"nofile": 5000}, ONE_NODE, "--nofile 5000 is above the hard limit 4096"),
+])
+def test_missing_tools_and_impossible_limits_are_usage_errors(options, host, message):
+    with pytest.raises(UsageError, match=message.replace("-", r"\-").replace(".", r"\.")):
+        plan(host, facts=BARE, **options)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"nnodes": 2}, "--nnodes 2 needs --rdzv-endpoint"),
+    ({"nnodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"}, "--node-rank 2 is out of range"),
+    ({"rdzv_endpoint": "nohostport"}, "is not HOST:PORT"),
+    ({"nproc_per_node": 0}, "--nproc-per-node must be 1 or more"),
+    ({"numa": "socket"}, "valid values: auto, off, node"),
+])
+def test_bad_distributed_options(options, message):
+    with pytest.raises(UsageError, match=message):
+        plan(**options)
+
+
+def test_nofile_already_high_or_unlimited():
+    high = replace(FACTS, nofile_soft=100000)
+    assert plan(facts=high).nofile is None
+    unlimited = replace(FACTS, nofile_hard=None)
+    assert plan(facts=unlimited).nofile == 65536
+    assert plan(nofile=2048).setting("RLIMIT_NOFILE").source is Source.CLI
+
+
+def test_hook_gets_global_and_loader_knobs_and_names_what_needs_prepare():
+    config = RunConfig({"precision.matmul": "high", "data.num_workers": 2, "threads.intra_op": 2,
+                        "precision.amp": "bf16", "compile.mode": "default", "data.pin_memory": False})
+    result = plan(config=config, env={"PYTHONPATH": "/mine"})
+    assert result.env["PYTHONPATH"] == "/hook:/mine"
+    assert json.loads(result.env[CONFIG_ENV]) == {"data.num_workers": 2, "precision.matmul": "high"}
+    assert result.needs_prepare == ("compile.mode", "precision.amp")
+    assert any("torchpace.prepare" in note for note in result.notes)
+    assert picked(result, "precision.matmul") == {"precision.matmul": ('"high"', "config")}
+
+
+def test_no_hook_without_hook_knobs():
+    result = plan(config=RunConfig({"threads.intra_op": 2}))
+    assert CONFIG_ENV not in result.env and "PYTHONPATH" not in result.env and result.needs_prepare == ()
+
+
+def test_plan_is_pure():
+    env = {"PATH": "/bin", "LD_PRELOAD": "/x/libfoo.so"}
+    before = dict(env)
+    first, second = plan(TWO_NODES, env, nproc_per_node=2), plan(TWO_NODES, env, nproc_per_node=2)
+    assert env == before and first == second
+
+
+def test_helpers():
+    assert format_cpu_list((0, 1, 2, 3, 8, 10, 11)) == "0-3,8,10-11"
+    assert preloaded_allocator("/a/libfoo.so /usr/lib/libtcmalloc_minimal.so.4") == "tcmalloc"
+    assert preloaded_allocator("/a/libfoo.so") is None
+    assert install_command(DistroInfo("arch"), "numactl", True).startswith("your package manager")
