@@ -77,12 +77,12 @@ def test_live_view_prints_cmd_output_above_the_panel(make_sample):
     console, out = _console(terminal=True)
     view = LiveView(console, "title", usable_cores=2)
     view.start()
-    view.on_output("hello from CMD", partial=False)
-    view.on_output("step 3/10", partial=True)
+    view.on_output(["hello from CMD", "second line"], None)
+    view.on_output([], "step 3/10")
     view.on_sample(make_sample(t_s=1.0))
     view.stop()
     text = out.getvalue()
-    assert "hello from CMD" in text and "step 3/10" in text and "CMD CPU" in text
+    assert "hello from CMD" in text and "second line" in text and "step 3/10" in text and "CMD CPU" in text
 
 
 def test_summary_lists_metrics_alerts_notes_and_cost():

@@ -511,24 +511,24 @@ class GpuSampler:
 
     def _read_one(self, index: int, handle: Any) -> GpuSample:
         nv = self._nvml
-        util = self._query(index, nv.nvmlDeviceGetUtilizationRates, handle)
-        memory = self._query(index, nv.nvmlDeviceGetMemoryInfo, handle)
-        power_mw = self._query(index, nv.nvmlDeviceGetPowerUsage, handle)
+        util = self._query(index, "util", nv.nvmlDeviceGetUtilizationRates, handle)
+        memory = self._query(index, "memory", nv.nvmlDeviceGetMemoryInfo, handle)
+        power_mw = self._query(index, "power", nv.nvmlDeviceGetPowerUsage, handle)  # milliwatts
         return GpuSample(
             index=index,
             util_pct=float(util.gpu) if util is not None else None,
             mem_bw_util_pct=float(util.memory) if util is not None else None,
             mem_used_bytes=int(memory.used) if memory is not None else None,
             mem_total_bytes=int(memory.total) if memory is not None else None,
-            temp_c=self._query(index, nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU),
+            temp_c=self._query(index, "temp", nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU),
             power_w=power_mw / 1000.0 if power_mw is not None else None,
-            sm_clock_mhz=self._query(index, nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM),
-            throttle_reasons=decode_throttle_reasons(self._query(index, self._reasons_fn, handle)),
+            sm_clock_mhz=self._query(index, "sm_clock", nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM),
+            throttle_reasons=decode_throttle_reasons(self._query(index, "throttle", self._reasons_fn, handle)),
         )
 
-    def _query(self, index: int, fn: Callable[..., Any], *args: Any) -> Any:
+    def _query(self, index: int, metric: str, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)`, or None when NVML says no; "not supported" is remembered and not asked again."""
-        key = (index, fn.__name__)
+        key = (index, metric)
         if key in self._unsupported:
             return None
         try:

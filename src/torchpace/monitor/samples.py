@@ -3,8 +3,8 @@ them (CSV columns, summary statistics).
 
 A `Sample` covers the `interval_s` seconds before its timestamp `t_s`: rates (`*_bytes_per_s`) and
 busy shares (`*_pct`, `*_frac`) are averages over that interval, levels (`*_bytes`, `*_c`, `*_w`) are
-read at `t_s`. Units live in the field names. `COLUMNS` documents every CSV column; the README table
-is written from it.
+read at `t_s`. Units live in the field names. `HOST_COLUMNS` and `GPU_COLUMNS` document every CSV
+column; the README table is written from them.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def build_column_names(n_cores: int, n_gpus: int) -> list[str]:
     """The CSV header for a host with `n_cores` logical cores and `n_gpus` NVIDIA GPUs."""
     names = ["t_s", "unix_time_s", "interval_s", *_HOST_FIELDS]
     names += [f"cpu{i}_pct" for i in range(n_cores)]
-    names += [f"gpu{g}_{field}" for g in range(n_gpus) for field in _GPU_FIELDS]
+    names += [f"gpu{g}_{name}" for g in range(n_gpus) for name in _GPU_FIELDS]
     return names
 
 
@@ -189,9 +189,9 @@ def flatten_sample(sample: Sample, started_unix_s: float = 0.0) -> dict[str, Val
     row.update({name: getattr(sample, name) for name in _HOST_FIELDS})
     row.update({f"cpu{i}_pct": pct for i, pct in enumerate(sample.cpu_core_pct)})
     for gpu in sample.gpus:
-        for field in _GPU_FIELDS:
-            value = getattr(gpu, field)
-            row[f"gpu{gpu.index}_{field}"] = "|".join(value) if field == "throttle_reasons" else value
+        for name in _GPU_FIELDS:
+            value = getattr(gpu, name)
+            row[f"gpu{gpu.index}_{name}"] = "|".join(value) if name == "throttle_reasons" else value
     return row
 
 
