@@ -56,3 +56,12 @@ def test_json_output_and_rich_output(capsys, tmp_path):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "verdict: input-bound" in out and "step time split" in out and "data.num_workers" in out
+
+
+def test_cuda_device_on_a_host_without_cuda_is_a_usage_error(capsys, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    rc = main(["profile", spec("raises_on_build"), "--device", "cuda", "--trace", str(tmp_path / "t.json.gz")])
+    assert rc == 2 and "no CUDA device" in capsys.readouterr().err

@@ -79,7 +79,10 @@ def _render_findings(console, result: dict[str, Any]) -> None:
         if f["id"] in ("profile.step_split", "profile.top_ops"):
             continue  # shown as their own tables
         style = _SEVERITY_STYLE.get(f["severity"], "")
-        table.add_row(f"[{style}]{f['severity']}[/]", f["title"], f["evidence"])
+        evidence = f["evidence"]
+        if f["severity"] == "warn" and f.get("remedy"):
+            evidence += f"\n[dim]→ {f['remedy']['text']}[/]"
+        table.add_row(f"[{style}]{f['severity']}[/]", f["title"], evidence)
     console.print(table)
 
 

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from torchpace.config import RunConfig
+from torchpace.errors import UsageError
 from torchpace.host import HostFacts, probe_host
 from torchpace.profile.capture import CaptureOptions, capture_profile
 from torchpace.profile.result import ProfileResult, build_profile_result
@@ -25,6 +26,7 @@ def profile_workload(spec: str | None, config: RunConfig | None = None, options:
     """
     start = time.perf_counter()
     host = host or probe_host()
+    check_device(device, host)
     workload = load_workload(spec)
     capture = capture_profile(workload, config, options, host=host, device=device, trace_path=trace_path)
     return build_profile_result(
@@ -34,3 +36,9 @@ def profile_workload(spec: str | None, config: RunConfig | None = None, options:
         trace_path=str(capture.trace_path) if capture.trace_path else None,
         wall_time_s=time.perf_counter() - start,
     )
+
+
+def check_device(device: str | None, host: HostFacts) -> None:
+    """UsageError when `device` asks for CUDA on a host without a CUDA device."""
+    if device and device.startswith("cuda") and not host.cuda_available:
+        raise UsageError(f"--device {device!r}: no CUDA device on this host; use --device cpu or leave it unset")
