@@ -1,0 +1,104 @@
+"""`torchpace launch [OPTIONS] -- SCRIPT [ARGS]...`: run a training script with tuned process settings.
+
+Parses argv into `LaunchOptions`, probes the host, plans (pure), then prints the plan (`--dry-run`) or
+executes it and returns the script's exit code. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from torchpace.cli._common import emit_json, json_option
+from torchpace.errors import UsageError
+
+_EPILOG = """\b
+Sources, highest first: cli > env > config > auto > default. A variable already set in your
+environment (OMP_NUM_THREADS, LD_PRELOAD, MALLOC_CONF, ...) wins over the config and torchpace's
+own choice; only an explicit option beats it. `auto` on the command line states no preference.
+
+\b
+Examples:
+  torchpace launch --dry-run -- train.py --epochs 1
+  torchpace launch --config torchpace.toml --nproc-per-node 4 -- train.py
+  torchpace launch --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29500 --nproc-per-node 8 -- train.py
+"""
+
+
+def _omp_threads(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
+    if value is None or value == "auto":
+        return value
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise click.BadParameter(f"{value!r} is not 'auto' or a whole number of threads >= 1")
+
+
+def check_script(command: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """(script, its arguments) from the command line; UsageError when the script is missing."""
+    if not command:
+        raise UsageError("missing the script to launch: torchpace launch [OPTIONS] -- SCRIPT [ARGS]...")
+    script, args = command[0], tuple(command[1:])
+    if script.startswith("-"):
+        raise UsageError(f"{script!r} is not a script: put the options before `--` and the script's path after it")
+    if not Path(script).is_file():
+        raise UsageError(f"script {script!r} not found (relative paths start from {os.getcwd()})")
+    return script, args
+
+
+def build_options(command: tuple[str, ...], config_path: str | None, **given: object):
+    """LaunchOptions from the parsed command line (the config file is loaded and validated here)."""
+    from torchpace.config import RunConfig, load_config
+    from torchpace.launch.plan import LaunchOptions
+
+    script, args = check_script(command)
+    config = load_config(config_path) if config_path else RunConfig()
+    return LaunchOptions(script, args, config, config_path or "config", **given)
+
+
+@click.command("launch", epilog=_EPILOG, context_settings={"allow_interspersed_args": False,
+                                                            "help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="A torchpace.toml: process-level knobs go to the env, global and DataLoader knobs to a sitecustomize hook.")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), default=None,
+              help="Processes on this node; more than 1 runs the script through torchrun.  [default: 1]")
+@click.option("--nnodes", type=click.IntRange(min=1), default=None, help="Nodes in the job (needs --rdzv-endpoint).  [default: 1]")
+@click.option("--node-rank", type=click.IntRange(min=0), default=None,
+              help="This node's rank; node 0 hosts the c10d rendezvous store.")
+@click.option("--rdzv-endpoint", metavar="HOST:PORT", default=None, help="c10d rendezvous address every node can reach.")
+@click.option("--numa", type=click.Choice(["auto", "off", "node"]), default=None,
+              help="Bind each rank's CPUs and memory to a NUMA node (auto: when there are several).  [default: auto]")
+@click.option("--allocator", type=click.Choice(["auto", "jemalloc", "tcmalloc", "system"]), default=None,
+              help="malloc to preload (auto: jemalloc, else tcmalloc, when installed).  [default: auto]")
+@click.option("--omp-threads", metavar="auto|N", callback=_omp_threads, default=None,
+              help="OMP_NUM_THREADS per rank (auto: usable cores / ranks).  [default: auto]")
+@click.option("--nofile", type=click.IntRange(min=1), default=None,
+              help="Soft limit of open files for the script (default: raised toward the hard limit).")
+@click.option("--dry-run", is_flag=True, help="Print the exact command and the env changes with their sources; run nothing.")
+@json_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] SCRIPT [ARGS]...")
+def command(command, config_path, dry_run, as_json, **given):
+    """Run SCRIPT with tuned threads, allocator, NUMA binding and limits; one process or many via torchrun.
+
+    Exits with the script's exit code (with torchrun: the first failed rank's).
+    """
+    from torchpace.launch.plan import plan_launch
+    from torchpace.launch.probe import probe_launch_facts, probe_launch_host
+    from torchpace.launch.render import plan_to_dict, render_plan, render_summary
+
+    if as_json and not dry_run:
+        raise UsageError("--json prints the plan, so it goes with --dry-run")
+    options = build_options(command, config_path, **given)
+    base_env = dict(os.environ)
+    plan = plan_launch(options, probe_launch_host(), base_env, probe_launch_facts(base_env))
+    if dry_run:
+        if as_json:
+            emit_json(plan_to_dict(plan, base_env))
+        else:
+            click.echo(render_plan(plan, base_env), nl=False)
+        return 0
+    from torchpace.launch.execute import execute
+
+    click.echo(render_summary(plan, base_env), err=True, nl=False)
+    return execute(plan)

@@ -1,0 +1,86 @@
+"""torchpace launch's sitecustomize: apply a config's global and DataLoader knobs to an unmodified script.
+
+`torchpace launch --config F` puts this directory first on the script's PYTHONPATH and the knob values
+in TORCHPACE_LAUNCH_CONFIG (JSON). Python imports this module at start-up, before the script. It is
+import-safe and cheap: without that variable it does nothing, and with it it only adds a finder that
+waits for the script's own `import torch`; torch and torchpace are imported by the script's choice,
+never here. Once torch has finished importing, `torchpace.launch.inprocess` applies the knobs. Any
+`sitecustomize` this one shadows (a distribution's or a virtualenv's) still runs, after it.
+"""
+
+import os
+import sys
+
+_CONFIG_ENV = "TORCHPACE_LAUNCH_CONFIG"  # torchpace.launch.plan.CONFIG_ENV
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _apply(raw):
+    """Apply the knobs in `raw` (JSON); a failure is reported and never breaks the script's import."""
+    import json
+
+    try:
+        from torchpace.launch.inprocess import apply_launch_config
+    except ImportError as err:
+        sys.stderr.write(f"torchpace launch: cannot apply the config in this interpreter ({err})\n")
+        return
+    try:
+        apply_launch_config(json.loads(raw))
+    except Exception as err:  # the script's `import torch` must still succeed; say what was skipped
+        sys.stderr.write(f"torchpace launch: the config was not applied: {err!r}\n")
+
+
+class _ThenApply:
+    """Loads a module with its own loader, then applies the config."""
+
+    def __init__(self, loader, raw):
+        self.loader, self.raw = loader, raw
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = module.__spec__.loader = self.loader  # the module sees its real loader
+        self.loader.exec_module(module)
+        _apply(self.raw)
+
+
+class _TorchImportWatcher:
+    """A one-shot meta path finder: when `torch` is imported, apply the config after it loads."""
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenApply(spec.loader, self.raw)
+        return spec
+
+
+def _run_shadowed_sitecustomize():
+    """Run the next `sitecustomize` on sys.path, which this module hides by coming first."""
+    from importlib.machinery import PathFinder
+    from importlib.util import module_from_spec
+
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    spec = PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        spec.loader.exec_module(module_from_spec(spec))
+
+
+def _install():
+    raw = os.environ.get(_CONFIG_ENV)
+    if raw and "torch" in sys.modules:
+        _apply(raw)
+    elif raw:
+        sys.meta_path.insert(0, _TorchImportWatcher(raw))
+
+
+_install()
+_run_shadowed_sitecustomize()
