@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import resource
@@ -89,3 +90,23 @@ def test_sigterm_reaches_every_child_and_leaves_no_orphan(tmp_path, child_env, n
     while not all(is_gone(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [pid for pid in pids if not is_gone(pid)] == []
+
+
+def test_script_is_terminated_when_torchpace_is_killed_outright(tmp_path, child_env):
+    proc = start_launch(["--", str(WORKERS / "sleeper.py"), str(tmp_path)], child_env)
+    grandchild_pid = None
+    try:
+        _wait_for([tmp_path / "pids-0.txt"], proc)
+        script_pid, grandchild_pid = _pids(tmp_path)
+        proc.kill()  # SIGKILL: nothing can be forwarded
+        proc.wait(timeout=_WAIT_S)
+        deadline = time.monotonic() + 10
+        while not is_gone(script_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert is_gone(script_pid)
+    finally:
+        proc.kill()
+        if grandchild_pid is not None:
+            with contextlib.suppress(ProcessLookupError):  # the script's own child is the script's business
+                os.kill(grandchild_pid, signal.SIGKILL)
+        proc.communicate()

@@ -5,7 +5,8 @@ SIGTERM and SIGHUP sent to torchpace are forwarded to the child's whole process 
 shuts its workers down itself). A second signal, or a child still alive `_SHUTDOWN_GRACE_S` after
 the first, gets the group and every descendant killed. The child's stderr is passed through as it
 comes and its last lines are kept, to be repeated with the exit code when the script fails.
-RLIMIT_NOFILE is raised in the child only (between fork and exec), never in torchpace itself.
+RLIMIT_NOFILE is raised in the child only (between fork and exec), never in torchpace itself; there the
+child also asks for SIGTERM should torchpace die without forwarding anything (kill -9).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ _POLL_S = 0.25  # how often the wait checks whether the grace period is over
 _TAIL_LINES = 20  # stderr lines repeated when the script fails
 _TAIL_BYTES = 16384  # enough for _TAIL_LINES lines of a traceback
 _READ_BYTES = 65536
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def execute(plan: LaunchPlan, stderr: BinaryIO | None = None) -> int:
@@ -66,21 +68,32 @@ def execute(plan: LaunchPlan, stderr: BinaryIO | None = None) -> int:
 def _start(plan: LaunchPlan) -> subprocess.Popen:
     try:
         return subprocess.Popen(list(plan.argv), env=dict(plan.env), stderr=subprocess.PIPE,
-                                start_new_session=True, preexec_fn=_nofile_setter(plan.nofile))
+                                start_new_session=True, preexec_fn=_child_setup(plan.nofile))
     except OSError as err:
         raise TorchpaceError(f"cannot start {plan.argv[0]!r}: {err.strerror}") from None
 
 
-def _nofile_setter(soft: int | None) -> Callable[[], None] | None:
-    """A preexec function that sets the child's soft RLIMIT_NOFILE (None: leave it)."""
-    if soft is None:
-        return None
+def _child_setup(nofile: int | None) -> Callable[[], None]:
+    """What the child does between fork and exec: its soft RLIMIT_NOFILE, and SIGTERM when we die.
 
-    def raise_nofile() -> None:
-        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    Linux sends PR_SET_PDEATHSIG's signal when torchpace dies, even by SIGKILL, which cannot be
+    forwarded: the script, or torchrun with its workers, then shuts down instead of living on.
+    Everything is loaded before the fork; the child only makes system calls.
+    """
+    import ctypes
 
-    return raise_nofile
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def setup() -> None:
+        if nofile is not None:
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # torchpace died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return setup
 
 
 def _tee(source: BinaryIO, sink: BinaryIO, tail: bytearray) -> None:
