@@ -107,3 +107,11 @@ def test_verdict_and_profile_package_do_not_import_torch():
             "torchpace.profile.result, torchpace.profile.render; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_remedy_commands_only_set_values_tune_would_try_here():
+    findings = _findings(input_frac=0.1)
+    offered = build_verdict(findings, knobs_by_stage=KNOBS, candidates={"precision.amp": ["off", "bf16"]})
+    assert any("--set precision.amp=bf16" in (r.remedy.command or "") for r in offered.remedies)
+    no_bf16 = build_verdict(findings, knobs_by_stage=KNOBS, candidates={"precision.amp": ["off"]})
+    assert not any("precision.amp" in (r.remedy.command or "") for r in no_bf16.remedies)

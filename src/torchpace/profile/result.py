@@ -43,19 +43,25 @@ class ProfileResult:
 
 
 def analyze_trace(trace: Trace, *, workload_spec: str = "WORKLOAD",
-                  knobs_by_stage: Mapping[str, Sequence[str]] | None = None) -> tuple[list[Finding], Verdict]:
-    """Run every registered analyzer on `trace` and build the verdict from their findings."""
+                  knobs_by_stage: Mapping[str, Sequence[str]] | None = None,
+                  candidates: Mapping[str, Sequence[Any]] | None = None) -> tuple[list[Finding], Verdict]:
+    """Run every registered analyzer on `trace` and build the verdict from their findings.
+
+    `knobs_by_stage` and `candidates` are as in `build_verdict`.
+    """
     findings = run_analyzers(trace)
     verdict = build_verdict(findings, on_gpu=trace.device == "cuda", workload_spec=workload_spec,
-                            knobs_by_stage=knobs_by_stage)
+                            knobs_by_stage=knobs_by_stage, candidates=candidates)
     return findings, verdict
 
 
 def build_profile_result(trace: Trace, *, workload_spec: str = "WORKLOAD",
                          knobs_by_stage: Mapping[str, Sequence[str]] | None = None,
+                         candidates: Mapping[str, Sequence[Any]] | None = None,
                          trace_path: str | None = None, wall_time_s: float | None = None) -> ProfileResult:
     """A ProfileResult for `trace` (workload, device and config read from its torchpace metadata)."""
-    findings, verdict = analyze_trace(trace, workload_spec=workload_spec, knobs_by_stage=knobs_by_stage)
+    findings, verdict = analyze_trace(trace, workload_spec=workload_spec, knobs_by_stage=knobs_by_stage,
+                                      candidates=candidates)
     meta = trace.metadata
     return ProfileResult(
         workload=str(meta.get("workload", workload_spec)),

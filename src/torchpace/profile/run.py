@@ -11,7 +11,7 @@ from torchpace.host import HostFacts, probe_host
 from torchpace.profile.capture import CaptureOptions, capture_profile
 from torchpace.profile.result import ProfileResult, build_profile_result
 from torchpace.profile.trace import parse_trace
-from torchpace.profile.verdict import applicable_knobs_by_stage
+from torchpace.profile.verdict import applicable_knobs_by_stage, candidate_values
 from torchpace.workload import DEFAULT_WORKLOAD, load_workload
 
 
@@ -33,6 +33,7 @@ def profile_workload(spec: str | None, config: RunConfig | None = None, options:
         parse_trace(capture.document),
         workload_spec=spec or DEFAULT_WORKLOAD,
         knobs_by_stage=applicable_knobs_by_stage(host, workload),
+        candidates=candidate_values(host, workload),
         trace_path=str(capture.trace_path) if capture.trace_path else None,
         wall_time_s=time.perf_counter() - start,
     )

@@ -48,12 +48,12 @@ _STAGES_FIRST: dict[VerdictKind, tuple[str, ...]] = {
 }
 
 # a first value worth measuring for a knob, for the remedy's `torchpace bench --set` command
-_FIRST_TRY: dict[str, str] = {
-    "data.num_workers": "2",
-    "data.pin_memory": "true",
+_FIRST_TRY: dict[str, bool | int | str] = {
+    "data.num_workers": 2,
+    "data.pin_memory": True,
     "precision.amp": "bf16",
     "compile.mode": "default",
-    "model.activation_checkpointing": "true",
+    "model.activation_checkpointing": True,
     "optimizer.impl": "foreach",
 }
 
@@ -147,7 +147,8 @@ def rank_bottlenecks(shares: Mapping[str, float | None], on_gpu: bool) -> list[V
 
 
 def build_verdict(findings: Sequence[Finding], *, on_gpu: bool = False, workload_spec: str = "WORKLOAD",
-                  knobs_by_stage: Mapping[str, Sequence[str]] | None = None) -> Verdict:
+                  knobs_by_stage: Mapping[str, Sequence[str]] | None = None,
+                  candidates: Mapping[str, Sequence[Any]] | None = None) -> Verdict:
     """The verdict from the analyzers' findings (see the module docstring for the rules).
 
     Args:
@@ -156,6 +157,8 @@ def build_verdict(findings: Sequence[Finding], *, on_gpu: bool = False, workload
         workload_spec: how the user named the workload, for the remedy commands.
         knobs_by_stage: knob names per stage to offer (e.g. only those that apply on this host);
             default: every registered knob.
+        candidates: each knob's candidate values on this host; a remedy command only sets a
+            value found here (default: no check).
     """
     shares = measure_shares(findings)
     ranked = rank_bottlenecks(shares, on_gpu)
@@ -164,7 +167,7 @@ def build_verdict(findings: Sequence[Finding], *, on_gpu: bool = False, workload
     by_stage = knobs_by_stage if knobs_by_stage is not None else registered_knobs_by_stage()
     knobs = tuple(name for stage in stages for name in by_stage.get(stage, ()))
     return Verdict(kind=kind, evidence=tuple(_evidence(kind, shares, findings)),
-                   remedies=tuple(_remedies(kind, knobs, workload_spec, on_gpu)), knobs_to_try=knobs,
+                   remedies=tuple(_remedies(kind, _Offer(knobs, candidates), workload_spec, on_gpu)), knobs_to_try=knobs,
                    stages_to_try=stages, shares=shares, also=tuple(ranked[1:]))
 
 
@@ -180,13 +183,22 @@ def registered_knobs_by_stage() -> dict[str, list[str]]:
 
 def applicable_knobs_by_stage(host: Any, workload: Any) -> dict[str, list[str]]:
     """Like `registered_knobs_by_stage`, keeping only knobs that apply to `host` and `workload`."""
+    grouped: dict[str, list[str]] = {}
+    for knob in _applicable_knobs(host, workload):
+        grouped.setdefault(knob.stage, []).append(knob.name)
+    return grouped
+
+
+def candidate_values(host: Any, workload: Any) -> dict[str, list[Any]]:
+    """Each applicable knob's candidate values on `host` for `workload` (what tune would try)."""
+    return {knob.name: list(knob.candidates(host, workload)) for knob in _applicable_knobs(host, workload)}
+
+
+def _applicable_knobs(host: Any, workload: Any) -> list:
     from torchpace.knobs import REGISTRY
 
-    grouped: dict[str, list[str]] = {}
-    for knob in REGISTRY.values():
-        if knob.applies(host, workload) is None and not (knob.training_only and not workload.is_training):
-            grouped.setdefault(knob.stage, []).append(knob.name)
-    return grouped
+    return [knob for knob in REGISTRY.values()
+            if knob.applies(host, workload) is None and not (knob.training_only and not workload.is_training)]
 
 
 # --- evidence -----------------------------------------------------------------------------------
@@ -224,9 +236,30 @@ def _evidence(kind: VerdictKind, shares: Mapping[str, float | None], findings: S
 # --- remedies -----------------------------------------------------------------------------------
 
 
-def _bench_command(spec: str, knobs: Sequence[str], wanted: Sequence[str]) -> str | None:
+@dataclass(frozen=True)
+class _Offer:
+    """The knobs a remedy may name, and their candidate values on this host (None: unchecked)."""
+
+    knobs: Sequence[str]
+    candidates: Mapping[str, Sequence[Any]] | None
+
+    def first_try(self, knob: str) -> Any:
+        """The value worth measuring first for `knob`, or None when it is not on offer here."""
+        value = _FIRST_TRY.get(knob)
+        if knob not in self.knobs or value is None:
+            return None
+        if self.candidates is not None and value not in self.candidates.get(knob, ()):
+            return None
+        return value
+
+
+def _toml(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _bench_command(spec: str, offer: _Offer, wanted: Sequence[str]) -> str | None:
     """`torchpace bench SPEC --set K=V ...` for the wanted knobs that are on offer here."""
-    sets = [f"--set {k}={_FIRST_TRY[k]}" for k in wanted if k in knobs and k in _FIRST_TRY]
+    sets = [f"--set {k}={_toml(offer.first_try(k))}" for k in wanted if offer.first_try(k) is not None]
     return f"torchpace bench {spec} " + " ".join(sets) if sets else None
 
 
@@ -234,7 +267,7 @@ def _remedy(key: str, title: str, text: str, command: str | None, severity: Seve
     return Finding(id=f"profile.remedy.{key}", severity=severity, title=title, remedy=Remedy(text, command), area="profile")
 
 
-def _remedies(kind: VerdictKind, knobs: Sequence[str], spec: str, on_gpu: bool) -> list[Finding]:
+def _remedies(kind: VerdictKind, knobs: _Offer, spec: str, on_gpu: bool) -> list[Finding]:
     tune = f"torchpace tune {spec}"
     if kind is VerdictKind.INPUT:
         return [
@@ -267,7 +300,7 @@ def _remedies(kind: VerdictKind, knobs: Sequence[str], spec: str, on_gpu: bool) 
     return _compute_remedies(knobs, spec, on_gpu)
 
 
-def _compute_remedies(knobs: Sequence[str], spec: str, on_gpu: bool) -> list[Finding]:
+def _compute_remedies(knobs: _Offer, spec: str, on_gpu: bool) -> list[Finding]:
     precision = ("Use bf16 autocast (precision.amp=bf16) and TF32 matmuls (precision.matmul=high) on the GPU."
                  if on_gpu else "Use bf16 autocast where the CPU computes bf16 natively (precision.amp=bf16).")
     return [
