@@ -222,7 +222,7 @@ def test_hook_gets_global_and_loader_knobs_and_names_what_needs_prepare():
     assert json.loads(result.env[CONFIG_ENV]) == {"data.num_workers": 2, "precision.matmul": "high"}
     assert result.needs_prepare == ("compile.mode", "precision.amp")
     assert any("torchpace.prepare" in note for note in result.notes)
-    assert picked(result, "precision.matmul") == {"precision.matmul": ('"high"', "config")}
+    assert picked(result, "precision.matmul") == {"precision.matmul": ("high", "config")}
 
 
 def test_no_hook_without_hook_knobs():
@@ -242,3 +242,14 @@ def test_helpers():
     assert preloaded_allocator("/a/libfoo.so /usr/lib/libtcmalloc_minimal.so.4") == "tcmalloc"
     assert preloaded_allocator("/a/libfoo.so") is None
     assert install_command(DistroInfo("arch"), "numactl", True).startswith("your package manager")
+
+
+def test_bind_entrypoint_builds_the_ranks_numactl_command():
+    from torchpace.launch.bind import build_rank_command
+
+    result = plan(TWO_NODES, {"PATH": "/bin"}, nproc_per_node=2)
+    argv, env = build_rank_command(["/py", "-u", "train.py"], {**result.env, "LOCAL_RANK": "1"})
+    assert argv == ["/usr/bin/numactl", "--physcpubind=8-15", "--membind=1", "/py", "-u", "train.py"]
+    assert env["GOMP_CPU_AFFINITY"] == "8-15" and BINDINGS_ENV not in env
+    _, kept = build_rank_command(["x"], {**result.env, "LOCAL_RANK": "0", "GOMP_CPU_AFFINITY": "3"})
+    assert kept["GOMP_CPU_AFFINITY"] == "3"

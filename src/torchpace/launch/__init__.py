@@ -1,10 +1,34 @@
 """`torchpace launch`: plan (pure) -> execute, as DESIGN §11 describes.
 
 `plan_launch` turns options, host facts and the caller's environment into a `LaunchPlan` (argv, the
-child's env, and every setting's value, source and reason); `execute` runs it. Importing this
-package does not import torch.
+child's env, and every setting's value, source and reason); `execute` runs it. The names below are
+imported lazily, so the per-rank entrypoint (`python -m torchpace.launch.bind`) and the sitecustomize
+hook stay light; nothing here imports torch.
 """
 
-from torchpace.launch.plan import LaunchFacts, LaunchOptions, LaunchPlan, RankBinding, Setting, Source, plan_launch
+from __future__ import annotations
 
-__all__ = ["plan_launch", "LaunchPlan", "LaunchOptions", "LaunchFacts", "Setting", "Source", "RankBinding"]
+import importlib
+from typing import Any
+
+_LAZY = {
+    "plan_launch": "torchpace.launch.plan",
+    "LaunchPlan": "torchpace.launch.plan",
+    "LaunchOptions": "torchpace.launch.plan",
+    "LaunchFacts": "torchpace.launch.plan",
+    "Setting": "torchpace.launch.plan",
+    "Source": "torchpace.launch.plan",
+    "RankBinding": "torchpace.launch.plan",
+    "probe_launch_facts": "torchpace.launch.probe",
+    "probe_launch_host": "torchpace.launch.probe",
+    "execute": "torchpace.launch.execute",
+    "render_plan": "torchpace.launch.render",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'torchpace.launch' has no attribute {name!r}")

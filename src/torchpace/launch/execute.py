@@ -32,6 +32,9 @@ _POLL_S = 0.25  # how often the wait checks whether the grace period is over
 _TAIL_LINES = 20  # stderr lines repeated when the script fails
 _TAIL_BYTES = 16384  # enough for _TAIL_LINES lines of a traceback
 _READ_BYTES = 65536
+# How long to keep copying stderr after the child exited: a process it started in a session of its
+# own (outside the group we clean up) may hold the pipe open for as long as it lives.
+_DRAIN_S = 5.0
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
@@ -58,7 +61,7 @@ def execute(plan: LaunchPlan, stderr: BinaryIO | None = None) -> int:
             returncode = _wait(proc, forwarded)
     finally:
         kill_process_group(proc)  # anything the script left behind in its group
-        tee.join()
+        tee.join(timeout=_DRAIN_S)
     if returncode:
         sink.write(render_failure(plan.script, returncode, bytes(tail)).encode())
         sink.flush()

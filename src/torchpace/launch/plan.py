@@ -103,22 +103,22 @@ class LaunchFacts:
 
     Attributes:
         python: the interpreter that runs the script (and torchrun).
+        nofile_soft: the current soft RLIMIT_NOFILE; None when unlimited.
+        nofile_hard: the hard RLIMIT_NOFILE; None when unlimited.
         allocators: allocator name -> shared library found (missing ones are absent).
         allocator_dirs: where allocators were looked for (for error messages).
         numactl: path of numactl, None when not installed.
-        nofile_soft: the current soft RLIMIT_NOFILE; None when unlimited.
-        nofile_hard: the hard RLIMIT_NOFILE; None when unlimited.
         allowed_cpus: CPUs this process may run on (its affinity); None when unknown.
         is_root: whether install commands need sudo.
         hook_dir: the directory holding torchpace's sitecustomize.py.
     """
 
     python: str
+    nofile_soft: int | None
+    nofile_hard: int | None
     allocators: Mapping[str, str] = field(default_factory=dict)
     allocator_dirs: tuple[str, ...] = ()
     numactl: str | None = None
-    nofile_soft: int | None = 1024
-    nofile_hard: int | None = 1048576
     allowed_cpus: frozenset[int] | None = None
     is_root: bool = False
     hook_dir: str = ""
@@ -587,7 +587,8 @@ def _plan_hook(config: RunConfig, base_env: Mapping[str, str], facts: LaunchFact
         knob = REGISTRY[name]
         where = ("DataLoader default; arguments the script passes win" if knob.point is Point.LOADER
                  else "set when the script imports torch")
-        part.settings.append(Setting(name, json.dumps(value), Source.CONFIG, f"{where} ({knob.help})"))
+        shown = value if isinstance(value, str) else json.dumps(value)
+        part.settings.append(Setting(name, shown, Source.CONFIG, f"{where} ({knob.help})"))
     return part
 
 
