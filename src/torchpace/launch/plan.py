@@ -585,10 +585,10 @@ def _plan_hook(config: RunConfig, base_env: Mapping[str, str], facts: LaunchFact
     part.settings.append(Setting(CONFIG_ENV, part.env[CONFIG_ENV], Source.CONFIG, "the knobs the hook applies"))
     for name, value in values.items():
         knob = REGISTRY[name]
-        where = ("DataLoader default; arguments the script passes win" if knob.point is Point.LOADER
+        where = ("a DataLoader default (arguments the script passes win)" if knob.point is Point.LOADER
                  else "set when the script imports torch")
         shown = value if isinstance(value, str) else json.dumps(value)
-        part.settings.append(Setting(name, shown, Source.CONFIG, f"{where} ({knob.help})"))
+        part.settings.append(Setting(name, shown, Source.CONFIG, f"{where}; {knob.help.rstrip('.')}"))
     return part
 
 
@@ -600,5 +600,6 @@ def _needs_prepare(config: RunConfig) -> tuple[str, ...]:
 def _prepare_notes(needs_prepare: Sequence[str]) -> list[str]:
     if not needs_prepare:
         return []
-    return [f"{', '.join(needs_prepare)} change the model, optimizer or training step: the launch hook cannot "
-            "apply them; call torchpace.prepare(..., config) in the script for those"]
+    verb = "changes" if len(needs_prepare) == 1 else "change"
+    return [f"{', '.join(needs_prepare)} {verb} the model, optimizer or training step, which the launch hook "
+            "cannot do: call torchpace.prepare(..., config) in the script for that"]

@@ -7,6 +7,9 @@ from typing import Any, Mapping
 
 from torchpace.launch.plan import LaunchPlan, Setting
 
+_VALUE_WIDTH = 32  # longer values are cut in the settings table; the env diff shows them in full
+_SUMMARY_WIDTH = 60
+
 
 def env_diff(base_env: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str | None]:
     """Vars that `env` adds or changes over `base_env` (None: removed), in name order."""
@@ -19,35 +22,30 @@ def render_plan(plan: LaunchPlan, base_env: Mapping[str, str]) -> str:
     sections = ["command (dry run: nothing was started):", f"  {shlex.join(plan.argv)}", ""]
     sections += _render_env_diff(plan, base_env)
     sections += ["", "settings (source: cli > env > config > auto > default):"]
-    sections += _table([(s.name, _shown(s.value), s.source.value, s.reason) for s in plan.settings])
+    sections += _table([(s.name, _short(s.value, _VALUE_WIDTH), s.source.value, s.reason) for s in plan.settings])
     if plan.notes:
         sections += ["", "notes:", *(f"  - {note}" for note in plan.notes)]
     return "\n".join(sections) + "\n"
 
 
 def _render_env_diff(plan: LaunchPlan, base_env: Mapping[str, str]) -> list[str]:
+    """Each changed variable in full, with its source and reason on the line below."""
     diff = env_diff(base_env, plan.env)
     if not diff:
         return ["environment: unchanged"]
     by_name = {s.name: s for s in plan.settings}
-    rows = []
+    lines = ["environment changes for the script (torchpace's own environment is untouched):"]
     for name, value in diff.items():
-        setting = by_name.get(name)
-        entry = f"{name}={value}" if value is not None else f"unset {name}"
-        rows.append((entry, setting.source.value if setting else "", setting.reason if setting else ""))
-    return ["environment changes (the child's only; torchpace's own environment is untouched):", *_table(rows)]
+        lines.append(f"  {name}={value}" if value is not None else f"  unset {name}")
+        if name in by_name:
+            lines.append(f"      {by_name[name].source.value}: {by_name[name].reason}")
+    return lines
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
     """Rows as aligned columns (the last column is free text)."""
-    if not rows:
-        return []
-    widths = [min(max(len(row[i]) for row in rows), 48) for i in range(len(rows[0]) - 1)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)] if rows else []
     return ["  " + "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]).rstrip() for row in rows]
-
-
-def _shown(value: str | None) -> str:
-    return "-" if value is None else value
 
 
 def plan_to_dict(plan: LaunchPlan, base_env: Mapping[str, str]) -> dict[str, Any]:
@@ -70,13 +68,14 @@ def _setting_dict(setting: Setting) -> dict[str, Any]:
 
 def render_summary(plan: LaunchPlan, base_env: Mapping[str, str]) -> str:
     """One line before the launch: what the child's env gets, then the notes."""
-    changes = ", ".join(f"{name}={_short(value)}" for name, value in env_diff(base_env, plan.env).items())
+    changes = ", ".join(f"{name}={_short(value, _SUMMARY_WIDTH)}" for name, value in env_diff(base_env, plan.env).items())
     lines = [f"torchpace launch: {plan.setting('launcher').reason}; env: {changes or 'unchanged'}"]
     lines += [f"torchpace launch: note: {note}" for note in plan.notes]
     return "\n".join(lines) + "\n"
 
 
-def _short(value: str | None, width: int = 60) -> str:
+def _short(value: str | None, width: int) -> str:
+    """`value` cut to `width` characters; "-" for nothing set."""
     if value is None:
-        return "(unset)"
+        return "-"
     return value if len(value) <= width else value[: width - 3] + "..."
