@@ -64,14 +64,19 @@ class _TorchImportWatcher:
 
 
 def _run_shadowed_sitecustomize():
-    """Run the next `sitecustomize` on sys.path, which this module hides by coming first."""
+    """Run the next `sitecustomize` on sys.path, which this module hides by coming first.
+
+    Built by hand rather than with importlib.util, whose imports would double this hook's start-up cost.
+    """
     from importlib.machinery import PathFinder
-    from importlib.util import module_from_spec
 
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
     spec = PathFinder.find_spec("sitecustomize", rest)
-    if spec is not None and spec.loader is not None:
-        spec.loader.exec_module(module_from_spec(spec))
+    if spec is None or spec.loader is None:
+        return
+    module = spec.loader.create_module(spec) or type(sys)(spec.name)
+    module.__spec__, module.__loader__, module.__file__ = spec, spec.loader, spec.origin
+    spec.loader.exec_module(module)
 
 
 def _install():
