@@ -253,3 +253,12 @@ def test_bind_entrypoint_builds_the_ranks_numactl_command():
     assert env["GOMP_CPU_AFFINITY"] == "8-15" and BINDINGS_ENV not in env
     _, kept = build_rank_command(["x"], {**result.env, "LOCAL_RANK": "0", "GOMP_CPU_AFFINITY": "3"})
     assert kept["GOMP_CPU_AFFINITY"] == "3"
+
+
+def test_package_exports_resolve_lazily():
+    import torchpace.launch as launch
+
+    assert launch.plan_launch is plan_launch and launch.Source is Source
+    assert callable(launch.probe_launch_facts) and callable(launch.render_plan)
+    with pytest.raises(AttributeError):
+        launch.nothing_here

@@ -1,9 +1,10 @@
 """`torchpace launch`: plan (pure) -> execute, as DESIGN §11 describes.
 
 `plan_launch` turns options, host facts and the caller's environment into a `LaunchPlan` (argv, the
-child's env, and every setting's value, source and reason); `execute` runs it. The names below are
-imported lazily, so the per-rank entrypoint (`python -m torchpace.launch.bind`) and the sitecustomize
-hook stay light; nothing here imports torch.
+child's env, and every setting's value, source and reason); `torchpace.launch.execute.execute` runs it
+(not re-exported here: the name is also its module's). The names below are imported lazily, so the
+per-rank entrypoint (`python -m torchpace.launch.bind`) and the sitecustomize hook stay light; nothing
+here imports torch.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ _LAZY = {
     "RankBinding": "torchpace.launch.plan",
     "probe_launch_facts": "torchpace.launch.probe",
     "probe_launch_host": "torchpace.launch.probe",
-    "execute": "torchpace.launch.execute",
     "render_plan": "torchpace.launch.render",
 }
 
