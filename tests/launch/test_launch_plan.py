@@ -182,7 +182,7 @@ def test_numa_off_and_missing_numactl_in_auto():
 
 
 @pytest.mark.parametrize("options, host, message", [
-    ({"allocator": "tcmalloc"}, ONE_NODE, "sudo apt-get install -y libtcmalloc-minimal4"),
+    ({"allocator": "tcmalloc"}, ONE_NODE, "sudo apt-get install -y libgoogle-perftools4"),
     ({"allocator": "jemalloc"}, HostFacts(distro=ROCKY), "sudo dnf install -y jemalloc"),
     ({"config": RunConfig({"system.allocator": "jemalloc"})}, ONE_NODE, "system.allocator = jemalloc in config"),
     ({"numa": "node"}, ONE_NODE, "sudo apt-get install -y numactl"),
@@ -241,7 +241,7 @@ def test_helpers():
     assert format_cpu_list((0, 1, 2, 3, 8, 10, 11)) == "0-3,8,10-11"
     assert preloaded_allocator("/a/libfoo.so /usr/lib/libtcmalloc_minimal.so.4") == "tcmalloc"
     assert preloaded_allocator("/a/libfoo.so") is None
-    assert install_command(DistroInfo("arch"), "numactl", True).startswith("your package manager")
+    assert install_command(DistroInfo("arch"), "numactl", True) == "your package manager (debian: numactl, rhel: numactl)"
 
 
 def test_bind_entrypoint_builds_the_ranks_numactl_command():

@@ -42,15 +42,6 @@ _PREPARE_POINTS = (Point.MODEL, Point.OPTIMIZER, Point.STEP)
 # threads.intra_op reaches the child as OMP_NUM_THREADS, which torch reads at start-up.
 _HOOK_SKIPS = ("threads.intra_op",)
 
-# Packages that provide what launch can ask for, by distribution family.
-_PACKAGES = {
-    "jemalloc": {"debian": "libjemalloc2", "rhel": "jemalloc"},
-    "tcmalloc": {"debian": "libtcmalloc-minimal4", "rhel": "gperftools-libs"},
-    "numactl": {"debian": "numactl", "rhel": "numactl"},
-}
-_MANAGERS = {"debian": "apt-get", "rhel": "dnf"}
-
-
 class Source(str, enum.Enum):
     """Where a setting's value came from, highest precedence first."""
 
@@ -198,7 +189,7 @@ def plan_launch(options: LaunchOptions, host: HostFacts, base_env: Mapping[str, 
     Raises:
         UsageError: bad options, or an allocator or numactl that was asked for but is missing.
     """
-    nproc, torchrun, processes = _plan_processes(options, host)
+    nproc, torchrun, processes = _plan_processes(options)
     bindings, numa = _plan_numa(options, host, facts, nproc)
     parts = [
         processes,
@@ -243,7 +234,7 @@ def _env_part(wanted: Mapping[str, str], source: Source, reason: str, base_env: 
 
 # ---- processes: plain exec or torchrun ----------------------------------------------------------
 
-def _plan_processes(options: LaunchOptions, host: HostFacts) -> tuple[int, bool, _Part]:
+def _plan_processes(options: LaunchOptions) -> tuple[int, bool, _Part]:
     """(processes per node, whether torchrun runs them, the settings)."""
     _check_distributed(options)
     nproc = options.nproc_per_node or 1
@@ -537,12 +528,10 @@ def _without_allocators(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def install_command(distro: DistroInfo, tool: str, is_root: bool) -> str:
-    """The command that installs `tool` (jemalloc, tcmalloc, numactl) on this distribution."""
-    packages = _PACKAGES[tool]
-    if distro.family not in _MANAGERS:
-        return f"your package manager (Debian/Ubuntu: {packages['debian']}; RHEL family: {packages['rhel']})"
-    command = f"{_MANAGERS[distro.family]} install -y {packages[distro.family]}"
-    return command if is_root else f"sudo {command}"
+    """The command that installs `tool` (jemalloc, tcmalloc, numactl) here, as doctor gives it."""
+    from torchpace.doctor.remedies import install_command as distro_install_command, install_hint
+
+    return distro_install_command(distro, tool, is_root) or f"your package manager ({install_hint(tool)})"
 
 
 # ---- limits, NCCL, the sitecustomize hook ---------------------------------------------------------
