@@ -135,7 +135,8 @@ class _Forwarded:
 def forwarding_signals(proc: subprocess.Popen) -> Iterator[_Forwarded]:
     """While inside, SIGINT/SIGTERM/SIGHUP to this process go to `proc`'s process group instead.
 
-    Handlers can only be installed from the main thread; elsewhere nothing is forwarded.
+    A signal torchpace was told to ignore (SIGHUP under nohup) stays ignored. Handlers can only be
+    installed from the main thread; elsewhere nothing is forwarded.
     """
     forwarded = _Forwarded()
     if threading.current_thread() is not threading.main_thread():
@@ -147,7 +148,7 @@ def forwarding_signals(proc: subprocess.Popen) -> Iterator[_Forwarded]:
         with contextlib.suppress(ProcessLookupError):  # the group has already exited
             os.killpg(proc.pid, signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
+    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield forwarded
     finally:
