@@ -110,3 +110,20 @@ def test_script_is_terminated_when_torchpace_is_killed_outright(tmp_path, child_
             with contextlib.suppress(ProcessLookupError):  # the script's own child is the script's business
                 os.kill(grandchild_pid, signal.SIGKILL)
         proc.communicate()
+
+
+def test_a_second_signal_kills_a_script_that_ignores_the_first(tmp_path, child_env):
+    proc = start_launch(["--", str(WORKERS / "sleeper.py"), str(tmp_path), "--ignore-term"], child_env)
+    try:
+        _wait_for([tmp_path / "pids-0.txt"], proc)
+        pids = _pids(tmp_path)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.poll() is None  # the script ignores SIGTERM: still running
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=_WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGKILL and "SIGKILL" in stderr
+    assert [pid for pid in pids if not is_gone(pid)] == []
