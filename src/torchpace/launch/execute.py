@@ -167,9 +167,10 @@ def _wait(proc: subprocess.Popen, forwarded: _Forwarded) -> int:
 
 
 def kill_tree(proc: subprocess.Popen) -> None:
-    """Kill `proc`'s process group and every descendant, also those in other sessions.
+    """SIGKILL `proc`'s process group and every descendant, also those in other sessions.
 
-    torchrun starts each worker in a session of its own, so killing the group alone would orphan them.
+    Used once SIGTERM was already forwarded and not enough. torchrun starts each worker in a session
+    of its own, so killing the group alone would orphan them.
     """
     import psutil
 
@@ -177,7 +178,8 @@ def kill_tree(proc: subprocess.Popen) -> None:
         descendants = psutil.Process(proc.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         descendants = []
-    kill_process_group(proc)
+    with contextlib.suppress(ProcessLookupError):  # the group has already exited
+        os.killpg(proc.pid, signal.SIGKILL)
     for child in descendants:
         with contextlib.suppress(psutil.NoSuchProcess):  # it exited with its parent
             child.kill()
