@@ -87,10 +87,15 @@ class RunConfig(Mapping[str, Any]):
     def to_toml_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "knobs": dict(sorted(self.values.items()))}
         if self.host:
-            doc["host"] = dict(self.host)
+            doc["host"] = _drop_none(self.host)
         if self.result:
-            doc["result"] = dict(self.result)
+            doc["result"] = _drop_none(self.result)
         return doc
+
+
+def _drop_none(table: Mapping[str, Any]) -> dict[str, Any]:
+    """TOML has no null: leave unknown values out."""
+    return {k: (_drop_none(v) if isinstance(v, Mapping) else v) for k, v in table.items() if v is not None}
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -62,7 +62,8 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
         argv = [*prefix, sys.executable, "-m", "torchpace.trial", str(spec_path), str(result_path)]
         start = time.perf_counter()
         with open(err_path, "wb") as err_file:
-            proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True)
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True,
+                                    preexec_fn=_die_with_parent)
             try:
                 returncode = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -75,6 +76,20 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
             finally:
                 _reap_group(proc)
         return _read_result(result_path, returncode, _tail(err_path), time.perf_counter() - start)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGKILL it if the tuner dies (even by kill -9).
+
+    DataLoader workers notice their parent died and exit by themselves, so nothing is orphaned.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def _reap_group(proc: subprocess.Popen) -> None:

@@ -6,6 +6,8 @@ comparable step by step (the comparing side is pure: `check_guard`).
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,3 +40,52 @@ def run_guard_steps(workload: Workload, config: Any, steps: int, device: str | N
             losses.append(run.step(batch))
         del iterator
     return torch.stack(losses).tolist()
+
+
+# The guard's defaults: a candidate's smoothed loss may sit at most 10% (and 0.05 absolute) above the
+# baseline's over the second half of the guard steps; bf16 and reordered reductions move curves a
+# few percent, real divergence moves them far more.
+GUARD_REL_TOLERANCE = 0.10
+GUARD_ABS_TOLERANCE = 0.05
+_EMA_ALPHA = 0.3  # smoothing of per-step losses before comparing curves
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    """Whether a candidate converged like the baseline, and the figure behind the decision."""
+
+    ok: bool
+    reason: str
+    max_rel_departure: float
+
+
+def smooth(values: list[float], alpha: float = _EMA_ALPHA) -> list[float]:
+    """Exponential moving average of a loss curve."""
+    out: list[float] = []
+    for value in values:
+        out.append(value if not out else alpha * value + (1 - alpha) * out[-1])
+    return out
+
+
+def check_guard(baseline: list[float], candidate: list[float], rel_tol: float = GUARD_REL_TOLERANCE,
+                abs_tol: float = GUARD_ABS_TOLERANCE) -> GuardVerdict:
+    """Compare a candidate's loss curve with the baseline's over the same seeded steps.
+
+    Fails when a loss is NaN/Inf, or when the candidate's smoothed loss sits above the baseline's by
+    more than `rel_tol` (relative) and `abs_tol` (absolute) anywhere in the second half. Lower loss
+    is never a failure. A short guard shows the early curve only: it catches divergence and broken
+    numerics, not a slightly worse final accuracy after many epochs.
+    """
+    if not all(math.isfinite(v) for v in candidate):
+        return GuardVerdict(False, "loss became NaN/Inf", math.inf)
+    n = min(len(baseline), len(candidate))
+    if n == 0:
+        return GuardVerdict(True, "no guard steps to compare", 0.0)
+    base, cand = smooth(baseline[:n]), smooth(candidate[:n])
+    worst = 0.0
+    for b, c in zip(base[n // 2:], cand[n // 2:]):
+        rel = (c - b) / max(abs(b), 1e-12)
+        if rel > rel_tol and c - b > abs_tol:
+            return GuardVerdict(False, f"smoothed loss {c:.4g} vs baseline {b:.4g} ({rel:+.1%}, tolerance {rel_tol:.0%})", rel)
+        worst = max(worst, rel)
+    return GuardVerdict(True, f"within tolerance (worst {worst:+.1%} vs baseline)", worst)

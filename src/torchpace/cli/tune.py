@@ -1,0 +1,119 @@
+"""`torchpace tune [WORKLOAD]`: one knob at a time, keep what is faster and still converges."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from torchpace.cli._common import emit_json, json_option, make_console
+from torchpace.cli._options import check_writable, workload_argument
+from torchpace.errors import UsageError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+
+
+def parse_duration_s(text: str) -> float:
+    """`90`, `90s`, `15m`, `1.5h` -> seconds; UsageError otherwise."""
+    match = _DURATION.match(str(text))
+    if not match or float(match.group(1)) <= 0:
+        raise UsageError(f"--budget {text!r} is not a duration; use e.g. 90s, 15m or 1h")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+@click.command("tune")
+@workload_argument
+@click.option("--budget", default="15m", show_default=True, help="Wall-time budget: 90s, 15m, 1h.")
+@click.option("--max-trials", type=click.IntRange(min=1), default=None, help="Stop after this many trials (this session).")
+@click.option("--strategy", type=click.Choice(["greedy", "tpe", "random", "grid"]), default="greedy", show_default=True)
+@click.option("--storage", default=None, help="Optuna RDB URL (default: sqlite file .torchpace/studies.db here).")
+@click.option("--study", "study_name", default=None, help="Study name (default: torchpace-WORKLOAD).")
+@click.option("--resume", is_flag=True, help="Continue an existing study; finished trials are never re-run.")
+@click.option("--out", "out_path", default="torchpace.toml", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--guard-steps", type=click.IntRange(min=0), default=30, show_default=True,
+              help="Seeded steps compared against the baseline's loss curve (0: no guard).")
+@click.option("--trial-time", type=float, default=20.0, show_default=True, help="Measurement cap per trial, seconds.")
+@click.option("--knob", "knob_names", multiple=True, help="Tune only these knobs (repeatable).")
+@json_option
+def command(workload, budget, max_trials, strategy, storage, study_name, resume, out_path, guard_steps, trial_time,
+            knob_names, as_json):
+    """Tune WORKLOAD (default: the built-in `tabular`): baseline, then one knob at a time.
+
+    Each trial is its own process; failures (oom, crash, timeout, nonfinite, guard, invalid) are
+    recorded and the search goes on. Writes the best config to --out.
+    """
+    from torchpace.host import probe_host
+    from torchpace.knobs import get_knob
+    from torchpace.tune.tuner import TuneOptions, Tuner
+
+    budget_s = parse_duration_s(budget)
+    check_writable(out_path, "--out")
+    if trial_time <= 0:
+        raise UsageError(f"--trial-time must be > 0 seconds, got {trial_time}")
+    knobs = frozenset(get_knob(name).name for name in knob_names) or None
+    options = TuneOptions(workload=workload, budget_s=budget_s, max_trials=max_trials, strategy=strategy, storage=storage,
+                          study=study_name, resume=resume, out=Path(out_path), guard_steps=guard_steps,
+                          trial_time_s=trial_time, knobs=knobs)
+    with _progress(not as_json, budget_s) as on_event:
+        tuner = Tuner(options, probe_host(), on_event=on_event)
+        try:
+            outcome = tuner.run()
+        except KeyboardInterrupt:
+            outcome = tuner.outcome
+            click.echo("interrupted: the best config so far was written" if outcome.out_path else "interrupted", err=True)
+            _report(outcome, as_json)
+            return 130
+    _report(outcome, as_json)
+    return 1 if outcome.failed_baseline else 0
+
+
+def _report(outcome, as_json: bool) -> None:
+    if as_json:
+        emit_json(outcome.to_dict())
+    else:
+        from torchpace.tune.render import render_outcome
+
+        render_outcome(make_console(), outcome.to_dict())
+
+
+class _progress:
+    """Rich progress over the budget on stderr: stage, knob=value, trial, best so far, budget left."""
+
+    def __init__(self, enabled: bool, budget_s: float):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.budget_s = budget_s
+        self.best = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda kind, **data: None
+        import time
+
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.start = time.monotonic()
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[best]}"),
+                                 TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+        self.progress.__enter__()
+        self.task = self.progress.add_task("starting", total=self.budget_s, best="")
+        return self.on_event
+
+    def on_event(self, kind, **data):
+        import time
+
+        info = data.get("info") or {}
+        what = info.get("knob") and f"{info['stage']}: {info['knob']}={info['value']}" or info.get("slot", "")
+        if kind == "trial_done" and (data["result"].get("bench") or {}).get("samples_per_s"):
+            sps = data["result"]["bench"]["samples_per_s"]
+            self.best = max(self.best or 0, sps)
+        desc = {"trial_start": f"trial {data.get('number')}: {what}", "trial_done": f"trial {data.get('number')} done",
+                "waiting": "waiting for trials running elsewhere"}.get(kind, kind)
+        best = f"best {self.best:,.0f} samples/s" if self.best else ""
+        self.progress.update(self.task, description=desc, best=best, completed=min(self.budget_s, time.monotonic() - self.start))
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.progress.__exit__(*exc)

@@ -1,0 +1,118 @@
+"""Turning a study's trials into the outcome: baseline, best config, accepted changes, trial table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchpace.tune.guard import check_guard
+
+GUARD_NOTE = ("The convergence guard compares each candidate's loss over the first {n} seeded steps (same "
+              "initial weights, same data order) with the baseline's. It catches divergence, NaNs and broken "
+              "numerics early; it cannot prove equal accuracy after full training: validate the tuned config "
+              "on your real metric before relying on it.")
+
+
+def trial_rows(study) -> list[dict[str, Any]]:
+    """One row per torchpace trial: slot, config, status, figures, guard verdict, error."""
+    from torchpace.tune.study import trial_info
+
+    infos = [(t, trial_info(t)) for t in study.get_trials(deepcopy=False)]
+    base = next((i for _, i in infos if i.get("slot") == "baseline" and i.get("status") == "ok"), {})
+    rows = []
+    for trial, info in infos:
+        if "slot" not in info:
+            continue
+        rows.append(_row(trial, info, base.get("guard_losses") or []))
+    return rows
+
+
+def _row(trial, info: dict, base_losses: list[float]) -> dict[str, Any]:
+    bench = info.get("bench") or {}
+    row = {
+        "number": trial.number, "slot": info["slot"], "kind": info.get("kind"), "stage": info.get("stage"),
+        "knob": info.get("knob"), "value": info.get("value"), "config": info.get("config", {}),
+        "status": info.get("status") or ("running" if trial.state.name == "RUNNING" else "lost"),
+        "samples_per_s": bench.get("samples_per_s"), "samples_per_s_ci_low": bench.get("samples_per_s_ci_low"),
+        "samples_per_s_ci_high": bench.get("samples_per_s_ci_high"), "ci_rel_halfwidth": bench.get("ci_rel_halfwidth"),
+        "peak_memory_bytes": bench.get("peak_memory_bytes"), "input_bound_frac": bench.get("input_bound_frac"),
+        "guard": None, "guard_reason": None, "guard_losses": info.get("guard_losses") or [],
+        "error": (info.get("error") or "").strip().splitlines()[-1:] or None,
+    }
+    row["error"] = row["error"][0] if row["error"] else None
+    if row["status"] == "ok" and base_losses and row["guard_losses"]:
+        verdict = check_guard(base_losses, row["guard_losses"])
+        row["guard"], row["guard_reason"] = ("pass" if verdict.ok else "fail"), verdict.reason
+    return row
+
+
+def _best_by_search(rows: list[dict]) -> dict | None:
+    usable = [r for r in rows if r["status"] == "ok" and r["guard"] != "fail" and r["samples_per_s"]]
+    return max(usable, key=lambda r: r["samples_per_s"], default=None)
+
+
+def _matching_row(rows: list[dict], config: dict) -> dict | None:
+    """The latest ok measurement of exactly `config`."""
+    matches = [r for r in rows if r["status"] == "ok" and r["config"] == config and r["samples_per_s"]]
+    return matches[-1] if matches else None
+
+
+def _accepted_changes(state, rows: list[dict]) -> list[dict]:
+    """The waterfall: each accepted knob, its measured figure and cumulative speedup vs baseline.
+
+    Each step's gain is measured against the incumbent as re-measured in the same stage (side by
+    side in time), and the cumulative speedup is their product: a host that drifts over a long tune
+    does not inflate or deflate it the way comparing the last figure with the first one would.
+    """
+    accepted = []
+    config: dict = {}
+    cumulative = 1.0
+    for decision in state.decisions:
+        if decision.accepted_value is None:
+            continue
+        config = {**config, decision.knob: decision.accepted_value}
+        row = _matching_row(rows, config) or {}
+        step_gain = decision.best_samples_per_s / decision.incumbent_samples_per_s
+        cumulative *= step_gain
+        accepted.append({
+            "stage": decision.stage, "knob": decision.knob, "value": decision.accepted_value,
+            "samples_per_s": decision.best_samples_per_s, "samples_per_s_ci_low": row.get("samples_per_s_ci_low"),
+            "samples_per_s_ci_high": row.get("samples_per_s_ci_high"),
+            "speedup": cumulative, "step_gain": step_gain,
+            "peak_memory_bytes": row.get("peak_memory_bytes"), "reason": decision.reason,
+        })
+    return accepted
+
+
+def build_outcome(tuner, stopped: str):
+    """The TuneOutcome of `tuner`'s study as it stands now."""
+    from torchpace.tune.tuner import TuneOutcome
+
+    rows = trial_rows(tuner.study)
+    baseline = next((r for r in rows if r["slot"] == "baseline" and r["status"] == "ok"), None)
+    accepted: list[dict] = []
+    failed_baseline = None
+    decisions: list[dict] = []
+    if tuner.options.strategy == "greedy":
+        state = tuner.sampler.plan(tuner.study)
+        failed_baseline = state.failed_baseline
+        best_config = dict(state.incumbent)
+        best = _matching_row(rows, best_config) if baseline else None
+        if best is not None and state.incumbent_samples_per_s:
+            best = {**best, "samples_per_s": state.incumbent_samples_per_s}
+        if baseline:
+            accepted = _accepted_changes(state, rows)
+        decisions = [d.__dict__ for d in state.decisions]
+    else:
+        best = _best_by_search(rows)
+        best_config = dict(best["config"]) if best else {}
+    if baseline is None and failed_baseline is None and any(r["slot"] == "baseline" for r in rows):
+        failed_baseline = "the baseline trial failed; nothing to compare against"
+    speedup = None
+    if best and baseline:
+        speedup = accepted[-1]["speedup"] if accepted else (best["samples_per_s"] / baseline["samples_per_s"] if best_config else 1.0)
+    return TuneOutcome(
+        study=tuner.study_name, storage=tuner.storage_url, strategy=tuner.options.strategy, workload=tuner.spec,
+        baseline=baseline, best_config=best_config, best=best if baseline else None, speedup=speedup,
+        accepted=accepted, trials=rows, out_path=None, stopped=stopped, failed_baseline=failed_baseline,
+        guard_note=GUARD_NOTE.format(n=tuner.options.guard_steps), extras={"decisions": decisions},
+    )

@@ -1,0 +1,221 @@
+"""The greedy tuning policy, pure: recorded trials in, the next trial (and every decision) out.
+
+The tuning guides' loop, made honest:
+
+1. measure the baseline (plain PyTorch defaults) twice: the spread of the two is the first noise
+   estimate;
+2. for each stage (system -> data -> compute -> memory; the stage the baseline's verdict points at
+   goes first), re-measure the incumbent at the stage boundary (catches machine drift), then for each
+   knob try every value from the incumbent, one knob at a time;
+3. accept a knob's best value only when it passed the convergence guard and beat the incumbent by
+   more than the measured noise; a failed value (crash, OOM, NaN, timeout) is never retried.
+
+Because every decision is recomputed from the trial records, a killed tune resumes exactly where
+it stopped, and several processes on one study each take a different pending trial.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from torchpace.tune.space import KnobSpace
+
+_NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
+_INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
+
+COMPLETE, RUNNING, RETRY = "complete", "running", "retry"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One trial as the policy sees it.
+
+    Attributes:
+        slot: which planned trial this was (e.g. `baseline`, `remeasure:data`, `cand:data.num_workers=2`).
+        config: knob values that differ from the defaults.
+        state: complete, running (in flight elsewhere) or retry (cut by the budget; run it again).
+        status: the trial's failure class, or `ok`.
+        samples_per_s / ci_rel: the measurement (None unless ok).
+        guard_ok: the convergence guard's verdict (None: not checked).
+    """
+
+    slot: str
+    config: dict
+    state: str = COMPLETE
+    status: str = "ok"
+    samples_per_s: float | None = None
+    ci_rel: float | None = None
+    guard_ok: bool | None = None
+    input_bound_frac: float | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.state == COMPLETE and self.status == "ok" and self.guard_ok is not False and self.samples_per_s is not None
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The next trial to run."""
+
+    slot: str
+    kind: str  # baseline | remeasure | candidate
+    config: dict
+    stage: str | None = None
+    knob: str | None = None
+    value: object = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policy concluded about one knob."""
+
+    stage: str
+    knob: str
+    accepted_value: object | None
+    incumbent_samples_per_s: float
+    best_samples_per_s: float | None
+    threshold_frac: float
+    reason: str
+
+
+@dataclass
+class GreedyState:
+    """The replayed state: what to run next, or that the search must wait or is done."""
+
+    next: Proposal | None = None
+    waiting: bool = False
+    done: bool = False
+    failed_baseline: str | None = None
+    incumbent: dict = field(default_factory=dict)
+    incumbent_samples_per_s: float | None = None
+    baseline_samples_per_s: float | None = None
+    noise_frac: float = _NOISE_FLOOR
+    decisions: list[Decision] = field(default_factory=list)
+    stage_order: list[str] = field(default_factory=list)
+
+
+class _Blocked(Exception):
+    """Raised inside the replay when a needed trial is not finished yet."""
+
+
+class _Replay:
+    """Walks the planned trial sequence against the records."""
+
+    def __init__(self, records: Iterable[Record]):
+        self.by_slot = {r.slot: r for r in records if r.state != RETRY}
+        self.state = GreedyState()
+
+    def need(self, proposal: Proposal) -> Record | None:
+        """The record of `proposal`'s slot; None (and the proposal noted as next) if not run yet."""
+        record = self.by_slot.get(proposal.slot)
+        if record is not None and record.state == COMPLETE:
+            return record
+        if record is None and self.state.next is None:
+            self.state.next = proposal
+        return None
+
+    def need_all(self, proposals: list[Proposal]) -> list[Record]:
+        records = [self.need(p) for p in proposals]
+        if any(r is None for r in records):
+            raise _Blocked
+        return records
+
+
+def order_stages(stages: list[str], baseline: Record) -> list[str]:
+    """Stage order for this workload: data first when the baseline is input-bound, else as given."""
+    if baseline.input_bound_frac is not None and baseline.input_bound_frac >= _INPUT_BOUND_FIRST and "data" in stages:
+        return ["data"] + [s for s in stages if s != "data"]
+    return list(stages)
+
+
+def plan_greedy(space: list[KnobSpace], records: Iterable[Record],
+                conflicts: Callable[[dict], str | None] = lambda config: None) -> GreedyState:
+    """Replay every decision from `records` and say what to run next.
+
+    Args:
+        space: the knobs to tune, in stage order.
+        records: all trials so far (any order of completion; slots identify them).
+        conflicts: returns why a config cannot run (e.g. prefetch without workers), or None.
+    """
+    replay = _Replay(records)
+    state = replay.state
+    try:
+        _walk(space, replay, conflicts)
+        state.done = state.next is None and not state.failed_baseline
+    except _Blocked:
+        state.waiting = state.next is None
+    return state
+
+
+def _walk(space: list[KnobSpace], replay: _Replay, conflicts) -> None:
+    state = replay.state
+    base, again = replay.need_all([Proposal("baseline", "baseline", {}), Proposal("baseline#2", "remeasure", {})])
+    if not base.usable:
+        state.failed_baseline = f"the baseline trial failed ({base.status}); nothing to compare against"
+        return
+    state.baseline_samples_per_s = base.samples_per_s
+    current = again if again.usable else base
+    state.incumbent_samples_per_s, state.noise_frac = current.samples_per_s, _noise(base, again)
+    stages = list(dict.fromkeys(k.stage for k in space))
+    state.stage_order = order_stages(stages, base)
+    incumbent_record = current
+    for index, stage in enumerate(state.stage_order):
+        if index > 0:
+            remeasured = replay.need_all([Proposal(f"remeasure:{stage}", "remeasure", dict(state.incumbent), stage)])[0]
+            if remeasured.usable:
+                incumbent_record = remeasured
+                state.incumbent_samples_per_s = remeasured.samples_per_s
+                state.noise_frac = max(state.noise_frac, remeasured.ci_rel or 0.0)
+        for knob in (k for k in space if k.stage == stage):
+            incumbent_record = _decide_knob(knob, replay, conflicts, incumbent_record)
+
+
+def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, incumbent_record: Record) -> Record:
+    state = replay.state
+    current = state.incumbent.get(knob.name, knob.default)
+    proposals = []
+    for value in knob.values:
+        if value == current:
+            continue
+        config = _with(state.incumbent, knob, value)
+        if conflicts(config) is None:
+            proposals.append(Proposal(f"cand:{knob.name}={value}", "candidate", config, knob.stage, knob.name, value))
+    if not proposals:
+        return incumbent_record
+    records = replay.need_all(proposals)
+    usable = [(r, p) for r, p in zip(records, proposals) if r.usable]
+    inc_sps = state.incumbent_samples_per_s
+    if not usable:
+        state.decisions.append(Decision(knob.stage, knob.name, None, inc_sps, None, state.noise_frac,
+                                        "rejected: every value failed or failed the guard"))
+        return incumbent_record
+    best, proposal = max(usable, key=lambda rp: rp[0].samples_per_s)
+    threshold = max(state.noise_frac, (best.ci_rel or 0.0) + (incumbent_record.ci_rel or 0.0))
+    gain = best.samples_per_s / inc_sps - 1
+    if gain > threshold:
+        state.incumbent = proposal.config
+        state.incumbent_samples_per_s = best.samples_per_s
+        state.decisions.append(Decision(knob.stage, knob.name, proposal.value, inc_sps, best.samples_per_s, threshold,
+                                        f"accepted: {gain:+.1%} beats the noise ({threshold:.1%})"))
+        return best
+    state.decisions.append(Decision(knob.stage, knob.name, None, inc_sps, best.samples_per_s, threshold,
+                                    f"rejected: best {knob.name}={proposal.value} gives {gain:+.1%}, within the noise ({threshold:.1%})"))
+    return incumbent_record
+
+
+def _with(config: dict, knob: KnobSpace, value: object) -> dict:
+    merged = dict(config)
+    if value == knob.default:
+        merged.pop(knob.name, None)
+    else:
+        merged[knob.name] = value
+    return merged
+
+
+def _noise(first: Record, second: Record) -> float:
+    """Relative noise from two measurements of the same config and their own CIs."""
+    noise = max(_NOISE_FLOOR, first.ci_rel or 0.0, second.ci_rel or 0.0)
+    if first.usable and second.usable:
+        noise = max(noise, abs(first.samples_per_s - second.samples_per_s) / min(first.samples_per_s, second.samples_per_s))
+    return noise

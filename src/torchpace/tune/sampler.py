@@ -1,0 +1,59 @@
+"""GreedySampler: the greedy policy as an Optuna sampler.
+
+Call order (Optuna's): `before_trial` -> `infer_relative_search_space` / `sample_relative` (empty
+here) -> `sample_independent` once per `trial.suggest_*` -> the objective -> `after_trial`.
+`before_trial` replays the study's finished trials through `plan_greedy` and pins the next proposal
+on the trial (its slot, kind and config) as system attributes; `sample_independent` answers each
+knob from that proposal. A trial that finds nothing to run yet (every pending trial is in flight in
+another process) is told to wait; one that finds the search complete is told it is done.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+
+from torchpace.tune.policy import GreedyState, Proposal, plan_greedy
+from torchpace.tune.space import KnobSpace
+from torchpace.tune.study import ATTR, build_records, trial_info
+
+
+class GreedySampler(BaseSampler):
+    """One knob at a time from the incumbent, stage by stage (see `torchpace.tune.policy`)."""
+
+    def __init__(self, space: list[KnobSpace], conflicts: Callable[[dict], str | None]):
+        self.space = space
+        self.conflicts = conflicts
+
+    def plan(self, study: optuna.Study, exclude_number: int | None = None) -> GreedyState:
+        """Replay the study's trials (all but trial `exclude_number`) into the policy's state."""
+        trials = [t for t in study.get_trials(deepcopy=False) if t.number != exclude_number]
+        return plan_greedy(self.space, build_records(trials), self.conflicts)
+
+    def assign(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> GreedyState:
+        """Pin the next proposal (or wait/done) on `trial`."""
+        state = self.plan(study, exclude_number=trial.number)
+        proposal: Proposal | None = state.next
+        info: dict[str, Any] = {"action": "run" if proposal else ("wait" if state.waiting else "done")}
+        if proposal:
+            info.update(slot=proposal.slot, kind=proposal.kind, stage=proposal.stage, knob=proposal.knob,
+                        value=proposal.value, config=proposal.config)
+        study._storage.set_trial_system_attr(trial._trial_id, ATTR, info)
+        return state
+
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.assign(study, trial)
+
+    def infer_relative_search_space(self, study, trial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(self, study, trial, search_space) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study, trial, param_name: str, param_distribution: BaseDistribution) -> Any:
+        config = trial_info(study._storage.get_trial(trial._trial_id)).get("config", {})
+        default = next(k.default for k in self.space if k.name == param_name)
+        return config.get(param_name, default)

@@ -1,0 +1,37 @@
+"""The search space: for this host and workload, each applicable knob with the values to try."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchpace.knobs import knobs_in_stage_order
+
+TUNED_STAGES = ("system", "data", "compute", "memory")
+
+
+@dataclass(frozen=True)
+class KnobSpace:
+    """One knob in the search: its stage, default, and every value worth trying (default first)."""
+
+    stage: str
+    name: str
+    default: object
+    values: tuple
+
+    @property
+    def alternatives(self) -> tuple:
+        return tuple(v for v in self.values if v != self.default)
+
+
+def build_space(host, workload, stages: tuple[str, ...] = TUNED_STAGES, only: set[str] | None = None) -> list[KnobSpace]:
+    """Applicable knobs of `stages` (in stage order) with their candidates; `only` restricts names."""
+    space = []
+    for knob in knobs_in_stage_order():
+        if knob.stage not in stages or (only is not None and knob.name not in only):
+            continue
+        if knob.applies(host, workload) is not None:
+            continue
+        values = tuple(knob.candidates(host, workload))
+        if len(values) > 1:
+            space.append(KnobSpace(knob.stage, knob.name, knob.default, values))
+    return space

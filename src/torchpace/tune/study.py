@@ -1,0 +1,122 @@
+"""The study on Optuna: storage, torchpace metadata checks, and trial records for the policy.
+
+Default storage is a SQLite file `.torchpace/studies.db` in the working directory; any Optuna RDB URL
+(e.g. PostgreSQL) lets several identical hosts work one study. Heartbeats mark the trials of a killed
+tuner as failed after a grace period, so `--resume` re-runs them and loses no finished trial.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from torchpace.errors import UsageError
+from torchpace.tune.guard import check_guard
+from torchpace.tune.policy import COMPLETE, RETRY, RUNNING, Record
+
+STUDY_KIND = "torchpace.study"
+STUDY_SCHEMA_VERSION = 1
+ATTR = "torchpace"
+_HEARTBEAT_INTERVAL_S = 2
+_GRACE_PERIOD_S = 10  # a trial whose tuner sent no heartbeat for this long is failed (then re-run)
+_SQLITE_TIMEOUT_S = 60  # concurrent tuners on one SQLite file wait this long for its lock
+
+
+def default_storage_url(workdir: Path | None = None) -> str:
+    directory = (workdir or Path.cwd()) / ".torchpace"
+    directory.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{directory / 'studies.db'}"
+
+
+def open_storage(url: str):
+    """An Optuna RDBStorage with heartbeats; UsageError when the URL is not a usable database."""
+    import optuna
+    import sqlalchemy.exc
+
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        engine_kwargs = {"connect_args": {"timeout": _SQLITE_TIMEOUT_S}}
+    try:
+        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's words; we rely on them
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=_HEARTBEAT_INTERVAL_S,
+                                              grace_period=_GRACE_PERIOD_S)
+    except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError) as err:
+        raise UsageError(f"--storage {url!r} is not a usable Optuna database: {str(err).splitlines()[0]}") from None
+
+
+def study_metadata(workload: str, host, strategy: str) -> dict[str, Any]:
+    return {"kind": STUDY_KIND, "schema_version": STUDY_SCHEMA_VERSION, "workload": workload,
+            "host_fingerprint": host.fingerprint(), "host": host.summary(), "strategy": strategy}
+
+
+def check_study_metadata(name: str, meta: dict | None, expected: dict[str, Any]) -> None:
+    """UsageError when an existing study is not torchpace's, or was tuned elsewhere or on another workload."""
+    if not meta or meta.get("kind") != STUDY_KIND:
+        raise UsageError(f"study {name!r} exists but is not a torchpace study; choose another --study name")
+    if meta.get("schema_version") != STUDY_SCHEMA_VERSION:
+        raise UsageError(f"study {name!r} has torchpace study schema {meta.get('schema_version')!r}; this torchpace reads {STUDY_SCHEMA_VERSION}")
+    for key, label in (("workload", "workload"), ("host_fingerprint", "host fingerprint"), ("strategy", "strategy")):
+        if meta.get(key) != expected[key]:
+            raise UsageError(f"study {name!r} was tuned with {label} {meta.get(key)!r}, not {expected[key]!r}: "
+                             "its measurements do not transfer; use a new --study name")
+
+
+def open_study(storage, name: str, meta: dict[str, Any], resume: bool, sampler):
+    """Create a new study, or (with `resume`) load and check an existing one."""
+    import optuna
+
+    existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
+    if name in existing:
+        old_meta = existing[name].user_attrs.get(ATTR)
+        check_study_metadata(name, old_meta, meta)
+        if not resume and existing[name].n_trials:
+            raise UsageError(f"study {name!r} already has {existing[name].n_trials} trials: pass --resume to continue it, "
+                             "or --study NEW_NAME to start another")
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    if resume:
+        raise UsageError(f"--resume: no study named {name!r} in this storage (known: {', '.join(existing) or 'none'})")
+    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize")
+    study.set_user_attr(ATTR, meta)
+    return study
+
+
+def trial_info(trial) -> dict[str, Any]:
+    """The torchpace attributes of an Optuna trial (empty for trials torchpace did not annotate)."""
+    info = dict(trial.system_attrs.get(ATTR, {}))
+    info.update(trial.user_attrs.get(ATTR, {}))
+    return info
+
+
+def build_records(trials) -> list[Record]:
+    """Policy records from Optuna trials, with the guard checked against the baseline's curve."""
+    import optuna
+
+    infos = [(t, trial_info(t)) for t in trials]
+    baseline = next((i for t, i in infos if i.get("slot") == "baseline" and i.get("status") == "ok"), None)
+    base_losses = (baseline or {}).get("guard_losses") or []
+    records = []
+    for trial, info in infos:
+        if "slot" not in info or trial.state in (optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.WAITING):
+            continue
+        records.append(_record(trial, info, base_losses))
+    return records
+
+
+def _record(trial, info: dict, base_losses: list[float]) -> Record:
+    import optuna
+
+    state = {optuna.trial.TrialState.RUNNING: RUNNING}.get(trial.state, COMPLETE)
+    status = info.get("status", "ok" if trial.state == optuna.trial.TrialState.COMPLETE else "lost")
+    if status in ("budget", "lost"):
+        state = RETRY  # cut by the budget, or its tuner died: not a verdict on the config
+    if trial.state == optuna.trial.TrialState.RUNNING:
+        state, status = RUNNING, "running"
+    bench = info.get("bench") or {}
+    guard_losses = info.get("guard_losses") or []
+    guard_ok = None
+    if status == "ok" and base_losses and guard_losses:
+        guard_ok = check_guard(base_losses, guard_losses).ok
+    return Record(info["slot"], dict(info.get("config", {})), state, status, bench.get("samples_per_s"),
+                  bench.get("ci_rel_halfwidth"), guard_ok, bench.get("input_bound_frac"))

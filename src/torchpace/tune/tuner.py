@@ -1,0 +1,266 @@
+"""`run_tune`: the study loop. Each trial runs in its own process (`torchpace.trial`), its result
+is stored on the Optuna trial, and the strategy (greedy by default) picks the next one. At the end,
+or when the budget runs out or the user presses Ctrl-C, the best config so far is written.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from torchpace.errors import UsageError
+from torchpace.tune.space import KnobSpace, build_space
+
+STRATEGIES = ("greedy", "tpe", "random", "grid")
+_WAIT_POLL_S = 2.0  # how often a waiting worker looks for a free trial
+_TRIAL_TIMEOUT_FACTOR = 3.0  # a trial may take this many times its bench cap (guard steps, compile)
+_TRIAL_TIMEOUT_MARGIN_S = 60.0
+_STORED_STDERR_CHARS = 1500
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """Everything `torchpace tune` takes. Times in seconds."""
+
+    workload: str | None = None
+    budget_s: float = 900.0
+    max_trials: int | None = None
+    strategy: str = "greedy"
+    storage: str | None = None
+    study: str | None = None
+    resume: bool = False
+    out: Path = Path("torchpace.toml")
+    guard_steps: int = 30
+    trial_time_s: float = 20.0
+    knobs: frozenset[str] | None = None  # restrict the search to these knobs
+    seed: int = 0
+    trial_timeout_s: float | None = None  # default: trial_time_s * 3 + 60 (guard steps, compile)
+
+
+@dataclass
+class TuneOutcome:
+    """What a tune found; `to_dict` is the `--json` output."""
+
+    study: str
+    storage: str
+    strategy: str
+    workload: str
+    baseline: dict[str, Any] | None
+    best_config: dict[str, Any]
+    best: dict[str, Any] | None
+    speedup: float | None
+    accepted: list[dict[str, Any]]
+    trials: list[dict[str, Any]]
+    out_path: str | None
+    stopped: str
+    failed_baseline: str | None = None
+    guard_note: str = ""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _fail_stale_trials(study) -> None:
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def _worker_id() -> str:
+    """host:pid of this tuner process, stored on each trial (several tuners may share a study)."""
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class _TrialFailed(Exception):
+    """A trial ended with a failure class (a result, not an error of the tuner)."""
+
+
+def make_conflicts(space: list[KnobSpace]) -> Callable[[dict], str | None]:
+    """A function: config -> the first knob conflict in it (e.g. prefetch without workers), or None."""
+    from torchpace.config import RunConfig
+
+    def conflicts(config: dict) -> str | None:
+        values = RunConfig(config).full_values()
+        for knob_space in space:
+            from torchpace.knobs import REGISTRY
+
+            reason = REGISTRY[knob_space.name].conflicts(values)
+            if reason:
+                return reason
+        return None
+
+    return conflicts
+
+
+def make_sampler(strategy: str, space: list[KnobSpace], conflicts, seed: int):
+    import optuna
+
+    from torchpace.tune.sampler import GreedySampler
+
+    if strategy == "greedy":
+        return GreedySampler(space, conflicts)
+    if strategy == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if strategy == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if strategy == "grid":
+        return optuna.samplers.GridSampler({k.name: list(k.values) for k in space}, seed=seed)
+    raise UsageError(f"--strategy {strategy!r} is not valid; valid strategies: {', '.join(STRATEGIES)}")
+
+
+class Tuner:
+    """Runs one tune session against a study (several sessions may share the study)."""
+
+    def __init__(self, options: TuneOptions, host, on_event: Callable[..., None] | None = None):
+        import optuna
+
+        from torchpace.tune.study import default_storage_url, open_storage, open_study, study_metadata
+        from torchpace.workload import DEFAULT_WORKLOAD, load_workload
+
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # torchpace renders its own progress
+
+        if options.strategy not in STRATEGIES:
+            raise UsageError(f"--strategy {options.strategy!r} is not valid; valid strategies: {', '.join(STRATEGIES)}")
+        self.options, self.host = options, host
+        self.on_event = on_event or (lambda kind, **data: None)
+        self.spec = options.workload or DEFAULT_WORKLOAD
+        workload = load_workload(self.spec)
+        self.workload_name = workload.name
+        self.space = build_space(host, workload, only=options.knobs)
+        self.conflicts = make_conflicts(self.space)
+        self.sampler = make_sampler(options.strategy, self.space, self.conflicts, options.seed)
+        self.storage_url = options.storage or default_storage_url()
+        self.study_name = options.study or f"torchpace-{self.workload_name}"
+        meta = study_metadata(self.spec, host, options.strategy)
+        self.study = open_study(open_storage(self.storage_url), self.study_name, meta, options.resume, self.sampler)
+        self.deadline = time.monotonic() + options.budget_s
+
+    # ---- the loop -------------------------------------------------------------------------------
+    def run(self) -> TuneOutcome:
+        """Run trials until the strategy is done, the budget or trial cap is reached, or Ctrl-C."""
+        self._enqueue_baseline()
+        stopped = "done"
+        try:
+            if not self._search_done():
+                self.study.optimize(self._objective, n_trials=self.options.max_trials, timeout=self.options.budget_s,
+                                    catch=(_TrialFailed,), callbacks=[self._after_trial])
+                stopped = "done" if self._search_done() else self._why_stopped()
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+            raise
+        finally:
+            self.outcome = self._finish(stopped)
+        return self.outcome
+
+    def _why_stopped(self) -> str:
+        if time.monotonic() >= self.deadline:
+            return "budget"
+        return "max-trials" if self.options.max_trials else "done"
+
+    def _enqueue_baseline(self) -> None:
+        if self.options.strategy == "greedy" or self.study.get_trials(deepcopy=False):
+            return
+        from torchpace.tune.study import ATTR
+
+        defaults = {k.name: k.default for k in self.space}
+        self.study.enqueue_trial(defaults, user_attrs={ATTR: {"slot": "baseline", "kind": "baseline", "config": {}}})
+
+    def _search_done(self) -> bool:
+        if self.options.strategy != "greedy":
+            return False
+        state = self.sampler.plan(self.study)
+        return state.done or bool(state.failed_baseline)
+
+    def _after_trial(self, study, trial) -> None:
+        if self._search_done():
+            study.stop()
+
+    def _objective(self, trial) -> float:
+        import optuna
+
+        from torchpace.tune.study import ATTR, trial_info
+
+        if self.options.strategy == "greedy":
+            info = self._await_assignment(trial)
+        else:
+            info = trial_info(self.study._storage.get_trial(trial._trial_id))
+        if info.get("action") == "done":
+            self.study.stop()
+            raise optuna.TrialPruned("the search is complete")
+        config = {k.name: trial.suggest_categorical(k.name, list(k.values)) for k in self.space}
+        config = {k.name: config[k.name] for k in self.space if config[k.name] != k.default}
+        info = {"slot": f"trial:{trial.number}", "kind": "candidate", **info, "config": config, "worker": _worker_id()}
+        self.study._storage.set_trial_system_attr(trial._trial_id, ATTR, info)
+        result = self._run_one(trial.number, info)
+        trial.set_user_attr(ATTR, result)
+        self.on_event("trial_done", number=trial.number, info=info, result=result)
+        if result["status"] != "ok":
+            raise _TrialFailed(result["status"])
+        return float(result["bench"]["samples_per_s"])
+
+    def _await_assignment(self, trial) -> dict:
+        """Greedy: the proposal pinned on this trial, waiting while other processes hold every pending trial."""
+        from torchpace.tune.study import trial_info
+
+        while True:
+            frozen = self.study._storage.get_trial(trial._trial_id)
+            info = trial_info(frozen)
+            if info.get("action") != "wait" or time.monotonic() >= self.deadline:
+                return info if info.get("action") != "wait" else {**info, "action": "done"}
+            self.on_event("waiting")
+            time.sleep(_WAIT_POLL_S)
+            _fail_stale_trials(self.study)  # a killed tuner's trial: failed after its heartbeat grace, then re-run
+            self.sampler.assign(self.study, frozen)
+
+    def _run_one(self, number: int, info: dict) -> dict[str, Any]:
+        """Run one trial process; returns what is stored on the Optuna trial."""
+        from torchpace.trial import TrialSpec, run_trial
+
+        reason = self.conflicts(info["config"])
+        if reason:
+            return {**info, "status": "invalid", "error": reason}
+        self.on_event("trial_start", number=number, info=info, budget_left_s=self.deadline - time.monotonic())
+        spec = TrialSpec(workload=self.spec, config=info["config"], max_time_s=self.options.trial_time_s,
+                         guard_steps=self.options.guard_steps, sys_path=[os.getcwd()])
+        cap_s = self.options.trial_timeout_s or self.options.trial_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
+        remaining = self.deadline - time.monotonic()
+        result = run_trial(spec, self.host, timeout_s=max(1.0, min(cap_s, remaining)))
+        status = result.status
+        if status == "timeout" and remaining < cap_s:
+            status = "budget"  # cut by the budget, not a verdict on the config: re-run on --resume
+        bench = dict(result.bench or {})
+        bench.pop("loss_values", None)
+        bench.pop("host", None)
+        return {**info, "status": status, "bench": bench or None, "guard_losses": result.guard_losses,
+                "error": result.error[-_STORED_STDERR_CHARS:], "stderr_tail": result.stderr_tail[-_STORED_STDERR_CHARS:],
+                "wall_time_s": result.wall_time_s}
+
+    # ---- the outcome ----------------------------------------------------------------------------
+    def _finish(self, stopped: str) -> TuneOutcome:
+        from torchpace.tune.outcome import build_outcome
+
+        outcome = build_outcome(self, stopped)
+        if outcome.best is not None:
+            self._save(outcome)
+        return outcome
+
+    def _save(self, outcome: TuneOutcome) -> None:
+        from torchpace.config import RunConfig, save_config
+
+        result = {"workload": self.spec, "study": self.study_name, "storage": self.storage_url,
+                  "baseline_samples_per_s": outcome.baseline["samples_per_s"],
+                  "tuned_samples_per_s": outcome.best["samples_per_s"],
+                  "tuned_ci_low": outcome.best["samples_per_s_ci_low"], "tuned_ci_high": outcome.best["samples_per_s_ci_high"],
+                  "speedup": outcome.speedup}
+        save_config(RunConfig(outcome.best_config, self.host.summary(), result), self.options.out)
+        outcome.out_path = str(self.options.out)

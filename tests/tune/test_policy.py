@@ -1,0 +1,122 @@
+"""The greedy policy's decisions on recorded trial tables (pure: no timing, no processes)."""
+
+from torchpace.tune.guard import check_guard, smooth
+from torchpace.tune.policy import RETRY, RUNNING, Record, plan_greedy
+from torchpace.tune.space import KnobSpace
+
+SPACE = [
+    KnobSpace("data", "data.num_workers", 0, (0, 1, 2)),
+    KnobSpace("data", "data.persistent_workers", False, (False, True)),
+    KnobSpace("compute", "precision.amp", "off", ("off", "bf16")),
+]
+
+
+def conflicts(config):
+    if config.get("data.persistent_workers") and not config.get("data.num_workers"):
+        return "needs workers"
+    return None
+
+
+def ok(slot, config, sps, ci=0.01, **kw):
+    return Record(slot, config, samples_per_s=sps, ci_rel=ci, **kw)
+
+
+def play(table):
+    return plan_greedy(SPACE, table, conflicts)
+
+
+def test_starts_with_two_baselines():
+    assert play([]).next.slot == "baseline"
+    assert play([ok("baseline", {}, 100)]).next.slot == "baseline#2"
+
+
+def test_then_tries_each_value_of_the_first_knob_from_the_incumbent():
+    table = [ok("baseline", {}, 100), ok("baseline#2", {}, 101)]
+    state = play(table)
+    assert state.next.slot == "cand:data.num_workers=1" and state.next.config == {"data.num_workers": 1}
+    table.append(Record("cand:data.num_workers=1", {"data.num_workers": 1}, state=RUNNING))
+    # a second worker gets the other value of the same knob, not the same trial
+    assert play(table).next.slot == "cand:data.num_workers=2"
+
+
+def test_waits_when_every_trial_of_the_knob_is_in_flight():
+    table = [ok("baseline", {}, 100), ok("baseline#2", {}, 101),
+             Record("cand:data.num_workers=1", {"data.num_workers": 1}, state=RUNNING),
+             Record("cand:data.num_workers=2", {"data.num_workers": 2}, state=RUNNING)]
+    state = play(table)
+    assert state.waiting and state.next is None and not state.done
+
+
+def test_accepts_a_gain_beyond_the_noise_and_builds_on_it():
+    table = [ok("baseline", {}, 100), ok("baseline#2", {}, 102),
+             ok("cand:data.num_workers=1", {"data.num_workers": 1}, 150),
+             ok("cand:data.num_workers=2", {"data.num_workers": 2}, 180)]
+    state = play(table)
+    assert state.decisions[0].accepted_value == 2 and state.incumbent == {"data.num_workers": 2}
+    # persistent workers is now possible (it conflicted without workers) and is tried on top
+    assert state.next.config == {"data.num_workers": 2, "data.persistent_workers": True}
+
+
+def test_rejects_a_gain_within_the_measured_noise():
+    # baselines 100 and 106: 6% noise; a 4% gain is not a change
+    table = [ok("baseline", {}, 100), ok("baseline#2", {}, 106),
+             ok("cand:data.num_workers=1", {"data.num_workers": 1}, 109),
+             ok("cand:data.num_workers=2", {"data.num_workers": 2}, 110)]
+    state = play(table)
+    assert state.decisions[0].accepted_value is None and "within the noise" in state.decisions[0].reason
+    assert state.incumbent == {}
+    # persistent workers needs workers: skipped, and the next stage starts with a re-measurement
+    assert state.next.slot == "remeasure:compute" and state.next.config == {}
+
+
+def test_failed_and_guard_failed_values_are_never_chosen_or_retried():
+    table = [ok("baseline", {}, 100), ok("baseline#2", {}, 100),
+             Record("cand:data.num_workers=1", {"data.num_workers": 1}, status="crash"),
+             ok("cand:data.num_workers=2", {"data.num_workers": 2}, 300, guard_ok=False),
+             ok("remeasure:compute", {}, 100),
+             Record("cand:precision.amp=bf16", {"precision.amp": "bf16"}, status="nonfinite")]
+    state = play(table)
+    assert [d.accepted_value for d in state.decisions] == [None, None]
+    assert state.done and state.next is None and state.incumbent == {}
+
+
+def test_budget_cut_trial_is_run_again_on_resume():
+    table = [ok("baseline", {}, 100), Record("baseline#2", {}, state=RETRY)]
+    assert play(table).next.slot == "baseline#2"
+
+
+def test_drift_is_caught_by_the_stage_boundary_remeasure():
+    table = [ok("baseline", {}, 100), ok("baseline#2", {}, 100),
+             ok("cand:data.num_workers=1", {"data.num_workers": 1}, 200),
+             ok("cand:data.num_workers=2", {"data.num_workers": 2}, 150),
+             ok("cand:data.persistent_workers=True", {"data.num_workers": 1, "data.persistent_workers": True}, 201),
+             ok("remeasure:compute", {"data.num_workers": 1}, 160),  # the host slowed down
+             ok("cand:precision.amp=bf16", {"data.num_workers": 1, "precision.amp": "bf16"}, 190)]
+    state = play(table)
+    # 190 vs the re-measured 160 is +19%: accepted (against the stale 200 it would have looked worse)
+    assert state.decisions[-1].knob == "precision.amp" and state.decisions[-1].accepted_value == "bf16"
+    assert state.done
+
+
+def test_input_bound_baseline_puts_the_data_stage_first():
+    space = [KnobSpace("compute", "precision.amp", "off", ("off", "bf16")),
+             KnobSpace("data", "data.num_workers", 0, (0, 2))]
+    table = [ok("baseline", {}, 100, input_bound_frac=0.6), ok("baseline#2", {}, 100)]
+    state = plan_greedy(space, table)
+    assert state.stage_order == ["data", "compute"] and state.next.knob == "data.num_workers"
+
+
+def test_failed_baseline_ends_the_search_with_a_reason():
+    state = play([Record("baseline", {}, status="oom"), ok("baseline#2", {}, 1)])
+    assert state.failed_baseline and not state.done and state.next is None
+
+
+def test_guard_accepts_small_wobble_and_rejects_divergence():
+    base = [2.0 - 0.05 * i for i in range(30)]
+    assert check_guard(base, [v * 1.02 for v in base]).ok
+    assert check_guard(base, [v * 0.5 for v in base]).ok  # lower loss is never a failure
+    diverged = base[:15] + [2.5] * 15
+    verdict = check_guard(base, diverged)
+    assert not verdict.ok and "vs baseline" in verdict.reason
+    assert not check_guard(base, base[:-1] + [float("nan")]).ok
+    assert smooth([1.0, 0.0]) == [1.0, 0.7]
