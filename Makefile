@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.torchpace-installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench bench-tune clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_measurement.py
+	$(BIN)/python benchmarks/bench_monitor.py --duration 30
+	$(BIN)/python benchmarks/bench_profile.py
+
+bench-tune: $(STAMP)
+	$(BIN)/python benchmarks/bench_tune.py
 
 clean:
 	rm -rf $(VENV) .torchpace build src/*.egg-info

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, fixture_workload
+from _support import FIXTURES, fixture_workload
 
 
 def test_help_and_version_do_not_import_torch():

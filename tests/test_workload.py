@@ -4,7 +4,7 @@ import torch
 from torchpace.errors import UsageError, UserCodeError
 from torchpace.workload import BUILTIN_WORKLOADS, Workload, load_workload
 
-from conftest import FIXTURES
+from _support import FIXTURES
 
 
 def test_file_spec_builds_a_fresh_workload_each_time():

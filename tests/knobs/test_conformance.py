@@ -19,7 +19,6 @@ from torchpace.runtime import prepare
 from torchpace.runtime.checkpointing import CheckpointedBlock
 from torchpace.trial.runner import plan_trial_env
 
-from conftest import FIXTURES  # noqa: F401  (the tests dir is on sys.path under pytest)
 from fixtures.workloads import tiny_cnn, tiny_mlp
 
 
@@ -197,8 +196,10 @@ def test_knob_describes_itself_and_its_candidates(name, host):
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
-def test_knob_really_changes_what_it_claims(name, host):
+def test_knob_really_changes_what_it_claims(name, host, request):
     values, check = CLAIMS[name]
+    if name == "system.allocator":
+        request.getfixturevalue("system_packages")  # installs jemalloc where apt is available
     knob = REGISTRY[name]
     workload = tiny_cnn() if name in ("model.channels_last", "backends.cudnn_benchmark") else tiny_mlp()
     reason = knob.applies(host, workload) or knob.value_applies(values[name], host, workload)

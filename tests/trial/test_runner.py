@@ -7,7 +7,7 @@ import pytest
 
 from torchpace.trial import TrialSpec, plan_trial_env, run_trial
 
-from conftest import fixture_workload
+from _support import fixture_workload
 
 
 def _spec(name, **kw):

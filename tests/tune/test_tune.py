@@ -19,7 +19,7 @@ from torchpace.errors import UsageError
 from torchpace.tune.study import open_storage
 from torchpace.tune.tuner import TuneOptions, Tuner
 
-from conftest import fixture_workload
+from _support import fixture_workload
 
 
 def _options(tmp_path, name, knobs, **kw):
