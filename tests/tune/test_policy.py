@@ -120,3 +120,11 @@ def test_guard_accepts_small_wobble_and_rejects_divergence():
     assert not verdict.ok and "vs baseline" in verdict.reason
     assert not check_guard(base, base[:-1] + [float("nan")]).ok
     assert smooth([1.0, 0.0]) == [1.0, 0.7]
+
+
+def test_profile_verdict_of_the_baseline_orders_the_stages():
+    space = [KnobSpace("data", "data.num_workers", 0, (0, 2)),
+             KnobSpace("compute", "precision.amp", "off", ("off", "bf16"))]
+    table = [ok("baseline", {}, 100, verdict="compute-bound", input_bound_frac=0.3), ok("baseline#2", {}, 100)]
+    state = plan_greedy(space, table)
+    assert state.stage_order == ["compute", "data"] and state.next.knob == "precision.amp"

@@ -39,6 +39,7 @@ def test_greedy_records_failures_and_goes_on(tmp_path, host):
     outcome = tuner.run()
     slots = _by_slot(outcome)
     assert list(slots)[:2] == ["baseline", "baseline#2"]
+    assert slots["baseline"]["verdict"] in ("input-bound", "compute-bound", "host-sync-bound", "memory-bound")
     assert slots["cand:data.num_workers=2"]["status"] == "crash"
     assert slots["cand:data.num_workers=1"]["status"] == "ok"
     assert outcome.stopped == "done" and Path(outcome.out_path).exists()

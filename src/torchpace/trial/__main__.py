@@ -39,13 +39,23 @@ def run_spec(spec: TrialSpec) -> TrialResult:
         bench = run_bench(load_workload(spec.workload), spec.config, options, device=spec.device).to_dict()
         status = NONFINITE if is_nonfinite(bench["loss_values"]) else OK
         error = "loss became NaN/Inf while measuring" if status == NONFINITE else ""
-        return TrialResult(status, bench, guard_losses, error, wall_time_s=time.perf_counter() - start)
+        verdict = _profile_verdict(spec) if spec.profile and status == OK else None
+        return TrialResult(status, bench, guard_losses, error, wall_time_s=time.perf_counter() - start, verdict=verdict)
     except UsageError as err:
         return TrialResult(INVALID, error=str(err), wall_time_s=time.perf_counter() - start)
     except (UserCodeError, torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
         status = OOM if _is_oom(err) else CRASH
         detail = err.user_traceback if isinstance(err, UserCodeError) else traceback.format_exc()
         return TrialResult(status, error=f"{err}\n{detail[-4000:]}", wall_time_s=time.perf_counter() - start)
+
+
+def _profile_verdict(spec: TrialSpec) -> str:
+    """The bottleneck verdict of a short profile under the spec's config (e.g. `input-bound`)."""
+    from torchpace.profile.capture import CaptureOptions
+    from torchpace.profile.run import profile_workload
+
+    options = CaptureOptions(steps=3, python_steps=0, profile_memory=False)
+    return profile_workload(spec.workload, spec.config, options, device=spec.device).verdict.kind.value
 
 
 def _is_oom(err: BaseException) -> bool:

@@ -32,6 +32,8 @@ class TrialSpec:
         guard_steps: run this many seeded steps first and record their losses (0: no guard run).
         device: torch device string, or None for the default.
         sys_path: directories to prepend to sys.path in the child (the user's cwd).
+        profile: after the bench, profile a few steps and record the verdict (the tuner asks this
+            of the baseline, to try the stage that matters first).
     """
 
     workload: str
@@ -41,6 +43,7 @@ class TrialSpec:
     compute_only: bool = True
     device: str | None = None
     sys_path: list[str] = field(default_factory=list)
+    profile: bool = False  # also profile a few steps and report the bottleneck verdict
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -61,6 +64,7 @@ class TrialResult:
     stderr_tail: str = ""
     returncode: int | None = None
     wall_time_s: float = 0.0
+    verdict: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -35,7 +35,7 @@ def _row(trial, info: dict, base_losses: list[float]) -> dict[str, Any]:
         "samples_per_s": bench.get("samples_per_s"), "samples_per_s_ci_low": bench.get("samples_per_s_ci_low"),
         "samples_per_s_ci_high": bench.get("samples_per_s_ci_high"), "ci_rel_halfwidth": bench.get("ci_rel_halfwidth"),
         "peak_memory_bytes": bench.get("peak_memory_bytes"), "input_bound_frac": bench.get("input_bound_frac"),
-        "guard": None, "guard_reason": None, "guard_losses": info.get("guard_losses") or [],
+        "verdict": info.get("verdict"), "guard": None, "guard_reason": None, "guard_losses": info.get("guard_losses") or [],
         "error": (info.get("error") or "").strip().splitlines()[-1:] or None,
     }
     row["error"] = row["error"][0] if row["error"] else None

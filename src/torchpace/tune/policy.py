@@ -4,8 +4,8 @@ The tuning guides' loop, made honest:
 
 1. measure the baseline (plain PyTorch defaults) twice: the spread of the two is the first noise
    estimate;
-2. for each stage (system -> data -> compute -> memory; the stage the baseline's verdict points at
-   goes first), re-measure the incumbent at the stage boundary (catches machine drift), then for each
+2. for each stage (system -> data -> compute -> memory; the stage the baseline's profile verdict
+   points at goes first), re-measure the incumbent at the stage boundary (catches machine drift), then for each
    knob try every value from the incumbent, one knob at a time;
 3. accept a knob's best value only when it passed the convergence guard and beat the incumbent by
    more than the measured noise; a failed value (crash, OOM, NaN, timeout) is never retried.
@@ -48,6 +48,7 @@ class Record:
     ci_rel: float | None = None
     guard_ok: bool | None = None
     input_bound_frac: float | None = None
+    verdict: str | None = None  # the profile's bottleneck verdict (baseline only), e.g. "input-bound"
 
     @property
     def usable(self) -> bool:
@@ -123,10 +124,18 @@ class _Replay:
 
 
 def order_stages(stages: list[str], baseline: Record) -> list[str]:
-    """Stage order for this workload: data first when the baseline is input-bound, else as given."""
-    if baseline.input_bound_frac is not None and baseline.input_bound_frac >= _INPUT_BOUND_FIRST and "data" in stages:
-        return ["data"] + [s for s in stages if s != "data"]
-    return list(stages)
+    """Stage order for this workload: the stages the baseline's profile verdict points at go first
+    (e.g. data for input-bound); without a verdict, data first when the bench measured the baseline
+    waiting on data for >= 25% of its step; otherwise the order given."""
+    first: list[str] = []
+    if baseline.verdict:
+        from torchpace.profile.verdict import stages_to_try_first
+
+        first = stages_to_try_first(baseline.verdict)
+    elif baseline.input_bound_frac is not None and baseline.input_bound_frac >= _INPUT_BOUND_FIRST:
+        first = ["data"]
+    first = [s for s in first if s in stages]
+    return first + [s for s in stages if s not in first]
 
 
 def plan_greedy(space: list[KnobSpace], records: Iterable[Record],

@@ -119,4 +119,4 @@ def _record(trial, info: dict, base_losses: list[float]) -> Record:
     if status == "ok" and base_losses and guard_losses:
         guard_ok = check_guard(base_losses, guard_losses).ok
     return Record(info["slot"], dict(info.get("config", {})), state, status, bench.get("samples_per_s"),
-                  bench.get("ci_rel_halfwidth"), guard_ok, bench.get("input_bound_frac"))
+                  bench.get("ci_rel_halfwidth"), guard_ok, bench.get("input_bound_frac"), info.get("verdict"))

@@ -38,6 +38,7 @@ class TuneOptions:
     knobs: frozenset[str] | None = None  # restrict the search to these knobs
     seed: int = 0
     trial_timeout_s: float | None = None  # default: trial_time_s * 3 + 60 (guard steps, compile)
+    profile_baseline: bool = True  # profile the baseline; its verdict picks the stage tried first
 
 
 @dataclass
@@ -231,7 +232,8 @@ class Tuner:
             return {**info, "status": "invalid", "error": reason}
         self.on_event("trial_start", number=number, info=info, budget_left_s=self.deadline - time.monotonic())
         spec = TrialSpec(workload=self.spec, config=info["config"], max_time_s=self.options.trial_time_s,
-                         guard_steps=self.options.guard_steps, sys_path=[os.getcwd()])
+                         guard_steps=self.options.guard_steps, sys_path=[os.getcwd()],
+                         profile=self.options.profile_baseline and info.get("slot") == "baseline")
         cap_s = self.options.trial_timeout_s or self.options.trial_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
         remaining = self.deadline - time.monotonic()
         result = run_trial(spec, self.host, timeout_s=max(1.0, min(cap_s, remaining)))
@@ -241,7 +243,7 @@ class Tuner:
         bench = dict(result.bench or {})
         bench.pop("loss_values", None)
         bench.pop("host", None)
-        return {**info, "status": status, "bench": bench or None, "guard_losses": result.guard_losses,
+        return {**info, "status": status, "bench": bench or None, "guard_losses": result.guard_losses, "verdict": result.verdict,
                 "error": result.error[-_STORED_STDERR_CHARS:], "stderr_tail": result.stderr_tail[-_STORED_STDERR_CHARS:],
                 "wall_time_s": result.wall_time_s}
 
