@@ -11,7 +11,8 @@ Lifecycle, in the order torchpace calls it:
 6. `apply(value, target, ctx)` inside `prepare()`, at exactly the knob's `point`.
 
 `apply` targets by point: ENV -> nothing in-process (see child_env); GLOBAL -> an ExitStack to enter
-a set-and-restore context on; LOADER -> the DataLoader kwargs dict; MODEL -> the model, returns the
+a set-and-restore context on; DATASET -> the dataset, returns the (possibly new) dataset the
+loader reads (e.g. another decoder or file format); LOADER -> the DataLoader kwargs dict; MODEL -> the model, returns the
 (possibly new) model; OPTIMIZER -> the optimizer, returns the (possibly new) optimizer; STEP -> the
 mutable StepOptions.
 """
@@ -38,6 +39,7 @@ class Point(str, enum.Enum):
 
     ENV = "env"
     GLOBAL = "global"
+    DATASET = "dataset"
     LOADER = "loader"
     MODEL = "model"
     OPTIMIZER = "optimizer"

@@ -2,7 +2,8 @@
 
 `bench`, every tune trial, `profile` and users' own loops call it, so a config behaves the same in
 the tuner and in production. Knobs apply at their point, in this order: GLOBAL (inside an ExitStack
-that `Prepared.close()` / leaving the `with` block unwinds), MODEL, OPTIMIZER, LOADER, STEP.
+that `Prepared.close()` / leaving the `with` block unwinds), OPTIMIZER (built on the model's
+parameters), MODEL, DATASET, LOADER, STEP.
 ENV knobs (allocator, NUMA, thread env vars) cannot change a running process: `prepare()` records
 them in `Prepared.needs_launch`, and trials and `torchpace launch` put them in the child's env.
 """
@@ -22,8 +23,6 @@ from torchpace.host import HostFacts, probe_host
 from torchpace.knobs import REGISTRY, ApplyContext, Point
 from torchpace.runtime.batch import batch_len, split_batch, to_device
 from torchpace.workload import Workload
-
-_APPLY_POINTS = (Point.GLOBAL, Point.MODEL, Point.OPTIMIZER, Point.LOADER, Point.STEP)
 
 
 @dataclass
@@ -164,11 +163,11 @@ def _default_device(host: HostFacts) -> torch.device:
     return torch.device("cuda" if host.cuda_available else "cpu")
 
 
-def _build_loader(workload: Workload, kwargs: dict[str, Any]) -> torch.utils.data.DataLoader:
-    iterable = isinstance(workload.dataset, torch.utils.data.IterableDataset)
+def _build_loader(workload: Workload, dataset: Any, kwargs: dict[str, Any]) -> torch.utils.data.DataLoader:
+    iterable = isinstance(dataset, torch.utils.data.IterableDataset)
     generator = torch.Generator().manual_seed(workload.seed)
     return torch.utils.data.DataLoader(
-        workload.dataset,
+        dataset,
         batch_size=workload.batch_size,
         shuffle=workload.shuffle and not iterable,
         drop_last=workload.is_training,
@@ -220,6 +219,9 @@ def prepare(
         optimizer, scheduler = _build_optimizer(workload, model, by_point[Point.OPTIMIZER], values, ctx)
         for knob in by_point[Point.MODEL]:
             model = knob.apply(values[knob.name], model, ctx)
+        dataset = workload.dataset
+        for knob in by_point[Point.DATASET]:
+            dataset = knob.apply(values[knob.name], dataset, ctx)
         loader_kwargs: dict[str, Any] = {}
         for knob in by_point[Point.LOADER]:
             knob.apply(values[knob.name], loader_kwargs, ctx)
@@ -232,7 +234,7 @@ def prepare(
         stack.close()
         raise
     prepared = Prepared(workload, config, host, device, model, optimizer, scheduler,
-                        _build_loader(workload, loader_kwargs), options, _pending_env_knobs(config, host), stack)
+                        _build_loader(workload, dataset, loader_kwargs), options, _pending_env_knobs(config, host), stack)
     if prepared.needs_launch:
         warnings.warn(f"process-level knobs {prepared.needs_launch} take effect only in a new process: "
                       "use `torchpace launch --config ...`", stacklevel=2)
