@@ -37,6 +37,7 @@ def open_storage(url: str):
     engine_kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         engine_kwargs = {"connect_args": {"timeout": _SQLITE_TIMEOUT_S}}
+        _make_sqlite_parent(url)
     try:
         with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's words; we rely on them
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -44,6 +45,13 @@ def open_storage(url: str):
                                               grace_period=_GRACE_PERIOD_S)
     except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError) as err:
         raise UsageError(f"--storage {url!r} is not a usable Optuna database: {str(err).splitlines()[0]}") from None
+
+
+def _make_sqlite_parent(url: str) -> None:
+    """Create the directory of a `sqlite:///path/to/file.db` URL (the file SQLite creates itself)."""
+    path = url.partition(":///")[2].split("?")[0]
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
 def study_metadata(workload: str, host, strategy: str) -> dict[str, Any]:
