@@ -70,7 +70,7 @@ def _accepted_changes(state, rows: list[dict]) -> list[dict]:
         if decision.accepted_value is None:
             continue
         config = {**config, decision.knob: decision.accepted_value}
-        row = _matching_row(rows, config) or {}
+        row = next((r for r in rows if r["slot"] == f"cand:{decision.knob}={decision.accepted_value}"), {})
         step_gain = decision.best_samples_per_s / decision.incumbent_samples_per_s
         cumulative *= step_gain
         accepted.append({

@@ -7,8 +7,9 @@ The tuning guides' loop, made honest:
 2. for each stage (system -> data -> compute -> memory; the stage the baseline's profile verdict
    points at goes first), re-measure the incumbent at the stage boundary (catches machine drift), then for each
    knob try every value from the incumbent, one knob at a time;
-3. accept a knob's best value only when it passed the convergence guard and beat the incumbent by
-   more than the measured noise; a failed value (crash, OOM, NaN, timeout) is never retried.
+3. accept a knob's best value only when it passed the convergence guard and beat the incumbent (the
+   median of its last three measurements) by more than the measured noise; a failed value (crash,
+   OOM, NaN, timeout) is never retried.
 
 Because every decision is recomputed from the trial records, a killed tune resumes exactly where
 it stopped, and several processes on one study each take a different pending trial.
@@ -16,13 +17,15 @@ it stopped, and several processes on one study each take a different pending tri
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from torchpace.tune.space import KnobSpace
 
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
-_INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
+_INPUT_BOUND_FIRST = 0.25
+_RECENT_MEASUREMENTS = 3  # the incumbent's figure is the median of its last three measurements  # baseline waiting >= 25% of its step on data: try data knobs first
 
 COMPLETE, RUNNING, RETRY = "complete", "running", "retry"
 
@@ -164,23 +167,33 @@ def _walk(space: list[KnobSpace], replay: _Replay, conflicts) -> None:
         state.failed_baseline = f"the baseline trial failed ({base.status}); nothing to compare against"
         return
     state.baseline_samples_per_s = base.samples_per_s
-    current = again if again.usable else base
-    state.incumbent_samples_per_s, state.noise_frac = current.samples_per_s, _noise(base, again)
+    state.noise_frac = _noise(base, again)
+    measurements = [r for r in (base, again) if r.usable]
+    state.incumbent_samples_per_s = _estimate(measurements)[0]
     stages = list(dict.fromkeys(k.stage for k in space))
     state.stage_order = order_stages(stages, base)
-    incumbent_record = current
     for index, stage in enumerate(state.stage_order):
         if index > 0:
             remeasured = replay.need_all([Proposal(f"remeasure:{stage}", "remeasure", dict(state.incumbent), stage)])[0]
             if remeasured.usable:
-                incumbent_record = remeasured
-                state.incumbent_samples_per_s = remeasured.samples_per_s
-                state.noise_frac = max(state.noise_frac, remeasured.ci_rel or 0.0)
+                measurements.append(remeasured)
+                state.incumbent_samples_per_s = _estimate(measurements)[0]
         for knob in (k for k in space if k.stage == stage):
-            incumbent_record = _decide_knob(knob, replay, conflicts, incumbent_record)
+            measurements = _decide_knob(knob, replay, conflicts, measurements)
 
 
-def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, incumbent_record: Record) -> Record:
+def _estimate(measurements: list[Record]) -> tuple[float, float]:
+    """(samples/s, CI half-width) of the incumbent: medians over its last three measurements.
+
+    The median of the recent re-measurements follows real drift (a host that stays slower) within
+    a stage or two, while one measurement taken during a load spike cannot move it on its own.
+    """
+    recent = measurements[-_RECENT_MEASUREMENTS:]
+    return (statistics.median(r.samples_per_s for r in recent), statistics.median(r.ci_rel or 0.0 for r in recent))
+
+
+def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, measurements: list[Record]) -> list[Record]:
+    """Try every value of `knob` from the incumbent; returns the (new) incumbent's measurements."""
     state = replay.state
     current = state.incumbent.get(knob.name, knob.default)
     proposals = []
@@ -191,26 +204,26 @@ def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, incumbent_record: 
         if conflicts(config) is None:
             proposals.append(Proposal(f"cand:{knob.name}={value}", "candidate", config, knob.stage, knob.name, value))
     if not proposals:
-        return incumbent_record
+        return measurements
     records = replay.need_all(proposals)
     usable = [(r, p) for r, p in zip(records, proposals) if r.usable]
-    inc_sps = state.incumbent_samples_per_s
+    inc_sps, inc_ci = _estimate(measurements)
     if not usable:
         state.decisions.append(Decision(knob.stage, knob.name, None, inc_sps, None, state.noise_frac,
                                         "rejected: every value failed or failed the guard"))
-        return incumbent_record
+        return measurements
     best, proposal = max(usable, key=lambda rp: rp[0].samples_per_s)
-    threshold = max(state.noise_frac, (best.ci_rel or 0.0) + (incumbent_record.ci_rel or 0.0))
+    threshold = max(state.noise_frac, (best.ci_rel or 0.0) + inc_ci)
     gain = best.samples_per_s / inc_sps - 1
     if gain > threshold:
         state.incumbent = proposal.config
         state.incumbent_samples_per_s = best.samples_per_s
         state.decisions.append(Decision(knob.stage, knob.name, proposal.value, inc_sps, best.samples_per_s, threshold,
                                         f"accepted: {gain:+.1%} beats the noise ({threshold:.1%})"))
-        return best
+        return [best]
     state.decisions.append(Decision(knob.stage, knob.name, None, inc_sps, best.samples_per_s, threshold,
                                     f"rejected: best {knob.name}={proposal.value} gives {gain:+.1%}, within the noise ({threshold:.1%})"))
-    return incumbent_record
+    return measurements
 
 
 def _with(config: dict, knob: KnobSpace, value: object) -> dict:
