@@ -12,7 +12,7 @@ import time
 import traceback
 from pathlib import Path
 
-from torchpace.trial.protocol import CRASH, INVALID, NONFINITE, OK, OOM, TrialResult, TrialSpec, is_nonfinite
+from torchpace.trial.protocol import CRASH, GUARD, INVALID, NONFINITE, OK, OOM, TrialResult, TrialSpec, is_nonfinite
 
 
 def run_spec(spec: TrialSpec) -> TrialResult:
@@ -20,6 +20,7 @@ def run_spec(spec: TrialSpec) -> TrialResult:
     import torch
 
     from torchpace.errors import UsageError, UserCodeError
+    from torchpace.inference.accuracy import AccuracyRejected
     from torchpace.measure.bench import BenchOptions, run_bench
     from torchpace.workload import load_workload
 
@@ -27,26 +28,42 @@ def run_spec(spec: TrialSpec) -> TrialResult:
     sys.path[:0] = spec.sys_path
     try:
         guard_losses: list[float] = []
+        guard_metric = None
         if spec.guard_steps:
             from torchpace.tune.guard import GUARD_SEED, run_guard_steps
 
             torch.manual_seed(GUARD_SEED)  # same initial weights for every trial, even unseeded workloads
-            guard_losses = run_guard_steps(load_workload(spec.workload), spec.config, spec.guard_steps, device=spec.device)
+            guard_losses, guard_metric = run_guard_steps(load_workload(spec.workload), spec.config, spec.guard_steps, device=spec.device)
             if is_nonfinite(guard_losses):
                 return TrialResult(NONFINITE, guard_losses=guard_losses, error="loss became NaN/Inf in the guard steps",
                                    wall_time_s=time.perf_counter() - start)
         options = BenchOptions(max_time_s=spec.max_time_s, compute_only=spec.compute_only)
-        bench = run_bench(load_workload(spec.workload), spec.config, options, device=spec.device).to_dict()
+        workload = load_workload(spec.workload)
+        bench = run_bench(workload, spec.config, options, device=spec.device, accuracy=_accuracy_guard(spec, workload)).to_dict()
         status = NONFINITE if is_nonfinite(bench["loss_values"]) else OK
         error = "loss became NaN/Inf while measuring" if status == NONFINITE else ""
         verdict = _profile_verdict(spec) if spec.profile and status == OK else None
-        return TrialResult(status, bench, guard_losses, error, wall_time_s=time.perf_counter() - start, verdict=verdict)
+        return TrialResult(status, bench, guard_losses, guard_metric, error, wall_time_s=time.perf_counter() - start,
+                           verdict=verdict)
+    except AccuracyRejected as err:
+        return TrialResult(GUARD, accuracy=err.report.to_dict(), error=str(err), wall_time_s=time.perf_counter() - start)
     except UsageError as err:
         return TrialResult(INVALID, error=str(err), wall_time_s=time.perf_counter() - start)
     except (UserCodeError, torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
         status = OOM if _is_oom(err) else CRASH
         detail = err.user_traceback if isinstance(err, UserCodeError) else traceback.format_exc()
         return TrialResult(status, error=f"{err}\n{detail[-4000:]}", wall_time_s=time.perf_counter() - start)
+
+
+def _accuracy_guard(spec: TrialSpec, workload):
+    """The accuracy guard of an inference trial: the fp32 eager reference of `workload`, captured
+    before `prepare()` changes its model (None for training workloads or without accuracy batches)."""
+    if workload.is_training or spec.accuracy_batches <= 0:
+        return None
+    from torchpace.inference.accuracy import AccuracyGuard, AccuracyTolerance
+
+    tolerance = AccuracyTolerance(spec.accuracy_rtol, spec.accuracy_atol, spec.min_top1_agreement)
+    return AccuracyGuard.capture(workload, spec.accuracy_batches, tolerance, enforce=True)
 
 
 def _profile_verdict(spec: TrialSpec) -> str:

@@ -34,6 +34,12 @@ class TrialSpec:
         sys_path: directories to prepend to sys.path in the child (the user's cwd).
         profile: after the bench, profile a few steps and record the verdict (the tuner asks this
             of the baseline, to try the stage that matters first).
+        objective: what the tuner optimises, `throughput` (samples/s) or `latency` (batch-1 p50);
+            the child measures both for inference workloads, the parent ranks by this one.
+        accuracy_batches: for inference workloads, compare outputs with the fp32 eager reference
+            on this many batches before measuring (0: no accuracy guard); beyond `accuracy_rtol`
+            (relative to the largest reference output), `accuracy_atol` or `min_top1_agreement`,
+            the trial ends as `guard` without being timed.
     """
 
     workload: str
@@ -44,6 +50,11 @@ class TrialSpec:
     device: str | None = None
     sys_path: list[str] = field(default_factory=list)
     profile: bool = False  # also profile a few steps and report the bottleneck verdict
+    objective: str = "throughput"
+    accuracy_batches: int = 0
+    accuracy_rtol: float = 0.05
+    accuracy_atol: float = 1e-5
+    min_top1_agreement: float = 0.99
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -60,11 +71,13 @@ class TrialResult:
     status: str
     bench: dict[str, Any] | None = None
     guard_losses: list[float] = field(default_factory=list)
+    guard_metric: float | None = None  # the workload's evaluate() after the guard steps
     error: str = ""
     stderr_tail: str = ""
     returncode: int | None = None
     wall_time_s: float = 0.0
     verdict: str | None = None
+    accuracy: dict[str, Any] | None = None  # inference: outputs vs the fp32 eager reference (AccuracyReport)
 
     @property
     def ok(self) -> bool:

@@ -17,8 +17,9 @@ from torchpace.workload import Workload
 GUARD_SEED = 1234
 
 
-def run_guard_steps(workload: Workload, config: Any, steps: int, device: str | None = None) -> list[float]:
-    """Loss of each of the first `steps` optimizer steps under `config`, from a fixed seed.
+def run_guard_steps(workload: Workload, config: Any, steps: int, device: str | None = None) -> tuple[list[float], float | None]:
+    """Loss of each of the first `steps` optimizer steps under `config`, from a fixed seed, and the
+    workload's `evaluate(model)` after them (None when it has none).
 
     Data order comes from the workload's seeded loader generator; model-side randomness (dropout)
     from `torch.manual_seed(GUARD_SEED)` set just before the first step.
@@ -26,7 +27,7 @@ def run_guard_steps(workload: Workload, config: Any, steps: int, device: str | N
     from torchpace.runtime import prepare
 
     if not workload.is_training:
-        return []
+        return [], None
     losses: list[torch.Tensor] = []
     with prepare(workload, config, device=device) as run:
         torch.manual_seed(GUARD_SEED)
@@ -39,7 +40,17 @@ def run_guard_steps(workload: Workload, config: Any, steps: int, device: str | N
                 continue
             losses.append(run.step(batch))
         del iterator
-    return torch.stack(losses).tolist()
+        metric = _evaluate(workload, run.model)
+    return torch.stack(losses).tolist(), metric
+
+
+def _evaluate(workload: Workload, model) -> float | None:
+    """The workload's quality metric of `model` (eval mode, no grad), or None."""
+    if workload.evaluate is None:
+        return None
+    model.eval()
+    with torch.no_grad():
+        return float(workload.evaluate(model))
 
 
 # The guard's defaults: a candidate's smoothed loss may sit at most 10% (and 0.05 absolute) above the
@@ -48,6 +59,7 @@ def run_guard_steps(workload: Workload, config: Any, steps: int, device: str | N
 GUARD_REL_TOLERANCE = 0.10
 GUARD_ABS_TOLERANCE = 0.05
 _EMA_ALPHA = 0.3  # smoothing of per-step losses before comparing curves
+GUARD_METRIC_TOLERANCE = 0.02  # evaluate() may drop at most 2% (relative) below the baseline's
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,22 @@ def smooth(values: list[float], alpha: float = _EMA_ALPHA) -> list[float]:
     for value in values:
         out.append(value if not out else alpha * value + (1 - alpha) * out[-1])
     return out
+
+
+def check_trial_guard(baseline: dict, candidate: dict) -> GuardVerdict | None:
+    """The guard verdict of a candidate trial's stored info against the baseline's, or None when
+    there is nothing to compare (no guard steps recorded)."""
+    base_losses, losses = baseline.get("guard_losses") or [], candidate.get("guard_losses") or []
+    if not base_losses or not losses:
+        return None
+    verdict = check_guard(base_losses, losses)
+    base_metric, metric = baseline.get("guard_metric"), candidate.get("guard_metric")
+    if verdict.ok and base_metric is not None and metric is not None:
+        drop = (base_metric - metric) / max(abs(base_metric), 1e-12)
+        if drop > GUARD_METRIC_TOLERANCE:
+            return GuardVerdict(False, f"evaluate() {metric:.4g} vs baseline {base_metric:.4g} ({-drop:+.1%}, "
+                                       f"tolerance -{GUARD_METRIC_TOLERANCE:.0%})", verdict.max_rel_departure)
+    return verdict
 
 
 def check_guard(baseline: list[float], candidate: list[float], rel_tol: float = GUARD_REL_TOLERANCE,

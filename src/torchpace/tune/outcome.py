@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchpace.tune.guard import check_guard
+from torchpace.tune.guard import check_trial_guard
 
 GUARD_NOTE = ("The convergence guard compares each candidate's loss over the first {n} seeded steps (same "
               "initial weights, same data order) with the baseline's. It catches divergence, NaNs and broken "
@@ -22,11 +22,11 @@ def trial_rows(study) -> list[dict[str, Any]]:
     for trial, info in infos:
         if "slot" not in info:
             continue
-        rows.append(_row(trial, info, base.get("guard_losses") or []))
+        rows.append(_row(trial, info, base))
     return rows
 
 
-def _row(trial, info: dict, base_losses: list[float]) -> dict[str, Any]:
+def _row(trial, info: dict, base: dict) -> dict[str, Any]:
     bench = info.get("bench") or {}
     row = {
         "number": trial.number, "slot": info["slot"], "kind": info.get("kind"), "stage": info.get("stage"),
@@ -39,8 +39,8 @@ def _row(trial, info: dict, base_losses: list[float]) -> dict[str, Any]:
         "error": (info.get("error") or "").strip().splitlines()[-1:] or None,
     }
     row["error"] = row["error"][0] if row["error"] else None
-    if row["status"] == "ok" and base_losses and row["guard_losses"]:
-        verdict = check_guard(base_losses, row["guard_losses"])
+    verdict = check_trial_guard(base, info) if row["status"] == "ok" else None
+    if verdict is not None:
         row["guard"], row["guard_reason"] = ("pass" if verdict.ok else "fail"), verdict.reason
     return row
 

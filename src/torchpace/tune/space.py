@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from torchpace.knobs import knobs_in_stage_order
 
-TUNED_STAGES = ("system", "data", "compute", "memory")
+TUNED_STAGES = ("system", "data", "compute", "memory", "inference")  # inference knobs apply to loss=None workloads only
 
 
 @dataclass(frozen=True)
@@ -23,11 +23,21 @@ class KnobSpace:
         return tuple(v for v in self.values if v != self.default)
 
 
-def build_space(host, workload, stages: tuple[str, ...] = TUNED_STAGES, only: set[str] | None = None) -> list[KnobSpace]:
-    """Applicable knobs of `stages` (in stage order) with their candidates; `only` restricts names."""
+def build_space(host, workload, stages: tuple[str, ...] = TUNED_STAGES, only: set[str] | None = None,
+                objective: str = "throughput") -> list[KnobSpace]:
+    """Applicable knobs of `stages` (in stage order) with their candidates; `only` restricts names.
+
+    For the `latency` objective, knobs of the input pipeline (DataLoader and dataset points,
+    `inference.batch_size` among them) are left out: batch-1 latency is timed on one pre-staged
+    sample, so they cannot change it.
+    """
+    from torchpace.knobs import Point
+
     space = []
     for knob in knobs_in_stage_order():
         if knob.stage not in stages or (only is not None and knob.name not in only):
+            continue
+        if objective == "latency" and knob.point in (Point.LOADER, Point.DATASET):
             continue
         if knob.applies(host, workload) is not None:
             continue

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from torchpace.errors import UsageError
-from torchpace.tune.guard import check_guard
+from torchpace.tune.guard import check_trial_guard
 from torchpace.tune.policy import COMPLETE, RETRY, RUNNING, Record
 
 STUDY_KIND = "torchpace.study"
@@ -102,17 +102,16 @@ def build_records(trials) -> list[Record]:
     import optuna
 
     infos = [(t, trial_info(t)) for t in trials]
-    baseline = next((i for t, i in infos if i.get("slot") == "baseline" and i.get("status") == "ok"), None)
-    base_losses = (baseline or {}).get("guard_losses") or []
+    baseline = next((i for t, i in infos if i.get("slot") == "baseline" and i.get("status") == "ok"), {})
     records = []
     for trial, info in infos:
         if "slot" not in info or trial.state in (optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.WAITING):
             continue
-        records.append(_record(trial, info, base_losses))
+        records.append(_record(trial, info, baseline))
     return records
 
 
-def _record(trial, info: dict, base_losses: list[float]) -> Record:
+def _record(trial, info: dict, baseline: dict) -> Record:
     import optuna
 
     state = {optuna.trial.TrialState.RUNNING: RUNNING}.get(trial.state, COMPLETE)
@@ -122,9 +121,7 @@ def _record(trial, info: dict, base_losses: list[float]) -> Record:
     if trial.state == optuna.trial.TrialState.RUNNING:
         state, status = RUNNING, "running"
     bench = info.get("bench") or {}
-    guard_losses = info.get("guard_losses") or []
-    guard_ok = None
-    if status == "ok" and base_losses and guard_losses:
-        guard_ok = check_guard(base_losses, guard_losses).ok
+    verdict = check_trial_guard(baseline, info) if status == "ok" else None
+    guard_ok = verdict.ok if verdict else None
     return Record(info["slot"], dict(info.get("config", {})), state, status, bench.get("samples_per_s"),
                   bench.get("ci_rel_halfwidth"), guard_ok, bench.get("input_bound_frac"), info.get("verdict"))

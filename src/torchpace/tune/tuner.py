@@ -243,7 +243,8 @@ class Tuner:
         bench = dict(result.bench or {})
         bench.pop("loss_values", None)
         bench.pop("host", None)
-        return {**info, "status": status, "bench": bench or None, "guard_losses": result.guard_losses, "verdict": result.verdict,
+        return {**info, "status": status, "bench": bench or None, "guard_losses": result.guard_losses,
+                "guard_metric": result.guard_metric, "verdict": result.verdict,
                 "error": result.error[-_STORED_STDERR_CHARS:], "stderr_tail": result.stderr_tail[-_STORED_STDERR_CHARS:],
                 "wall_time_s": result.wall_time_s}
 

@@ -1,0 +1,41 @@
+"""What the tuner maximises, as one "higher is better" figure per trial (pure).
+
+- `throughput`: samples/s of the real step at the run's batch size (the bench's `samples_per_s`);
+- `latency` (inference workloads only): batch-1 requests/s served one at a time, i.e. `1 / p50`
+  of the per-call latency. Maximising it minimises the median latency, so the greedy policy and
+  Optuna (direction "maximize") need no second comparison rule; every speedup reads the same way
+  (`baseline p50 / tuned p50`).
+
+The figure and its relative CI half-width are stored on each trial (`objective_value`,
+`objective_ci_rel`); the policy's `Record.samples_per_s` holds that figure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchpace.errors import UsageError
+
+OBJECTIVES = ("throughput", "latency")
+
+
+def objective_value(bench: dict[str, Any] | None, objective: str) -> tuple[float | None, float | None]:
+    """(figure, relative CI half-width) of a bench result under `objective`; (None, None) without one."""
+    if not bench:
+        return None, None
+    if objective == "latency":
+        p50_s = bench.get("latency_p50_s")
+        return (1.0 / p50_s, bench.get("latency_ci_rel_halfwidth")) if p50_s else (None, None)
+    return bench.get("samples_per_s"), bench.get("ci_rel_halfwidth")
+
+
+def check_objective(objective: str, is_training: bool, workload_name: str) -> None:
+    """UsageError for an unknown objective, or `latency` on a training workload."""
+    if objective not in OBJECTIVES:
+        raise UsageError(f"--objective {objective!r} is not valid; valid objectives: {', '.join(OBJECTIVES)}")
+    if objective == "latency" and is_training:
+        raise UsageError(
+            f"--objective latency needs an inference workload, and {workload_name!r} trains (its Workload has a loss). "
+            "Latency is the time of one forward pass at batch 1 of a model in eval mode: tune this workload with "
+            "--objective throughput, or give an inference workload (loss=None), e.g. the built-in `inference`"
+        )

@@ -1,0 +1,36 @@
+"""The convergence guard: seeded guard steps in real torch, and the pure verdicts over stored trials."""
+
+import torch
+
+from torchpace.tune.guard import check_trial_guard, run_guard_steps
+
+from fixtures.workloads import tiny_mlp
+
+BASE = [2.0 - 0.05 * i for i in range(20)]
+
+
+def test_guard_steps_repeat_exactly_from_the_same_seed():
+    torch.manual_seed(0)
+    first, _ = run_guard_steps(tiny_mlp(), {}, 8)
+    torch.manual_seed(0)
+    second, _ = run_guard_steps(tiny_mlp(), {}, 8)
+    assert first == second and len(first) == 8
+
+
+def test_guard_steps_evaluate_the_trained_model():
+    workload = tiny_mlp()
+    x, y = workload.dataset.tensors
+    workload.evaluate = lambda model: (model(x).argmax(1) == y).float().mean().item()
+    losses, metric = run_guard_steps(workload, {}, 10)
+    assert 0.0 <= metric <= 1.0 and len(losses) == 10
+
+
+def test_evaluate_drop_beyond_tolerance_fails_the_guard():
+    base = {"guard_losses": BASE, "guard_metric": 0.90}
+    assert check_trial_guard(base, {"guard_losses": BASE, "guard_metric": 0.89}).ok  # -1.1%
+    verdict = check_trial_guard(base, {"guard_losses": BASE, "guard_metric": 0.80})
+    assert not verdict.ok and "evaluate()" in verdict.reason
+
+
+def test_no_guard_steps_means_no_verdict():
+    assert check_trial_guard({"guard_losses": BASE}, {"guard_losses": []}) is None
