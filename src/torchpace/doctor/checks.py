@@ -14,6 +14,7 @@ from collections.abc import Callable
 from torchpace.doctor import remedies
 from torchpace.doctor.facts import DoctorFacts, GpuFacts, ProbeState, RLimit
 from torchpace.findings import Finding, Remedy, Severity
+from torchpace.measure.render import format_bytes as _format_bytes
 
 OK, INFO, WARN, FAIL = Severity.OK, Severity.INFO, Severity.WARN, Severity.FAIL
 
@@ -54,14 +55,7 @@ def _finding(area: str, id: str, severity: Severity, title: str, evidence: str =
 
 def format_bytes(n: int | None) -> str:
     """``25276502016`` -> ``23.5 GiB``; ``unknown`` for None."""
-    if n is None:
-        return "unknown"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
+    return _format_bytes(n, missing="unknown")
 
 
 def _install(facts: DoctorFacts, key: str, text: str) -> Remedy:

@@ -15,6 +15,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from torchpace.measure.render import format_bytes
 from torchpace.monitor.samples import Sample
 from torchpace.monitor.symptoms import AlertEvent
 
@@ -27,17 +28,6 @@ _PROGRESS_REDRAW_S = 0.2  # a progress bar redrawn 100 times a second is shown 5
 
 
 # --------------------------------------------------------------------------- formatting (pure)
-
-
-def format_bytes(value: float | None) -> str:
-    """``1536`` -> ``1.5 KiB``; None -> ``-``."""
-    if value is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
 
 
 def format_value(value: float | None, unit: str) -> str:
