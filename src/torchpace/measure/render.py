@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 
-def format_bytes(n: float | None) -> str:
+def format_bytes(n: float | None, missing: str = "-") -> str:
+    """``1536`` -> ``1.5 KiB``; None -> `missing` (shared by every renderer)."""
     if n is None:
-        return "-"
+        return missing
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
