@@ -151,6 +151,72 @@ def check_micro_batch(host):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+_JPEG_DIR: list = []
+
+
+def tiny_jpeg_cnn():
+    """tiny_cnn's model on a torchpace.data.ImageFolderDataset of 16 real JPEGs (written once per session)."""
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+    from PIL import Image
+
+    from torchpace.data import CropFlipNormalize, ImageFolderDataset
+
+    if not _JPEG_DIR:
+        root = Path(tempfile.mkdtemp(prefix="torchpace-conformance-"))
+        atexit.register(shutil.rmtree, root, True)
+        rng = np.random.default_rng(0)
+        for label in range(4):
+            (root / "images" / f"c{label}").mkdir(parents=True)
+            for index in range(4):
+                pixels = (rng.random((16, 16, 3)) * 64 + label * 60).astype(np.uint8)
+                Image.fromarray(pixels).save(root / "images" / f"c{label}" / f"{index}.jpg")
+        _JPEG_DIR.append(root)
+    workload = tiny_cnn()
+    workload.dataset = ImageFolderDataset(_JPEG_DIR[0] / "images", transform=CropFlipNormalize(12, (0.5,) * 3, (0.25,) * 3),
+                                          shard_cache_dir=_JPEG_DIR[0] / "cache")
+    workload.batch_size = 4
+    return workload
+
+
+def check_decoder(host):
+    from unittest import mock
+
+    import simplejpeg
+
+    with mock.patch("simplejpeg.decode_jpeg", wraps=simplejpeg.decode_jpeg) as decode:
+        with prepare(tiny_jpeg_cnn(), {"data.decoder": "simplejpeg"}, host=host) as run:
+            assert run.loader.dataset.decoder.name == "simplejpeg"
+            assert torch.isfinite(run.step(next(iter(run.loader))))
+    assert decode.call_count >= 4  # one batch of 4 images went through simplejpeg
+
+
+def check_format(host):
+    from torchpace.data import ShardDataset
+
+    workload = tiny_jpeg_cnn()
+    with prepare(workload, {"data.format": "shards"}, host=host) as run:
+        assert isinstance(run.loader.dataset, ShardDataset)
+        assert all(path.suffix == ".tar" and path.is_file() for path in run.loader.dataset.shards)
+        labels = sorted(label for _, batch in run.loader for label in batch.tolist())
+        assert torch.isfinite(run.step(next(iter(run.loader))))
+    assert labels == sorted(label for _, label in workload.dataset.samples)
+
+
+_CLAIM_WORKLOADS = {"data.decoder": tiny_jpeg_cnn, "data.format": tiny_jpeg_cnn}
+
+
+def _claim_workload(name):
+    """The workload a knob is checked on: one whose dataset, model or layers the knob acts on."""
+    if name in _CLAIM_WORKLOADS:
+        return _CLAIM_WORKLOADS[name]()
+    return tiny_cnn() if name in ("model.channels_last", "backends.cudnn_benchmark") else tiny_mlp()
+
+
 CLAIMS = {
     "threads.intra_op": ({"threads.intra_op": 1}, check_threads),
     "system.allocator": ({"system.allocator": "jemalloc"}, check_allocator),
@@ -167,6 +233,8 @@ CLAIMS = {
     "optimizer.impl": ({"optimizer.impl": "fused"}, check_optimizer_impl),
     "model.activation_checkpointing": ({"model.activation_checkpointing": True}, check_activation_checkpointing),
     "data.micro_batch_size": ({"data.micro_batch_size": 4}, check_micro_batch),
+    "data.decoder": ({"data.decoder": "simplejpeg"}, check_decoder),
+    "data.format": ({"data.format": "shards"}, check_format),
 }
 
 
@@ -184,7 +252,7 @@ def test_knob_round_trips_through_toml(name, tmp_path):
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_knob_describes_itself_and_its_candidates(name, host):
     knob = REGISTRY[name]
-    workload = tiny_cnn() if name in ("model.channels_last", "backends.cudnn_benchmark") else tiny_mlp()
+    workload = _claim_workload(name)
     assert knob.stage and knob.help and isinstance(knob.point, Point)
     reason = knob.applies(host, workload)
     if reason is None:
@@ -201,7 +269,7 @@ def test_knob_really_changes_what_it_claims(name, host, request):
     if name == "system.allocator":
         request.getfixturevalue("system_packages")  # installs jemalloc where apt is available
     knob = REGISTRY[name]
-    workload = tiny_cnn() if name in ("model.channels_last", "backends.cudnn_benchmark") else tiny_mlp()
+    workload = _claim_workload(name)
     reason = knob.applies(host, workload) or knob.value_applies(values[name], host, workload)
     if reason is not None and knob.point is not Point.ENV:
         with pytest.raises(UsageError, match=name.replace(".", r"\.")):

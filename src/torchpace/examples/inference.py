@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from torchpace.examples.vision import JpegFolder, SmallResNet, image_root
+from torchpace.examples.vision import SmallResNet, image_dataset
 from torchpace.workload import Workload
 
 
@@ -12,7 +12,7 @@ def workload() -> Workload:
     torch.manual_seed(0)
     return Workload(
         model=SmallResNet().eval(),
-        dataset=JpegFolder(image_root(), train=False),
+        dataset=image_dataset(train=False),
         loss=None,
         batch_size=64,
         shuffle=False,

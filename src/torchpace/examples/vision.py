@@ -1,12 +1,13 @@
 """`vision`: a small ResNet-style CNN on real JPEG files, decoded and augmented in the loader.
 
 The images are written once (deterministically) under `$XDG_CACHE_HOME/torchpace/` and read back
-from disk every epoch, so on small hosts this workload is input-bound: the data knobs matter.
+from disk every epoch by a `torchpace.data.ImageFolderDataset` (Pillow, random crop + flip +
+normalise), so on small hosts this workload is input-bound: the data knobs matter, `data.decoder`
+and `data.format` (files or shards) included.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,6 +17,8 @@ import torch
 from PIL import Image
 from torch import nn
 
+from torchpace.data import CropFlipNormalize, ImageFolderDataset
+from torchpace.data.cache import cache_root
 from torchpace.workload import Workload
 
 N_CLASSES = 10
@@ -23,15 +26,8 @@ IMAGES_PER_CLASS = 100
 IMAGE_SIZE = 96
 CROP_SIZE = 80
 _DATASET_VERSION = "vision-jpeg-v1"
-_MEAN = torch.tensor([0.5, 0.5, 0.5]).view(3, 1, 1)
-_STD = torch.tensor([0.25, 0.25, 0.25]).view(3, 1, 1)
-
-
-def cache_root(env: dict[str, str] | None = None) -> Path:
-    """`$XDG_CACHE_HOME/torchpace` (default `~/.cache/torchpace`)."""
-    env = os.environ if env is None else env
-    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "torchpace"
+_MEAN = (0.5, 0.5, 0.5)
+_STD = (0.25, 0.25, 0.25)
 
 
 def _synthetic_image(label: int, index: int) -> Image.Image:
@@ -65,35 +61,10 @@ def write_jpeg_folder(root: Path, classes: int = N_CLASSES, per_class: int = IMA
     return root
 
 
-class JpegFolder(torch.utils.data.Dataset):
-    """Class-per-subfolder JPEGs, decoded with Pillow; random crop + flip when `train`."""
-
-    def __init__(self, root: Path, train: bool = True):
-        classes = sorted(p.name for p in root.iterdir() if p.is_dir())
-        self.samples = [(path, label) for label, c in enumerate(classes) for path in sorted((root / c).glob("*.jpg"))]
-        self.train = train
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int):
-        path, label = self.samples[index]
-        with Image.open(path) as image:
-            pixels = torch.from_numpy(np.asarray(image.convert("RGB"), dtype=np.uint8).copy())
-        x = pixels.permute(2, 0, 1).float().div_(255)
-        x = _random_crop_flip(x) if self.train else _center_crop(x)
-        return (x - _MEAN) / _STD, label
-
-
-def _random_crop_flip(x: torch.Tensor) -> torch.Tensor:
-    top, left = (int(v) for v in torch.randint(0, IMAGE_SIZE - CROP_SIZE + 1, (2,)))
-    x = x[:, top:top + CROP_SIZE, left:left + CROP_SIZE]
-    return x.flip(2) if torch.rand(()) < 0.5 else x
-
-
-def _center_crop(x: torch.Tensor) -> torch.Tensor:
-    offset = (IMAGE_SIZE - CROP_SIZE) // 2
-    return x[:, offset:offset + CROP_SIZE, offset:offset + CROP_SIZE]
+def image_dataset(train: bool = True) -> ImageFolderDataset:
+    """The example's JPEG folder as a dataset: random crop + flip when `train`, centre crop otherwise."""
+    transform = CropFlipNormalize(CROP_SIZE, _MEAN, _STD, random=train)
+    return ImageFolderDataset(image_root(), decoder="pillow", transform=transform)
 
 
 class BasicBlock(nn.Module):
@@ -133,6 +104,7 @@ def _cross_entropy(output: torch.Tensor, batch) -> torch.Tensor:
 
 
 def image_root() -> Path:
+    """The example's JPEG folder, written on first use."""
     return write_jpeg_folder(cache_root() / _DATASET_VERSION)
 
 
@@ -140,7 +112,7 @@ def workload() -> Workload:
     torch.manual_seed(0)
     return Workload(
         model=SmallResNet(),
-        dataset=JpegFolder(image_root(), train=True),
+        dataset=image_dataset(train=True),
         loss=_cross_entropy,
         optimizer=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
         batch_size=64,

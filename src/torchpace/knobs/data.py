@@ -23,8 +23,9 @@ class NumWorkersKnob(IntKnob):
         return [c for c in counts if c <= max(2, host.usable_cores)]
 
     def value_applies(self, value, host, workload):
-        if value and _is_iterable_dataset(workload):
-            return "an IterableDataset must shard itself across workers (see torch.utils.data.get_worker_info)"
+        if value and _is_iterable_dataset(workload) and not getattr(workload.dataset, "shards_across_workers", False):
+            return ("an IterableDataset must shard itself across workers (see torch.utils.data.get_worker_info) "
+                    "and say so with a class attribute shards_across_workers = True")
         return None
 
     def apply(self, value, target, ctx):
