@@ -23,6 +23,8 @@ _VERBS: dict[str, tuple[str, str]] = {
     "launch": ("torchpace.cli.launch", "Launch a training script with tuned system settings (threads, allocator, NUMA, limits)."),
     "knobs": ("torchpace.cli.knobs", "List the knobs, their candidates on this host, and why any do not apply."),
     "report": ("torchpace.cli.report", "Write an HTML report of a study, bench or profile result."),
+    "shard": ("torchpace.cli.shard", "Write an image folder as WebDataset tar shards (atomic, verified; the source is only read)."),
+    "bench-data": ("torchpace.cli.bench_data", "Measure the input pipeline alone: disk reads cold/warm, decode per decoder, loader."),
 }
 
 

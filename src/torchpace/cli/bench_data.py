@@ -1,0 +1,78 @@
+"""`torchpace bench-data PATH`: measure the input pipeline alone (read, decode, DataLoader)."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+import click
+
+from torchpace.cli._common import emit_json, json_option, make_console
+from torchpace.cli._options import check_writable, positive_seconds
+
+_DECODERS = ("pillow", "simplejpeg", "turbojpeg", "torchvision", "torchvision-cuda")
+
+
+@contextmanager
+def _progress_bar(enabled: bool) -> Iterator:
+    """A Rich progress bar over the measurements on stderr; yields the callback (None when disabled)."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=make_console(stderr=True), transient=True) as progress:
+        task = progress.add_task("bench-data", total=None)
+
+        def on_progress(done: int, total: int, label: str) -> None:
+            progress.update(task, completed=done, total=total, description=label)
+
+        yield on_progress
+
+
+@click.command("bench-data")
+@click.argument("path", type=click.Path(file_okay=False))
+@click.option("--decoder", "decoders", multiple=True, type=click.Choice(_DECODERS),
+              help="Decoder to measure (repeatable; default: every one usable here).")
+@click.option("--num-workers", "num_workers", multiple=True, type=click.IntRange(min=0),
+              help="DataLoader workers for the loader figures (repeatable; default: 0 and the usable cores).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Loader batch size.")
+@click.option("--max-time", "max_time_s", type=float, default=3.0, show_default=True, callback=positive_seconds,
+              help="Time cap of EACH measurement, seconds.")
+@click.option("--shards", default="auto", show_default=True, metavar="auto|none|DIR",
+              help="Shards to measure for an image folder: auto = its shards in the cache (written on first use), "
+                   "none, or a shard folder.")
+@click.option("--cold", type=click.Choice(["fadvise", "drop-caches", "none"]), default="fadvise", show_default=True,
+              help="How the page cache is emptied for cold reads: per-file posix_fadvise (no root), "
+                   "/proc/sys/vm/drop_caches (root; drops everyone's cache), or no cold figures.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Also save the JSON result here.")
+@json_option
+def command(path, decoders, num_workers, batch_size, max_time_s, shards, cold, out_path, as_json):
+    """Measure the input pipeline of PATH alone, without a model.
+
+    PATH is an image folder (one sub-folder per class) or a shard folder from `torchpace shard`.
+    Figures: files/s and MB/s from disk cold and warm, decode images/s per decoder, and DataLoader
+    images/s per decoder and worker count; the same for the shards.
+    """
+    from torchpace.data.bench import DataBenchOptions, run_data_bench
+    from torchpace.host import probe_host
+
+    check_writable(out_path, "--out")
+    options = DataBenchOptions(decoders=tuple(decoders), num_workers=tuple(num_workers), batch_size=batch_size,
+                               max_time_s=max_time_s, shards=shards, cold=cold)
+    with _progress_bar(not as_json) as on_progress:
+        result = run_data_bench(path, options, on_progress=on_progress, host=probe_host().summary())
+    payload = result.to_dict()
+    if out_path:
+        from torchpace.measure.run import save_result
+
+        save_result(payload, out_path)
+    if as_json:
+        emit_json(payload)
+    else:
+        from torchpace.data.render import render_data_bench
+
+        render_data_bench(make_console(), payload)
+    return 0
