@@ -1,0 +1,47 @@
+"""`torchpace report`: one self-contained HTML file of a study, a bench or a profile result.
+
+Three layers, as everywhere in torchpace:
+
+- `load` reads a study (Optuna storage) or a result JSON into a frozen `ReportData`, and `doctor`
+  adds the doctor's findings that are not ok (effects);
+- `view` decides what to show and formats it (pure); `charts` draws it as inline SVG;
+- `render` puts both through a Jinja2 template with inline CSS and writes the file.
+
+Importing this package imports nothing heavy; matplotlib and Jinja2 load when a report is rendered.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from torchpace.report.load import ReportData
+
+
+def write_report(data: "ReportData", path: str | Path, *, with_doctor: bool = True) -> Path:
+    """Render `data` (with the doctor's findings unless `with_doctor` is False) to HTML at `path`.
+
+    Returns:
+        The path written.
+    """
+    import dataclasses
+
+    from torchpace.report.render import render_html, save_report
+
+    if with_doctor:
+        from torchpace.report.doctor import collect_doctor_summary
+
+        data = dataclasses.replace(data, doctor=collect_doctor_summary(data.host))
+    return save_report(render_html(data), path)
+
+
+def report_data_from_tune(outcome: Mapping[str, Any], host: Mapping[str, Any] | None) -> "ReportData":
+    """ReportData of a tune that just ran (`TuneOutcome.to_dict()` and `HostFacts.summary()`)."""
+    from torchpace.report.load import build_tune_data, mask_url
+
+    source = f"{mask_url(str(outcome.get('storage')))} (study {outcome.get('study')!r})"
+    return build_tune_data(outcome, host, source)
+
+
+__all__ = ["write_report", "report_data_from_tune"]

@@ -1,0 +1,284 @@
+"""Charts for the HTML report: plain data in, one SVG string out, ready to inline in the page.
+
+Figures are drawn on `matplotlib.figure.Figure` (no pyplot, so no global backend or figure
+registry) inside `matplotlib.rc_context`, which puts matplotlib's settings back afterwards. Text
+stays text (`svg.fonttype = "none"`), so it is sharp in print and searchable in the browser.
+
+`clean_svg` makes matplotlib's output safe to inline: it drops the XML prolog, the DOCTYPE and the
+metadata block (the only places that name outside URLs), the namespace declarations (HTML does not
+need them), and the fixed width and height (the viewBox scales with the page); it prefixes every
+id with the chart's name so several charts can share one HTML document.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+from torchpace.report.view import is_failed, trial_label, trial_stage
+
+# Okabe-Ito colours: distinguishable with the common colour-vision deficiencies and in greyscale print.
+STAGE_COLOURS = {"baseline": "#7a7a7a", "system": "#CC79A7", "data": "#0072B2", "compute": "#E69F00",
+                 "memory": "#009E73", "distributed": "#56B4E9", "search": "#0072B2"}
+FAIL_COLOUR = "#D55E00"
+TUNED_COLOUR = "#0072B2"
+GAIN_COLOUR = "#009E73"
+PHASE_COLOURS = {"input_wait": "#D55E00", "h2d": "#E69F00", "forward": "#0072B2", "backward": "#56B4E9",
+                 "optimizer": "#009E73", "other": "#BBBBBB"}
+PHASE_TITLES = {"input_wait": "input wait", "h2d": "host→device copy", "forward": "forward + loss",
+                "backward": "backward", "optimizer": "optimizer", "other": "other"}
+
+_WIDTH_IN = 10.0  # drawn 10 in wide; the page scales the SVG to its column
+_LOG_SCALE_RATIO = 20.0  # figures spanning more than 20x go on a log axis, so the small ones stay visible
+_MIN_WATERFALL_SLOTS = 5  # a waterfall with fewer bars keeps this much room, so two bars do not fill the page
+_MAX_TICK_LABELS = 40  # beyond this many trials, ticks show trial numbers only
+_SEGMENT_LABEL_FRAC = 0.07  # a stacked-bar segment narrower than 7% of the step gets no label inside
+_RC = {
+    "svg.fonttype": "none", "font.family": "sans-serif", "font.size": 9, "axes.titlesize": 10,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.35,
+    "axes.axisbelow": True, "legend.frameon": False,
+}
+
+
+# ---- SVG plumbing -----------------------------------------------------------------------------------
+
+
+def render_figure_svg(name: str, title: str, height_in: float, draw: Callable[[Any], None]) -> str:
+    """Draw a figure with `draw(fig)` and return it as inline-ready SVG.
+
+    Args:
+        name: the chart's id prefix (letters, digits, dashes).
+        title: the SVG's accessible title.
+        height_in: figure height in inches (width is fixed).
+        draw: fills the matplotlib Figure.
+    """
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context({**_RC, "svg.hashsalt": name}):
+        fig = Figure(figsize=(_WIDTH_IN, height_in), layout="constrained")
+        draw(fig)
+        buffer = io.StringIO()
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+    return clean_svg(buffer.getvalue(), name, title)
+
+
+def clean_svg(svg: str, prefix: str, title: str) -> str:
+    """matplotlib's SVG document as an element to inline in HTML (see the module docstring)."""
+    svg = svg[svg.index("<svg"):]
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.S)
+    svg = re.sub(r'\s+xmlns(?::\w+)?="[^"]*"', "", svg)
+    svg = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', svg)
+    svg = re.sub(r'href="#([^"]+)"', rf'href="#{prefix}-\1"', svg)
+    svg = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", svg)
+    head_end = svg.index(">")
+    head = re.sub(r'\s(?:width|height)="[^"]*"', "", svg[:head_end])
+    safe_title = title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    return (f'{head} class="chart-svg" role="img" aria-label="{safe_title}">'
+            f"<title>{safe_title}</title>{svg[head_end + 1:]}").strip()
+
+
+# ---- tune -------------------------------------------------------------------------------------------
+
+
+def _ci_err(rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
+    """Asymmetric error-bar lengths [below, above] from each row's 95% CI (0 where unknown)."""
+    below = [max(0.0, r["samples_per_s"] - r["samples_per_s_ci_low"]) if r.get("samples_per_s_ci_low") is not None else 0.0
+             for r in rows]
+    above = [max(0.0, r["samples_per_s_ci_high"] - r["samples_per_s"]) if r.get("samples_per_s_ci_high") is not None else 0.0
+             for r in rows]
+    return [below, above]
+
+
+def render_speed_svg(baseline: Mapping[str, Any], tuned: Mapping[str, Any] | None) -> str:
+    """Baseline vs tuned samples/s as horizontal bars with their 95% CI."""
+    rows = [("baseline (PyTorch defaults)", baseline, STAGE_COLOURS["baseline"])]
+    if tuned is not None:
+        rows.append(("tuned", tuned, TUNED_COLOUR))
+
+    def draw(fig) -> None:
+        ax = fig.add_subplot()
+        ys = list(range(len(rows)))[::-1]
+        values = [r["samples_per_s"] for _, r, _ in rows]
+        ax.barh(ys, values, xerr=_ci_err([r for _, r, _ in rows]), color=[c for _, _, c in rows], height=0.55,
+                error_kw={"capsize": 5, "elinewidth": 1.2, "ecolor": "#222222"})
+        ax.set_yticks(ys, [label for label, _, _ in rows])
+        for y, (_, row, _) in zip(ys, rows):
+            high = row.get("samples_per_s_ci_high") or row["samples_per_s"]
+            ax.annotate(f"{row['samples_per_s']:,.0f}", (high, y), xytext=(6, 0), textcoords="offset points",
+                        va="center", fontsize=9)
+        ax.set_xlabel("samples/s (median; bars: 95% CI)")
+        ax.set_xlim(0, max(r.get("samples_per_s_ci_high") or r["samples_per_s"] for _, r, _ in rows) * 1.18)
+        ax.grid(axis="y", visible=False)
+
+    return render_figure_svg("speed", "Baseline and tuned samples/s with 95% confidence intervals", 0.6 + 0.55 * len(rows), draw)
+
+
+def render_waterfall_svg(accepted: Sequence[Mapping[str, Any]], speedup: float) -> str:
+    """Cumulative speedup over the baseline, one floating bar per accepted knob, then the total."""
+    labels = ["baseline"] + [f"+ {a['knob']}\n= {a['value']}" for a in accepted] + ["tuned"]
+
+    def draw(fig) -> None:
+        ax = fig.add_subplot()
+        previous = 1.0
+        ax.bar(0, 1.0, color=STAGE_COLOURS["baseline"], width=0.6)
+        ax.annotate("1.00×", (0, 1.0), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=9)
+        for x, step in enumerate(accepted, start=1):
+            low, high = sorted((previous, step["speedup"]))
+            colour = GAIN_COLOUR if step["speedup"] >= previous else FAIL_COLOUR
+            ax.bar(x, high - low, bottom=low, color=colour, width=0.6)
+            ax.annotate(f"{step['speedup']:.2f}×\n({step['step_gain'] - 1:+.0%})", (x, high), xytext=(0, 3),
+                        textcoords="offset points", ha="center", fontsize=8)
+            ax.plot([x - 1.3, x + 0.3], [previous, previous], color="#555555", linewidth=0.8, linestyle=":")
+            previous = step["speedup"]
+        last = len(labels) - 1
+        ax.bar(last, speedup, color=TUNED_COLOUR, width=0.6)
+        ax.annotate(f"{speedup:.2f}×", (last, speedup), xytext=(0, 3), textcoords="offset points", ha="center",
+                    fontsize=9, fontweight="bold")
+        ax.set_xticks(range(len(labels)), labels, fontsize=8)
+        pad = max(0.0, (_MIN_WATERFALL_SLOTS - len(labels)) / 2)
+        ax.set_xlim(-0.6 - pad, last + 0.6 + pad)
+        ax.set_ylabel("speedup vs baseline (×)")
+        ax.set_ylim(0, max(1.0, speedup, *(a["speedup"] for a in accepted)) * 1.22)
+        ax.grid(axis="x", visible=False)
+        if not accepted:
+            ax.text(0.5, 0.92, "no change beat the measured noise", transform=ax.transAxes, ha="center", fontsize=9,
+                    color="#444444")
+
+    return render_figure_svg("waterfall", "Cumulative speedup per accepted knob", 2.8, draw)
+
+
+def render_trials_svg(trials: Sequence[Mapping[str, Any]], baseline_samples_per_s: float | None) -> str:
+    """Every trial's samples/s with its 95% CI, in trial order, coloured by stage; failures marked."""
+    measured = [t for t in trials if not is_failed(t)]
+    values = [t["samples_per_s"] for t in measured]
+    log = bool(values) and max(values) / min(values) > _LOG_SCALE_RATIO
+
+    def draw(fig) -> None:
+        ax = fig.add_subplot()
+        for stage in dict.fromkeys(trial_stage(t) for t in measured):
+            group = [t for t in measured if trial_stage(t) == stage]
+            passed = [t for t in group if t.get("guard") != "fail"]
+            if passed:
+                ax.errorbar([t["number"] for t in passed], [t["samples_per_s"] for t in passed], yerr=_ci_err(passed),
+                            fmt="o", color=STAGE_COLOURS.get(stage, "#333333"), capsize=3, markersize=6, label=stage)
+            rejected = [t for t in group if t.get("guard") == "fail"]
+            if rejected:
+                ax.errorbar([t["number"] for t in rejected], [t["samples_per_s"] for t in rejected], yerr=_ci_err(rejected),
+                            fmt="o", markerfacecolor="white", color=STAGE_COLOURS.get(stage, "#333333"),
+                            markeredgecolor=FAIL_COLOUR, capsize=3, markersize=7, label=f"{stage}: guard failed")
+        _mark_failures(ax, [t for t in trials if t.get("status") != "ok"])
+        if baseline_samples_per_s:
+            ax.axhline(baseline_samples_per_s, color=STAGE_COLOURS["baseline"], linestyle="--", linewidth=1,
+                       label="baseline median")
+        _trial_axes(ax, trials, log)
+        fig.legend(loc="outside upper center", ncols=4, fontsize=8)
+
+    return render_figure_svg("trials", "Samples/s of every trial in order, with 95% confidence intervals", 4.2, draw)
+
+
+def _mark_failures(ax, failed: Sequence[Mapping[str, Any]]) -> None:
+    """A red cross at the bottom of the axes for each failed trial, with its failure class."""
+    if not failed:
+        return
+    transform = ax.get_xaxis_transform()  # x in data, y in axes fraction
+    ax.scatter([t["number"] for t in failed], [0.04] * len(failed), marker="X", s=60, color=FAIL_COLOUR,
+               transform=transform, label="failed (class below)", zorder=3)
+    for t in failed:
+        ax.annotate(t["status"], (t["number"], 0.04), xycoords=transform, xytext=(0, 8), textcoords="offset points",
+                    ha="center", fontsize=7, color=FAIL_COLOUR)
+
+
+def _trial_axes(ax, trials: Sequence[Mapping[str, Any]], log: bool) -> None:
+    numbers = [t["number"] for t in trials]
+    if len(trials) <= _MAX_TICK_LABELS:
+        ax.set_xticks(numbers, [f"#{t['number']} {trial_label(t)}" for t in trials], rotation=35, ha="right", fontsize=7)
+    ax.set_xlim(min(numbers, default=0) - 0.6, max(numbers, default=0) + 0.6)
+    if log:
+        ax.set_yscale("log")
+        ax.set_ylabel("samples/s (log scale; bars: 95% CI)")
+    else:
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("samples/s (bars: 95% CI)")
+    ax.set_xlabel("trial, in the order run")
+    ax.grid(axis="x", visible=False)
+
+
+def render_losses_svg(baseline: Sequence[float], tuned: Sequence[float] | None,
+                      rejected: Sequence[tuple[str, Sequence[float]]] = ()) -> str:
+    """The convergence guard's loss curves: baseline vs tuned, and any the guard rejected (dotted)."""
+
+    def draw(fig) -> None:
+        ax = fig.add_subplot()
+        for label, losses in rejected:
+            ax.plot(range(1, len(losses) + 1), _finite(losses), color=FAIL_COLOUR, linestyle=":", linewidth=1.2,
+                    label=f"guard failed: {label}")
+        ax.plot(range(1, len(baseline) + 1), baseline, color=STAGE_COLOURS["baseline"], marker="o", markersize=3,
+                linewidth=2.2, label="baseline")
+        if tuned is not None:
+            ax.plot(range(1, len(tuned) + 1), _finite(tuned), color=TUNED_COLOUR, marker="s", markersize=3,
+                    linewidth=1.4, label="tuned")
+        ax.set_xlabel("optimizer step (same seed, same data order)")
+        ax.set_ylabel("training loss")
+        ax.legend(fontsize=8)
+
+    return render_figure_svg("losses", "Loss curves of the baseline and the tuned config over the guard steps", 3.0, draw)
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    """NaN/Inf as gaps (matplotlib leaves NaN out of a line)."""
+    return [v if isinstance(v, (int, float)) and math.isfinite(v) else math.nan for v in values]
+
+
+# ---- bench and profile ------------------------------------------------------------------------------
+
+
+def render_windows_svg(bench: Mapping[str, Any]) -> str:
+    """A bench's per-window samples/s, its median and the median's 95% CI."""
+    from matplotlib.ticker import MaxNLocator
+
+    def draw(fig) -> None:
+        ax = fig.add_subplot()
+        windows = bench["window_samples_per_s"]
+        ax.axhspan(bench["samples_per_s_ci_low"], bench["samples_per_s_ci_high"], color=TUNED_COLOUR, alpha=0.15,
+                   label="95% CI of the median")
+        ax.axhline(bench["samples_per_s"], color=TUNED_COLOUR, linewidth=1.5, label=f"median {bench['samples_per_s']:,.0f}")
+        ax.plot(range(1, len(windows) + 1), windows, "o", color="#333333", markersize=4, label="one timing window")
+        ax.set_xlabel("measurement window")
+        ax.set_ylabel("samples/s")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(0, max([*windows, bench["samples_per_s_ci_high"]]) * 1.15)
+        ax.legend(fontsize=8, loc="lower right")
+
+    return render_figure_svg("windows", "Samples/s of each timing window with the median and its 95% CI", 3.0, draw)
+
+
+def render_split_svg(split: Mapping[str, Any]) -> str:
+    """A profile's step time as one stacked bar: input wait, copy, forward, backward, optimizer, other.
+
+    Args:
+        split: the `profile.step_split` finding's data (`<phase>_us` and `<phase>_frac` per phase).
+    """
+    phases = [p for p in PHASE_COLOURS if split.get(f"{p}_us")]
+
+    def draw(fig) -> None:
+        ax = fig.add_subplot()
+        left = 0.0
+        for phase in phases:
+            ms = split[f"{phase}_us"] / 1000
+            frac = split.get(f"{phase}_frac") or 0.0
+            ax.barh(0, ms, left=left, color=PHASE_COLOURS[phase], height=0.5,
+                    label=f"{PHASE_TITLES[phase]}: {ms:.2f} ms ({frac:.0%})")
+            if frac >= _SEGMENT_LABEL_FRAC:
+                ax.text(left + ms / 2, 0, f"{frac:.0%}", ha="center", va="center", fontsize=9,
+                        color="white" if phase not in ("other", "h2d", "backward") else "#222222")
+            left += ms
+        ax.set_yticks([])
+        ax.set_xlabel("milliseconds per step (mean over the profiled steps)")
+        ax.set_xlim(0, left * 1.02 or 1)
+        ax.grid(axis="y", visible=False)
+        fig.legend(loc="outside lower center", ncols=3, fontsize=8)
+
+    return render_figure_svg("split", "Step time split by phase", 2.2, draw)

@@ -1,0 +1,297 @@
+"""Reading what a report shows: a torchpace study, or a saved bench or profile result.
+
+The kind of input is told by its content, never by its file name: an SQLite file holding Optuna's
+tables is a study storage; a JSON object whose `kind` is `torchpace.bench` or `torchpace.profile`
+is a result. Anything else is a usage error that says what was expected.
+
+A stored study is turned into the same `TuneOutcome` a live tune returns, by the tuner's own
+code (`torchpace.tune.outcome.build_outcome`): the greedy policy is replayed over the stored
+trials, so the accepted changes and the speedup read exactly as `torchpace tune` printed them.
+
+Effects (files, databases) live in the `load_*`/`read_*` functions; the `build_*`/`pick_*`
+functions are pure. Everything returned is frozen data.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Mapping
+
+from torchpace.errors import UsageError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+BENCH_KIND = "torchpace.bench"  # torchpace.measure.bench.RESULT_KIND (that module imports torch)
+_SUPPORTED_RESULT_SCHEMA = 1
+EXPECTED = ("a torchpace study (the SQLite file `torchpace tune` writes, e.g. .torchpace/studies.db; or "
+            "--storage URL), or a JSON result: `torchpace bench --out FILE` (kind torchpace.bench) or "
+            "`torchpace profile --json > FILE` (kind torchpace.profile)")
+
+
+@dataclass(frozen=True)
+class DoctorSummary:
+    """The doctor's findings that are not ok, on the machine that rendered the report.
+
+    Attributes:
+        findings: `Finding.to_dict()` of every finding whose severity is not ok, worst first.
+        counts: number of findings per severity (ok included).
+        rendered_on: distro, Python and torch version of the machine the doctor ran on.
+        other_host: why the measured host looks like another machine (None when it looks the same).
+    """
+
+    findings: tuple[Mapping[str, Any], ...]
+    counts: Mapping[str, int]
+    rendered_on: Mapping[str, Any]
+    other_host: str | None = None
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything one report shows. Exactly one of `tune`, `bench` and `profile` is set.
+
+    Attributes:
+        kind: ``study``, ``bench`` or ``profile``.
+        source: what was read (a file, or a storage URL without its password, and the study name).
+        workload: the workload spec that was measured.
+        config: the final config (tuned, benched or profiled): knob name -> value, defaults left out.
+        host: the measured host's summary (`HostFacts.summary()`), None when the input has none.
+        tune: `TuneOutcome.to_dict()` of a study.
+        bench: `BenchResult.to_dict()`.
+        profile: `ProfileResult.to_dict()`.
+        config_path: where the config was saved as TOML, when known.
+        note: a line about how the input was read (e.g. which of several studies).
+        doctor: the doctor's summary, when it ran.
+    """
+
+    kind: str
+    source: str
+    workload: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+    host: Mapping[str, Any] | None = None
+    tune: Mapping[str, Any] | None = None
+    bench: Mapping[str, Any] | None = None
+    profile: Mapping[str, Any] | None = None
+    config_path: str | None = None
+    note: str | None = None
+    doctor: DoctorSummary | None = None
+
+
+# ---- dispatch --------------------------------------------------------------------------------------
+
+
+def load_report_data(path: str | None, *, storage: str | None = None, study: str | None = None) -> ReportData:
+    """Read a study or a result into `ReportData`.
+
+    Args:
+        path: a study's SQLite file or a result JSON file; None with `storage`.
+        storage: an Optuna RDB URL (instead of `path`).
+        study: the study's name; default the only (or most recent) torchpace study in the storage.
+
+    Raises:
+        UsageError: the input is missing, is not a torchpace study or result, or names no study.
+    """
+    if (path is None) == (storage is None):
+        raise UsageError(f"give STUDY_OR_RESULT or --storage URL (one of them): {EXPECTED}")
+    if storage is not None:
+        database = sqlite_database(storage)
+        if database:
+            check_optuna_file(database)  # else Optuna would create an empty database there
+        return load_study(storage, study, mask_url(storage))
+    if read_input_kind(path) == "sqlite":
+        check_optuna_file(path)
+        return load_study(f"sqlite:///{Path(path).resolve()}", study, str(path))
+    if study is not None:
+        raise UsageError(f"--study {study!r} applies to a study storage, and {path!r} is a JSON result")
+    return build_result_data(read_result_json(path), str(path))
+
+
+def read_input_kind(path: str | Path) -> str:
+    """``sqlite`` when the file starts with SQLite's header, else ``json`` (UsageError when unreadable)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as err:
+        raise UsageError(f"cannot read {str(path)!r}: {err.strerror}; expected {EXPECTED}") from None
+    return "sqlite" if head == SQLITE_MAGIC else "json"
+
+
+def read_result_json(path: str | Path) -> dict[str, Any]:
+    """The JSON object in `path` (UsageError when it does not parse)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(f"{str(path)!r} is neither a torchpace study nor a JSON result ({err}); "
+                         f"expected {EXPECTED}") from None
+    return doc
+
+
+# ---- results ---------------------------------------------------------------------------------------
+
+
+def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
+    """ReportData of a bench or profile result document (pure; UsageError for other documents)."""
+    from torchpace.profile.result import RESULT_KIND as PROFILE_KIND
+
+    kind = doc.get("kind") if isinstance(doc, Mapping) else None
+    if kind not in (BENCH_KIND, PROFILE_KIND):
+        raise UsageError(f"{source!r} is JSON but not a torchpace result (kind {kind!r}); expected {EXPECTED}")
+    if doc.get("schema_version") != _SUPPORTED_RESULT_SCHEMA:
+        raise UsageError(f"{source!r} has {kind} schema_version {doc.get('schema_version')!r}; this torchpace reads "
+                         f"{_SUPPORTED_RESULT_SCHEMA} (a newer torchpace wrote it?)")
+    config = dict(doc.get("config") or {})
+    if kind == BENCH_KIND:
+        return ReportData("bench", source, str(doc.get("workload", "?")), config, host=doc.get("host") or None, bench=doc)
+    return ReportData("profile", source, str(doc.get("workload", "?")), config, profile=doc)
+
+
+# ---- studies ---------------------------------------------------------------------------------------
+
+
+def check_optuna_file(path: str | Path) -> None:
+    """UsageError unless the SQLite file holds Optuna's tables (read-only: never creates them)."""
+    uri = f"{Path(path).resolve().as_uri()}?mode=ro"
+    try:
+        with sqlite3.connect(uri, uri=True) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as err:
+        raise UsageError(f"{str(path)!r} is not a readable SQLite database ({err}); expected {EXPECTED}") from None
+    if not {"studies", "trials", "version_info"} <= tables:
+        raise UsageError(f"{str(path)!r} is an SQLite database but holds no Optuna study; expected {EXPECTED}")
+
+
+def load_study(url: str, name: str | None, source: str) -> ReportData:
+    """Read a torchpace study from Optuna storage `url` into ReportData."""
+    import optuna
+
+    from torchpace.tune.study import ATTR, open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    storage = open_storage(url)
+    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
+    candidates = [(s.study_name, s.user_attrs.get(ATTR), s.datetime_start, index) for index, s in enumerate(summaries)]
+    chosen, note = pick_study(candidates, name, source)
+    meta = next(meta for study_name, meta, _, _ in candidates if study_name == chosen)
+    study = optuna.load_study(study_name=chosen, storage=storage, sampler=optuna.samplers.RandomSampler())
+    outcome = build_stored_outcome(study, chosen, mask_url(url), meta)
+    return build_tune_data(outcome, meta.get("host"), f"{source} (study {chosen!r})", note=note)
+
+
+def pick_study(candidates: list[tuple[str, Any, datetime | None, int]], wanted: str | None,
+               source: str) -> tuple[str, str | None]:
+    """The study to report, and a note when it was chosen among several (pure).
+
+    Args:
+        candidates: (name, torchpace metadata or None, first trial's start, creation order) per study.
+        wanted: the name asked for, or None for the only / most recently started torchpace study.
+        source: how to name the storage in messages.
+    """
+    from torchpace.tune.study import STUDY_KIND, STUDY_SCHEMA_VERSION
+
+    ours = [c for c in candidates if isinstance(c[1], Mapping) and c[1].get("kind") == STUDY_KIND]
+    names = ", ".join(c[0] for c in ours) or "none"
+    if wanted is not None and wanted not in {c[0] for c in candidates}:
+        raise UsageError(f"--study {wanted!r}: no such study in {source} (torchpace studies: {names})")
+    if wanted is not None and wanted not in {c[0] for c in ours}:
+        raise UsageError(f"--study {wanted!r} in {source} is not a torchpace study (torchpace studies: {names})")
+    if not ours:
+        raise UsageError(f"{source} holds no torchpace study; expected {EXPECTED}")
+    note = None
+    if wanted is None:
+        wanted = max(ours, key=lambda c: (c[2] or datetime.min, c[3]))[0]
+        if len(ours) > 1:
+            note = f"{len(ours)} torchpace studies in {source} ({names}); this report shows {wanted!r} (choose with --study NAME)"
+    version = next(c[1].get("schema_version") for c in ours if c[0] == wanted)
+    if version != STUDY_SCHEMA_VERSION:
+        raise UsageError(f"study {wanted!r} has torchpace study schema {version!r}; this torchpace reads {STUDY_SCHEMA_VERSION}")
+    return wanted, note
+
+
+@dataclass(frozen=True)
+class _StoredTuner:
+    """What `build_outcome` reads from a Tuner, for a study read back from storage (no workload is loaded)."""
+
+    study: Any
+    study_name: str
+    storage_url: str
+    spec: str
+    options: Any
+    sampler: Any
+
+
+def build_stored_outcome(study, name: str, url: str, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """`TuneOutcome.to_dict()` of a stored study, built by the tuner's own `build_outcome`.
+
+    The greedy policy is replayed over the knobs and values the study tried (`rebuild_space`);
+    `stopped` says whether that replay finds the search complete.
+    """
+    from torchpace.tune.outcome import build_outcome, trial_rows
+    from torchpace.tune.sampler import GreedySampler
+    from torchpace.tune.tuner import TuneOptions
+
+    rows = trial_rows(study)
+    base = next((r for r in rows if r["slot"] == "baseline" and r["status"] == "ok"), {})
+    options = TuneOptions(workload=str(meta.get("workload", "?")), strategy=str(meta.get("strategy", "greedy")),
+                          study=name, guard_steps=len(base.get("guard_losses") or []))
+    sampler = GreedySampler(rebuild_space(rows), lambda config: None)
+    tuner = _StoredTuner(study, name, url, str(meta.get("workload", "?")), options, sampler)
+    stopped = "stored"
+    if options.strategy == "greedy":
+        state = sampler.plan(study)
+        stopped = "done" if state.done else ("baseline failed" if state.failed_baseline else "unfinished")
+    return build_outcome(tuner, stopped).to_dict()
+
+
+def rebuild_space(rows: list[Mapping[str, Any]]) -> list:
+    """The searched part of the space, from the candidate trials: each tried knob, default first (pure).
+
+    Every value the greedy policy proposed left a candidate trial, so replaying over this space
+    reaches the same decisions; knobs that were never tried (an interrupted tune) are simply absent.
+    Knobs are in the registry's stage order, as the tuner built them.
+    """
+    from torchpace.knobs import REGISTRY, knobs_in_stage_order
+    from torchpace.tune.space import KnobSpace
+
+    tried: dict[str, list] = {}
+    stages: dict[str, str] = {}
+    for row in rows:
+        if row["kind"] == "candidate" and row["knob"] in REGISTRY:
+            values = tried.setdefault(row["knob"], [])
+            if row["value"] not in values:
+                values.append(row["value"])
+            stages[row["knob"]] = row["stage"]
+    order = [k.name for k in knobs_in_stage_order()]
+    return [KnobSpace(stages[n], n, REGISTRY[n].default, (REGISTRY[n].default, *tried[n]))
+            for n in sorted(tried, key=order.index)]
+
+
+def build_tune_data(outcome: Mapping[str, Any], host: Mapping[str, Any] | None, source: str,
+                    config_path: str | None = None, note: str | None = None) -> ReportData:
+    """ReportData of a tune outcome (`TuneOutcome.to_dict()`; pure)."""
+    return ReportData("study", source, str(outcome.get("workload", "?")), dict(outcome.get("best_config") or {}),
+                      host=host or None, tune=outcome, config_path=config_path or outcome.get("out_path"), note=note)
+
+
+def sqlite_database(url: str) -> str | None:
+    """The file of an SQLite URL (None for other databases and for in-memory SQLite)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    return parsed.database if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") else None
+
+
+def mask_url(url: str) -> str:
+    """`url` with any password masked (a report gets attached to tickets)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url

@@ -1,0 +1,83 @@
+"""The report as one self-contained HTML file: the view and the charts through a Jinja2 template.
+
+The template (`templates/report.html.j2`) carries its CSS inline, print rules included, and the
+charts are inline SVG: the file needs no network and no other file, so it can be attached to a
+ticket and opened anywhere. Autoescaping is on for everything but the SVG, which `charts` builds.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from torchpace._version import __version__
+from torchpace.report.load import ReportData
+
+TEMPLATE = "report.html.j2"
+
+
+def build_charts(data: ReportData) -> dict[str, str]:
+    """Every chart the data supports, name -> SVG (matplotlib is imported here, on first use)."""
+    from torchpace.report import charts
+
+    svgs: dict[str, str] = {}
+    if data.tune:
+        svgs.update(_tune_charts(data.tune))
+    if data.bench and data.bench.get("window_samples_per_s"):
+        svgs["windows"] = charts.render_windows_svg(data.bench)
+    if data.profile:
+        from torchpace.report.view import step_split
+
+        split = step_split(data.profile)
+        if split:
+            svgs["split"] = charts.render_split_svg(split)
+    return svgs
+
+
+def _tune_charts(tune) -> dict[str, str]:
+    from torchpace.report import charts
+    from torchpace.report.view import guard_curves, tuned_row
+
+    svgs: dict[str, str] = {}
+    baseline = tune.get("baseline")
+    if baseline:
+        svgs["speed"] = charts.render_speed_svg(baseline, tuned_row(tune))
+        svgs["waterfall"] = charts.render_waterfall_svg(tune.get("accepted", []), tune.get("speedup") or 1.0)
+    if tune.get("trials"):
+        svgs["trials"] = charts.render_trials_svg(tune["trials"], (baseline or {}).get("samples_per_s"))
+    base_losses, tuned_losses, rejected = guard_curves(tune)
+    if base_losses:
+        svgs["losses"] = charts.render_losses_svg(base_losses, tuned_losses, rejected)
+    return svgs
+
+
+def render_html(data: ReportData, generated_at: datetime | None = None) -> str:
+    """The report's HTML text."""
+    import jinja2
+    from markupsafe import Markup
+
+    from torchpace.report.view import build_view
+
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    template = env.from_string(_template_text())
+    view: dict[str, Any] = build_view(data)
+    view["charts"] = {name: Markup(svg) for name, svg in build_charts(data).items()}
+    view["generated_at"] = (generated_at or datetime.now().astimezone()).strftime("%Y-%m-%d %H:%M %Z").strip()
+    view["version"] = __version__
+    return template.render(**view)
+
+
+def _template_text() -> str:
+    from importlib.resources import files
+
+    return (files("torchpace.report") / "templates" / TEMPLATE).read_text(encoding="utf-8")
+
+
+def save_report(html: str, path: str | Path) -> Path:
+    """Write the HTML atomically (a temp file renamed over `path`)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,320 @@
+"""What the report says, decided from `ReportData`: pure functions that pick and format.
+
+`build_view` returns plain dicts and strings for the template; it never touches the world. The
+selectors (`tuned_row`, `guard_curves`, `step_split`) are shared with the charts so a chart and the
+table beside it always show the same trial.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from torchpace.measure.render import format_bytes
+from torchpace.report.load import ReportData
+
+DEFAULT_CONFIG_FILE = "torchpace.toml"
+_SAME_CONFIG_GAP = 0.10  # two measurements of one config 10% apart: worth telling the reader it is noise
+_MAX_REJECTED_CURVES = 4  # guard-rejected loss curves drawn beside baseline and tuned; more would hide them
+# Knobs applied where `torchpace launch` can reach them without code: the process env, global
+# torch state and the DataLoader (its sitecustomize hook); the rest need `torchpace.prepare()`.
+_LAUNCH_POINTS = ("env", "global", "loader")
+
+
+# ---- selectors shared with the charts ---------------------------------------------------------------
+
+
+def trial_stage(row: Mapping[str, Any]) -> str:
+    """The colour group of a trial: baseline (and re-measurements), its knob's stage, or search."""
+    if row.get("kind") in ("baseline", "remeasure"):
+        return "baseline"
+    return row.get("stage") or "search"
+
+
+def trial_label(row: Mapping[str, Any]) -> str:
+    """A short label of what a trial measured: `baseline`, `re-measure`, `knob=value` or its config."""
+    if row.get("kind") == "baseline":
+        return "baseline"
+    if row.get("kind") == "remeasure":
+        return "re-measure"
+    if row.get("knob"):
+        return f"{row['knob'].split('.')[-1]}={row['value']}"
+    config = row.get("config") or {}
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in config.items()) or "defaults"
+
+
+def is_failed(row: Mapping[str, Any]) -> bool:
+    """True for a trial without a usable figure: a failure class, or a failed convergence guard."""
+    return row.get("status") != "ok" or not row.get("samples_per_s")
+
+
+def tuned_row(tune: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The tuned config's measurement (None without a baseline to compare it with)."""
+    return tune.get("best") if tune.get("baseline") else None
+
+
+def guard_curves(tune: Mapping[str, Any]) -> tuple[list[float], list[float] | None, list[tuple[str, list[float]]]]:
+    """(baseline losses, tuned losses or None, [(label, losses)] of trials the guard rejected)."""
+    baseline = list((tune.get("baseline") or {}).get("guard_losses") or [])
+    tuned = tuned_row(tune)
+    tuned_losses = list(tuned.get("guard_losses") or []) if tuned and tune.get("best_config") else None
+    rejected = [(trial_label(t), list(t["guard_losses"])) for t in tune.get("trials", [])
+                if t.get("guard") == "fail" and t.get("guard_losses")]
+    return baseline, tuned_losses, rejected[:_MAX_REJECTED_CURVES]
+
+
+def step_split(profile: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The profile's step-split data, None when the steps carried no phase labels."""
+    split = next((f for f in profile.get("findings", []) if f["id"] == "profile.step_split"), None)
+    return split["data"] if split and split["data"].get("labelled") else None
+
+
+# ---- formatting -------------------------------------------------------------------------------------
+
+
+def format_sps(row: Mapping[str, Any] | None) -> str:
+    """`12,345`: a row's median samples/s; `-` without a figure."""
+    if not row or row.get("samples_per_s") is None:
+        return "-"
+    return f"{row['samples_per_s']:,.0f}"
+
+
+def format_ci(row: Mapping[str, Any] | None) -> str:
+    """`[12,001, 12,700]`: a row's 95% CI of the median samples/s; `-` when unknown."""
+    if not row or row.get("samples_per_s_ci_low") is None or row.get("samples_per_s_ci_high") is None:
+        return "-"
+    return f"[{row['samples_per_s_ci_low']:,.0f}, {row['samples_per_s_ci_high']:,.0f}]"
+
+
+def format_sps_ci(row: Mapping[str, Any] | None) -> str:
+    """`12,345 [12,001, 12,700]`: samples/s and its 95% CI."""
+    ci = format_ci(row)
+    return format_sps(row) + ("" if ci == "-" else f" {ci}")
+
+
+def format_value(value: Any) -> str:
+    """A knob value as the user writes it (`true`, `2`, `bf16`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "-" if value is None else str(value)
+
+
+def workload_name(spec: str) -> str:
+    """The short name of a workload spec (`path/file.py:fn` -> `fn`)."""
+    return spec.rsplit(":", 1)[-1] if ":" in spec else spec
+
+
+# ---- the whole view ---------------------------------------------------------------------------------
+
+
+def build_view(data: ReportData) -> dict[str, Any]:
+    """Everything the template shows, as plain values."""
+    view: dict[str, Any] = {
+        "title": f"torchpace {({'study': 'tune'}).get(data.kind, data.kind)} report: {workload_name(data.workload)}",
+        "kind": data.kind, "source": data.source, "workload": data.workload, "note": data.note,
+        "host_rows": host_rows(data.host), "doctor": data.doctor, "config": config_view(data),
+        "tune": tune_view(data.tune) if data.tune else None,
+        "bench": bench_view(data.bench) if data.bench else None,
+        "profile": profile_view(data.profile) if data.profile else None,
+    }
+    view["cards"] = summary_cards(data)
+    return view
+
+
+def host_rows(host: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """(label, value) rows of the measured host's summary."""
+    if not host:
+        return []
+    gpus = host.get("gpus") or []
+    rows = [("CPU", f"{host.get('cpu_model', '?')} ({host.get('usable_cores', '?')} usable of "
+                    f"{host.get('logical_cpus', '?')} logical CPUs, {host.get('numa_nodes', '?')} NUMA node(s))"),
+            ("memory", format_bytes(host.get("memory_bytes"))),
+            ("GPUs", ", ".join(gpus) if gpus else "none"),
+            ("OS", str(host.get("distro") or "?")),
+            ("torch", f"{host.get('torch_version') or '?'}" + (f" (CUDA {host['cuda_version']})" if host.get("cuda_version") else "")),
+            ("native bf16", "yes" if host.get("native_bf16") else "no"),
+            ("host fingerprint", str(host.get("fingerprint", "?")))]
+    return rows
+
+
+def summary_cards(data: ReportData) -> list[dict[str, str]]:
+    """The headline figures at the top of the report."""
+    if data.tune:
+        tune = data.tune
+        trials = tune.get("trials", [])
+        failed = sum(1 for t in trials if t.get("status") != "ok" or t.get("guard") == "fail")
+        speedup = tune.get("speedup")
+        return [
+            {"label": "baseline samples/s", "value": format_sps(tune.get("baseline")),
+             "detail": "95% CI " + format_ci(tune.get("baseline"))},
+            {"label": "tuned samples/s", "value": format_sps(tuned_row(tune)), "detail": "95% CI " + format_ci(tuned_row(tune))},
+            {"label": "speedup", "value": f"{speedup:.2f}×" if speedup is not None else "-",
+             "detail": f"{len(tune.get('accepted', []))} accepted change(s)"},
+            {"label": "trials", "value": str(len(trials)), "detail": f"{failed} failed or guard-rejected · search {tune.get('stopped')}"},
+        ]
+    if data.bench:
+        b = data.bench
+        return [{"label": "samples/s", "value": f"{b['samples_per_s']:,.0f}", "detail": f"95% CI ±{b['ci_rel_halfwidth']:.1%}"},
+                {"label": "step time", "value": f"{b['step_time_s'] * 1000:.2f} ms", "detail": f"batch {b['batch_size']}"},
+                {"label": "input-bound", "value": "-" if b.get("input_bound_frac") is None else f"{b['input_bound_frac']:.0%}",
+                 "detail": "of the step waits for data"},
+                {"label": "peak memory", "value": format_bytes(b.get("peak_memory_bytes")), "detail": str(b.get("peak_memory_kind", ""))}]
+    p = data.profile or {}
+    split = step_split(p) or {}
+    return [{"label": "verdict", "value": p.get("verdict", {}).get("kind", "-"), "detail": f"{p.get('steps', '?')} profiled steps"},
+            {"label": "step time", "value": f"{split['step_time_us'] / 1000:.1f} ms" if split else "-", "detail": "mean per step"},
+            {"label": "device", "value": str(p.get("device", "-")), "detail": ""}]
+
+
+# ---- tune -------------------------------------------------------------------------------------------
+
+
+def tune_view(tune: Mapping[str, Any]) -> dict[str, Any]:
+    """The tune sections: result, accepted changes, decisions, trials, convergence."""
+    baseline = tune.get("baseline")
+    base_sps = (baseline or {}).get("samples_per_s")
+    best_losses = guard_curves(tune)[1]
+    tuned = tuned_row(tune)
+    return {
+        "strategy": tune.get("strategy"), "study": tune.get("study"),
+        "stopped": tune.get("stopped"), "failed_baseline": tune.get("failed_baseline"),
+        "has_baseline": baseline is not None, "baseline": format_sps_ci(baseline), "tuned": format_sps_ci(tuned),
+        "baseline_memory": format_bytes((baseline or {}).get("peak_memory_bytes")),
+        "tuned_memory": format_bytes((tuned or {}).get("peak_memory_bytes")),
+        "speedup": tune.get("speedup"),
+        "accepted": [accepted_row(a) for a in tune.get("accepted", [])],
+        "decisions": [decision_row(d) for d in (tune.get("extras") or {}).get("decisions", [])],
+        "trials": [trial_row(t, base_sps) for t in tune.get("trials", [])],
+        "verdict": (baseline or {}).get("verdict"),
+        "guard_note": tune.get("guard_note", ""),
+        "has_curves": bool(guard_curves(tune)[0]),
+        "tuned_is_baseline": best_losses is None,
+        "tuned_guard": (tuned or {}).get("guard_reason") if tune.get("best_config") else None,
+        "same_config_note": same_config_note(baseline, tuned, tune.get("best_config")),
+    }
+
+
+def same_config_note(baseline: Mapping[str, Any] | None, tuned: Mapping[str, Any] | None,
+                     best_config: Mapping[str, Any] | None) -> str | None:
+    """When nothing was accepted, baseline and tuned are two measurements of one config: say how far apart."""
+    if best_config or not baseline or not tuned or not baseline.get("samples_per_s") or not tuned.get("samples_per_s"):
+        return None
+    gap = abs(tuned["samples_per_s"] / baseline["samples_per_s"] - 1)
+    if gap < _SAME_CONFIG_GAP:
+        return None
+    return (f"Nothing was accepted, so baseline and tuned are the same config measured twice; the two figures differ by "
+            f"{gap:.0%}. That is this host's noise (other load, frequency scaling): the speedup stays 1.00×, and "
+            "changes smaller than the noise cannot be told apart here.")
+
+
+def accepted_row(a: Mapping[str, Any]) -> dict[str, str]:
+    """One row of the accepted-change (waterfall) table."""
+    return {"change": f"+ {a['knob']} = {format_value(a['value'])}", "stage": str(a.get("stage") or ""),
+            "sps": format_sps_ci(a), "step_gain": f"{a['step_gain']:.2f}×", "speedup": f"{a['speedup']:.2f}×",
+            "memory": format_bytes(a.get("peak_memory_bytes")), "reason": str(a.get("reason") or "")}
+
+
+def decision_row(d: Mapping[str, Any]) -> dict[str, str]:
+    """One knob the greedy search decided on: accepted value or rejected, and why."""
+    accepted = d.get("accepted_value") is not None
+    return {"stage": str(d.get("stage") or ""), "knob": str(d.get("knob")),
+            "outcome": f"accepted = {format_value(d['accepted_value'])}" if accepted else "kept default",
+            "accepted": accepted, "reason": str(d.get("reason") or "")}
+
+
+def trial_row(t: Mapping[str, Any], base_sps: float | None) -> dict[str, Any]:
+    """One row of the every-trial table."""
+    sps = t.get("samples_per_s") if not is_failed(t) else None
+    if t.get("status") != "ok":
+        failure, reason = t["status"], t.get("error") or ""
+    elif t.get("guard") == "fail":
+        failure, reason = "guard", t.get("guard_reason") or ""
+    else:
+        failure, reason = "", ""
+    config = t.get("config") or {}
+    return {
+        "number": t["number"], "slot": t.get("slot"), "stage": t.get("stage") or ("baseline" if t.get("kind") != "candidate" else ""),
+        "knob": t.get("knob") or ("(re-measure)" if t.get("kind") == "remeasure" else "(defaults)" if not config else ""),
+        "value": format_value(t.get("value")) if t.get("knob") else ", ".join(f"{k}={format_value(v)}" for k, v in config.items()),
+        "sps": format_sps_ci(t) if sps else "-",
+        "speedup": f"{sps / base_sps:.2f}×" if sps and base_sps else "-",
+        "memory": format_bytes(t.get("peak_memory_bytes")), "guard": t.get("guard") or "-",
+        "failure": failure, "reason": reason, "failed": bool(failure),
+    }
+
+
+# ---- bench and profile ------------------------------------------------------------------------------
+
+
+def bench_view(bench: Mapping[str, Any]) -> dict[str, Any]:
+    """The bench section: its figures as (label, value) rows and the noise warning."""
+    from torchpace.measure.render import bench_rows
+
+    noisy = None
+    if bench.get("noise_warning"):
+        noisy = (f"noisy measurement: the IQR is {bench['samples_per_s_iqr'] / bench['samples_per_s']:.0%} of the median "
+                 "(over 10%): other load on the host? Re-run, or raise --max-time.")
+    return {"rows": bench_rows(bench), "noisy": noisy, "device": bench.get("device"),
+            "has_windows": len(bench.get("window_samples_per_s") or []) > 0}
+
+
+def profile_view(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile section: verdict, evidence, remedies, the split table, other findings, top operators."""
+    from torchpace.profile.render import split_rows, top_op_rows
+
+    verdict = profile.get("verdict") or {}
+    shown_elsewhere = ("profile.step_split", "profile.top_ops")
+    return {
+        "kind": verdict.get("kind"), "evidence": verdict.get("evidence", []), "also": verdict.get("also", []),
+        "remedies": verdict.get("remedies", []), "knobs_to_try": verdict.get("knobs_to_try", []),
+        "stages_to_try": verdict.get("stages_to_try", []), "device": profile.get("device"), "steps": profile.get("steps"),
+        "split_rows": [row[:3] for row in split_rows(profile)] if step_split(profile) else [],
+        "top_ops": top_op_rows(profile), "trace_path": profile.get("trace_path"),
+        "findings": sorted_findings([f for f in profile.get("findings", []) if f["id"] not in shown_elsewhere]),
+    }
+
+
+# ---- config and how to apply it ---------------------------------------------------------------------
+
+
+def config_view(data: ReportData) -> dict[str, Any]:
+    """The final config as rows, as TOML, and as copy-ready snippets."""
+    from torchpace.knobs import REGISTRY
+
+    config = dict(data.config)
+    rows = [{"knob": name, "value": format_value(value),
+             "default": format_value(REGISTRY[name].default) if name in REGISTRY else "?",
+             "point": REGISTRY[name].point.value if name in REGISTRY else "?"} for name, value in config.items()]
+    needs_prepare = [r["knob"] for r in rows if r["point"] not in _LAUNCH_POINTS]
+    path = data.config_path or DEFAULT_CONFIG_FILE
+    return {"rows": rows, "empty": not config, "path": path, "saved": data.config_path is not None,
+            "toml": config_toml(config), "python": python_snippet(data, config),
+            "launch": f"torchpace launch --config {path} -- train.py", "needs_prepare": needs_prepare}
+
+
+def config_toml(config: Mapping[str, Any]) -> str:
+    """`config` as the torchpace.toml that `--config` and `prepare()` read."""
+    import tomli_w
+
+    from torchpace.config import SCHEMA_VERSION
+
+    return tomli_w.dumps({"schema_version": SCHEMA_VERSION, "knobs": dict(sorted(config.items()))})
+
+
+def python_snippet(data: ReportData, config: Mapping[str, Any]) -> str:
+    """Copy-ready code that runs the config through `torchpace.prepare()` in the user's own loop."""
+    literal = "{" + ", ".join(f"{k!r}: {v!r}" for k, v in config.items()) + "}"
+    source = "the workload tune measured" if data.kind == "study" else f"the workload you measured ({data.workload})"
+    return (
+        "import torchpace\n\n"
+        f"workload = torchpace.load_workload({data.workload!r})  # {source}; or your own torchpace.Workload(...)\n"
+        f"config = {literal}  # or the path of a torchpace.toml\n"
+        "with torchpace.prepare(workload, config) as run:\n"
+        "    for batch in run.loader:\n"
+        "        loss = run.step(batch)\n"
+    )
+
+
+def sorted_findings(findings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Findings worst first (fail, warn, info, ok), stable within a severity."""
+    order = {"fail": 0, "warn": 1, "info": 2, "ok": 3}
+    return sorted(findings, key=lambda f: order.get(f.get("severity"), 4))
