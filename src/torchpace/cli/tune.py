@@ -36,9 +36,11 @@ def parse_duration_s(text: str) -> float:
               help="Seeded steps compared against the baseline's loss curve (0: no guard).")
 @click.option("--trial-time", type=float, default=20.0, show_default=True, help="Measurement cap per trial, seconds.")
 @click.option("--knob", "knob_names", multiple=True, help="Tune only these knobs (repeatable).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write an HTML report of the tune here (as `torchpace report` does).")
 @json_option
 def command(workload, budget, max_trials, strategy, storage, study_name, resume, out_path, guard_steps, trial_time,
-            knob_names, as_json):
+            knob_names, report_path, as_json):
     """Tune WORKLOAD (default: the built-in `tabular`): baseline, then one knob at a time.
 
     Each trial is its own process; failures (oom, crash, timeout, nonfinite, guard, invalid) are
@@ -50,6 +52,7 @@ def command(workload, budget, max_trials, strategy, storage, study_name, resume,
 
     budget_s = parse_duration_s(budget)
     check_writable(out_path, "--out")
+    check_writable(report_path, "--report")
     if trial_time <= 0:
         raise UsageError(f"--trial-time must be > 0 seconds, got {trial_time}")
     knobs = frozenset(get_knob(name).name for name in knob_names) or None
@@ -64,9 +67,21 @@ def command(workload, budget, max_trials, strategy, storage, study_name, resume,
             outcome = tuner.outcome
             click.echo("interrupted: the best config so far was written" if outcome.out_path else "interrupted", err=True)
             _report(outcome, as_json)
+            _write_html_report(outcome, tuner.host, report_path)
             return 130
     _report(outcome, as_json)
+    _write_html_report(outcome, tuner.host, report_path)
     return 1 if outcome.failed_baseline else 0
+
+
+def _write_html_report(outcome, host, report_path: str | None) -> None:
+    """`--report`: the HTML report of this tune; the message goes to stderr so `--json` stays clean."""
+    if report_path is None:
+        return
+    from torchpace.report import report_data_from_tune, write_report
+
+    path = write_report(report_data_from_tune(outcome.to_dict(), host.summary()), report_path)
+    click.echo(f"wrote report {path}", err=True)
 
 
 def _report(outcome, as_json: bool) -> None:
