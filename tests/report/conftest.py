@@ -1,0 +1,81 @@
+"""Fixtures of the report tests: one real tiny tune (run once per session) and headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from _support import fixture_workload
+
+_APT_TIMEOUT_S = 600
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
+
+
+STUDY = "report-tiny"
+_TUNE_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class TunedStudy:
+    """What one real `torchpace tune --report --json` run left: the study file, its outcome, its report."""
+
+    db: Path
+    name: str
+    outcome: dict
+    report: Path
+    stderr: str
+    host: dict
+
+
+@pytest.fixture(scope="session")
+def tuned_study(tmp_path_factory, host) -> TunedStudy:
+    """A real greedy tune over data.num_workers, run once per session as a user runs it.
+
+    The workload is the tiny MLP whose dataset kills its DataLoader worker when there are two of
+    them: one study then holds baseline, re-measure, an ok candidate and a crashed one, and the
+    same run exercises `tune --report` (a second tune would double the suite's time).
+    """
+    directory = tmp_path_factory.mktemp("tuned")
+    db, report = directory / "studies.db", directory / "tune-report.html"
+    argv = ["tune", fixture_workload("crashes_with_two_workers"), "--knob", "data.num_workers", "--trial-time", "1",
+            "--guard-steps", "6", "--storage", f"sqlite:///{db}", "--study", STUDY, "--out", str(directory / "torchpace.toml"),
+            "--report", str(report), "--json"]
+    done = subprocess.run([sys.executable, "-m", "torchpace", *argv], capture_output=True, text=True, cwd=directory,
+                          timeout=_TUNE_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return TunedStudy(db, STUDY, json.loads(done.stdout), report, done.stderr, host.summary())
+
+
+def find_chromium() -> str | None:
+    """The first Chromium-like browser on PATH."""
+    return next((path for path in map(shutil.which, CHROMIUM_NAMES) if path), None)
+
+
+def _apt_get(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    return subprocess.run(["apt-get", *args], env=env, capture_output=True, text=True, timeout=_APT_TIMEOUT_S)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Path of a headless-capable Chromium: Debian's `chromium`, installed with apt when root; else skip."""
+    found = find_chromium()
+    if found:
+        return found
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip("needs Chromium for the browser test: install Debian's `chromium`, or run as root where apt-get is available")
+    result = _apt_get("install", "-y", "--no-install-recommends", "chromium")
+    if result.returncode != 0:  # a fresh image has no package lists yet
+        _apt_get("update")
+        result = _apt_get("install", "-y", "--no-install-recommends", "chromium")
+    found = find_chromium()
+    if result.returncode != 0 or not found:
+        pytest.skip(f"apt-get install chromium failed: {result.stderr.strip()[-500:]}")
+    return found

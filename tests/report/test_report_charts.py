@@ -1,0 +1,68 @@
+"""Charts: data in, inline-safe SVG out; matplotlib's global settings untouched."""
+
+from __future__ import annotations
+
+import re
+from xml.etree import ElementTree
+
+import matplotlib
+import pytest
+
+from torchpace.report import charts
+
+_ROW = {"samples_per_s": 100.0, "samples_per_s_ci_low": 95.0, "samples_per_s_ci_high": 104.0}
+
+
+def _accepted():
+    return [{"knob": "data.num_workers", "value": 2, "speedup": 1.30, "step_gain": 1.30},
+            {"knob": "precision.amp", "value": "bf16", "speedup": 1.69, "step_gain": 1.30}]
+
+
+def _parse(svg: str) -> ElementTree.Element:
+    """Parse as XML, as the browser's HTML parser would read it (namespaces re-added for ElementTree)."""
+    return ElementTree.fromstring(svg.replace("<svg", '<svg xmlns:xlink="http://www.w3.org/1999/xlink"', 1))
+
+
+def test_clean_svg_leaves_no_outside_reference_and_prefixes_every_id():
+    svg = charts.render_waterfall_svg(_accepted(), 1.69)
+    assert svg.startswith("<svg") and "<metadata" not in svg and "DOCTYPE" not in svg and "<?xml" not in svg
+    assert "http" not in svg
+    root = _parse(svg)
+    ids = [el.get("id") for el in root.iter() if el.get("id")]
+    assert ids and all(i.startswith("waterfall-") for i in ids)
+    refs = re.findall(r'href="#([^"]+)"', svg) + re.findall(r"url\(#([^)]+)\)", svg)
+    assert all(ref in ids for ref in refs)
+    assert 'width="' not in svg.split(">", 1)[0] and "viewBox" in svg.split(">", 1)[0]
+
+
+def test_the_waterfall_labels_each_accepted_knob_and_the_total():
+    svg = charts.render_waterfall_svg(_accepted(), 1.69)
+    for text in ("data.num_workers", "= bf16", "1.30×", "1.69×", "+30%", "baseline", "tuned"):
+        assert text in svg, text
+
+
+def test_trials_chart_marks_failures_and_guard_rejections():
+    trials = [{**_ROW, "number": 0, "slot": "baseline", "kind": "baseline", "status": "ok", "guard": "pass"},
+              {**_ROW, "number": 1, "slot": "cand:a=1", "kind": "candidate", "stage": "data", "knob": "data.num_workers",
+               "value": 1, "status": "ok", "guard": "fail"},
+              {"number": 2, "slot": "cand:a=2", "kind": "candidate", "stage": "data", "knob": "data.num_workers", "value": 2,
+               "status": "oom", "samples_per_s": None}]
+    svg = charts.render_trials_svg(trials, 100.0)
+    assert "oom" in svg and "data: guard failed" in svg and "num_workers=2" in svg and "failed (class below)" in svg
+
+
+def test_drawing_leaves_matplotlib_settings_as_they_were():
+    before = dict(matplotlib.rcParams)
+    charts.render_speed_svg(_ROW, {**_ROW, "samples_per_s": 120.0})
+    charts.render_losses_svg([1.0, 0.9], [1.0, float("nan")], [("amp=fp16", [1.0, float("inf")])])
+    assert dict(matplotlib.rcParams) == before
+
+
+@pytest.mark.parametrize("render", [
+    lambda: charts.render_split_svg({"input_wait_us": 5000.0, "input_wait_frac": 0.5, "forward_us": 5000.0, "forward_frac": 0.5}),
+    lambda: charts.render_windows_svg({**_ROW, "window_samples_per_s": [99.0, 101.0, 100.0]}),
+    lambda: charts.render_waterfall_svg([], 1.0),
+])
+def test_every_chart_is_well_formed_svg(render):
+    root = _parse(render())
+    assert root.tag == "svg" and root.find("title") is not None

@@ -1,0 +1,159 @@
+"""The HTML file: rendered from a real study, a real bench and a recorded profile, then parsed.
+
+Every chart must be present as inline SVG, and nothing may point outside the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from _support import FIXTURES, fixture_workload
+from torchpace.config import load_config
+from torchpace.report import write_report
+from torchpace.report.load import ReportData, load_report_data
+from torchpace.report.view import config_view
+
+_REF_ATTRS = ("href", "src", "xlink:href", "action", "poster", "data", "srcset", "formaction")
+
+
+class _Page(HTMLParser):
+    """What the tests look at in a page: title, chart figures and their SVGs, references, table rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.title, self.refs, self.charts, self.styles, self.trial_rows = "", [], {}, [], 0
+        self.tags: list[str] = []
+        self._stack: list[str] = []
+        self._figure: str | None = None
+        self._section: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.tags.append(tag)
+        self._stack.append(tag)
+        self.refs += [value for name, value in attrs.items() if name in _REF_ATTRS and value]
+        self.styles.append(attrs.get("style") or "")
+        if tag == "section" and attrs.get("id"):
+            self._section = attrs["id"]
+        if tag == "figure" and "chart" in (attrs.get("class") or ""):
+            self._figure = attrs.get("data-chart")
+            self.charts[self._figure] = {"svg": 0, "title": 0}
+        if self._figure and tag in ("svg", "title"):
+            self.charts[self._figure][tag] += 1
+        if tag == "tr" and self._section == "trials" and "tbody" in self._stack:
+            self.trial_rows += 1
+
+    def handle_endtag(self, tag):
+        if tag == "figure":
+            self._figure = None
+        while self._stack and self._stack.pop() != tag:
+            pass
+
+    def handle_data(self, data):
+        if self._stack and self._stack[-1] == "title" and self._figure is None:
+            self.title += data
+        if self._stack and self._stack[-1] == "style":
+            self.styles.append(data)
+
+
+def parse_page(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+def assert_self_contained(page: _Page) -> None:
+    """No reference leaves the file: only fragments and data: URIs, no stylesheet or script from elsewhere."""
+    outside = [ref for ref in page.refs if not ref.startswith(("#", "data:"))]
+    assert outside == []
+    assert "link" not in page.tags and "script" not in page.tags and "iframe" not in page.tags
+    css = "\n".join(page.styles)
+    assert "@import" not in css and not re.search(r"url\((?!#)", css)
+
+
+@pytest.fixture(scope="module")
+def study_report(tuned_study, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("html") / "study.html"
+    write_report(load_report_data(str(tuned_study.db)), path, with_doctor=True)
+    return path
+
+
+def test_a_real_study_renders_every_chart_as_inline_svg(study_report, tuned_study):
+    page = parse_page(study_report)
+    assert page.title == "torchpace tune report: crashes_with_two_workers"
+    assert set(page.charts) == {"speed", "waterfall", "trials", "losses"}
+    assert all(chart == {"svg": 1, "title": 1} for chart in page.charts.values()), page.charts
+    assert page.trial_rows == len(tuned_study.outcome["trials"])
+    assert_self_contained(page)
+
+
+def test_the_study_report_shows_host_doctor_decisions_and_the_guard(study_report, tuned_study):
+    html = study_report.read_text()
+    assert tuned_study.host["fingerprint"] in html and "Doctor findings that are not ok" in html
+    assert re.search(r"\d+ fail, \d+ warn,\s+\d+ info, \d+ ok", html)
+    assert "data.num_workers" in html and "The convergence guard compares" in html
+    assert "@media print" in html
+
+
+@pytest.fixture(scope="module")
+def bench_json(tmp_path_factory) -> Path:
+    from torchpace.measure.bench import BenchOptions, run_bench
+    from torchpace.measure.run import save_result
+    from torchpace.workload import load_workload
+
+    result = run_bench(load_workload(fixture_workload("tiny_mlp")), None, BenchOptions(max_time_s=1.5))
+    return save_result(result.to_dict(), tmp_path_factory.mktemp("bench") / "bench.json")
+
+
+def test_a_bench_result_alone_renders_its_windows_and_host(bench_json, tmp_path):
+    out = write_report(load_report_data(str(bench_json)), tmp_path / "bench.html", with_doctor=False)
+    page = parse_page(out)
+    assert page.title == "torchpace bench report: tiny_mlp" and set(page.charts) == {"windows"}
+    html = out.read_text()
+    assert "95% CI of median" in html and "host fingerprint" in html and "nothing to apply" in html
+    assert_self_contained(page)
+
+
+def test_text_from_the_input_is_escaped(bench_json, tmp_path):
+    doc = json.loads(bench_json.read_text())
+    doc["workload"] = "<script>alert(1)</script>"
+    path = tmp_path / "evil.json"
+    path.write_text(json.dumps(doc))
+    html = write_report(load_report_data(str(path)), tmp_path / "evil.html", with_doctor=False).read_text()
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)" in html
+
+
+def test_a_profile_result_renders_the_split_and_the_verdict_with_evidence(tmp_path):
+    from torchpace.profile.result import build_profile_result
+    from torchpace.profile.trace import read_trace
+
+    result = build_profile_result(read_trace(FIXTURES / "profile" / "cpu_input_bound.json.gz")).to_dict()
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(result))
+    out = write_report(load_report_data(str(path)), tmp_path / "profile.html", with_doctor=False)
+    page = parse_page(out)
+    html = out.read_text()
+    assert set(page.charts) == {"split"} and "input-bound" in html
+    assert result["verdict"]["evidence"][0] in html
+    assert "torchpace bench WORKLOAD --set data.num_workers=2" in html and "input wait" in html
+    assert_self_contained(page)
+
+
+def test_the_config_snippets_run_as_printed(tmp_path):
+    data = ReportData("study", "s.db", fixture_workload("tiny_mlp"), {"data.num_workers": 1, "model.channels_last": True})
+    view = config_view(data)
+    assert view["needs_prepare"] == ["model.channels_last"]
+    assert view["launch"] == "torchpace launch --config torchpace.toml -- train.py"
+    (tmp_path / "torchpace.toml").write_text(view["toml"])
+    assert dict(load_config(tmp_path / "torchpace.toml").values) == {"data.num_workers": 1, "model.channels_last": True}
+    assert tomllib.loads(view["toml"])["schema_version"] == 1
+    snippet = config_view(ReportData("study", "s.db", fixture_workload("tiny_mlp"), {"data.num_workers": 1}))["python"]
+    namespace: dict = {}
+    exec(compile(snippet, "<report snippet>", "exec"), namespace)  # the user's copy: 8 real steps of the tiny MLP
+    assert float(namespace["loss"]) > 0

@@ -1,0 +1,136 @@
+"""Reading studies and results into ReportData: content detection, study choice, the stored outcome."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from datetime import datetime
+
+import optuna
+import pytest
+
+from torchpace.errors import UsageError
+from torchpace.report.load import EXPECTED, build_result_data, load_report_data, mask_url, pick_study, rebuild_space
+from torchpace.tune.study import ATTR, STUDY_KIND, STUDY_SCHEMA_VERSION
+
+_META = {"kind": STUDY_KIND, "schema_version": STUDY_SCHEMA_VERSION}
+
+
+def test_a_stored_study_reads_back_as_the_outcome_the_tuner_returned(tuned_study):
+    data = load_report_data(str(tuned_study.db), study=tuned_study.name)
+    live, stored = tuned_study.outcome, data.tune
+    assert data.kind == "study" and data.host["fingerprint"] == tuned_study.host["fingerprint"]
+    assert [t["slot"] for t in stored["trials"]] == [t["slot"] for t in live["trials"]]
+    for key in ("best_config", "accepted", "speedup", "failed_baseline", "baseline"):
+        assert stored[key] == live[key], key
+    assert stored["best"]["samples_per_s"] == pytest.approx(live["best"]["samples_per_s"])
+    assert stored["extras"]["decisions"] == live["extras"]["decisions"]
+    assert stored["stopped"] == "done" and data.config == live["best_config"]
+    assert any(t["status"] == "crash" for t in stored["trials"])
+
+
+def test_the_space_rebuilt_from_rows_is_each_tried_knob_with_its_default_first(tuned_study):
+    space = rebuild_space(tuned_study.outcome["trials"])
+    assert [k.name for k in space] == ["data.num_workers"]
+    tried = {t["value"] for t in tuned_study.outcome["trials"] if t["kind"] == "candidate"}
+    assert space[0].values[0] == 0 and set(space[0].values[1:]) == tried
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"just some text\n", "neither a torchpace study nor a JSON result"),
+    (b'{"kind": "something.else"}', "not a torchpace result (kind 'something.else')"),
+    (b"[1, 2, 3]", "not a torchpace result"),
+    (b'{"kind": "torchpace.bench", "schema_version": 99}', "schema_version 99"),
+])
+def test_a_file_that_is_no_study_or_result_names_what_was_expected(tmp_path, content, message):
+    path = tmp_path / "input.json"
+    path.write_bytes(content)
+    with pytest.raises(UsageError) as err:
+        load_report_data(str(path))
+    assert message in str(err.value)
+    assert "schema_version 99" in message or EXPECTED in str(err.value)
+
+
+def test_an_sqlite_file_without_optuna_tables_is_refused_and_left_untouched(tmp_path):
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    before = path.read_bytes()
+    with pytest.raises(UsageError, match="holds no Optuna study"):
+        load_report_data(str(path))
+    assert path.read_bytes() == before
+
+
+def test_a_missing_file_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="cannot read"):
+        load_report_data(str(tmp_path / "nope.db"))
+
+
+def test_an_unknown_study_name_lists_the_torchpace_studies(tuned_study):
+    with pytest.raises(UsageError) as err:
+        load_report_data(str(tuned_study.db), study="nope")
+    assert "no such study" in str(err.value) and tuned_study.name in str(err.value)
+
+
+def test_the_only_torchpace_study_is_chosen_and_other_studies_are_ignored(tuned_study, tmp_path):
+    db = tmp_path / "copy.db"
+    shutil.copy(tuned_study.db, db)
+    optuna.create_study(study_name="not-ours", storage=f"sqlite:///{db}")
+    data = load_report_data(str(db))
+    assert data.tune["study"] == tuned_study.name and data.note is None
+
+
+def test_pick_study_takes_the_most_recent_and_says_so():
+    old, new = datetime(2026, 1, 1), datetime(2026, 2, 1)
+    candidates = [("a", _META, old, 1), ("b", _META, new, 2), ("x", None, None, 3), ("c", _META, None, 4)]
+    name, note = pick_study(candidates, None, "s.db")
+    assert name == "b" and "3 torchpace studies" in note and "--study" in note
+    assert pick_study(candidates, "a", "s.db") == ("a", None)
+    with pytest.raises(UsageError, match="not a torchpace study"):
+        pick_study(candidates, "x", "s.db")
+    with pytest.raises(UsageError, match="holds no torchpace study"):
+        pick_study([("x", None, None, 3)], None, "s.db")
+    with pytest.raises(UsageError, match="schema"):
+        pick_study([("a", {**_META, "schema_version": 99}, old, 1)], None, "s.db")
+
+
+def test_a_study_with_only_its_baseline_reads_as_baseline_equals_tuned(tuned_study, tmp_path):
+    db = tmp_path / "baseline-only.db"
+    storage = f"sqlite:///{db}"
+    source = optuna.load_study(study_name=tuned_study.name, storage=f"sqlite:///{tuned_study.db}")
+    study = optuna.create_study(study_name="only-baseline", storage=storage, direction="maximize")
+    study.set_user_attr(ATTR, source.user_attrs[ATTR])
+    study.add_trial(source.trials[0])  # the real baseline trial, as the first tune session stored it
+    data = load_report_data(str(db))
+    assert [t["slot"] for t in data.tune["trials"]] == ["baseline"]
+    assert data.tune["speedup"] == 1.0 and data.tune["best_config"] == {} and data.tune["stopped"] == "unfinished"
+
+
+def test_results_are_told_by_kind():
+    bench = {"kind": "torchpace.bench", "schema_version": 1, "workload": "w", "config": {"data.num_workers": 1},
+             "host": {"fingerprint": "f"}}
+    assert build_result_data(bench, "b.json").kind == "bench"
+    profile = {"kind": "torchpace.profile", "schema_version": 1, "workload": "w", "config": {}}
+    data = build_result_data(profile, "p.json")
+    assert data.kind == "profile" and data.host is None and data.config == {}
+
+
+def test_study_and_json_result_cannot_be_combined(tmp_path):
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"kind": "torchpace.bench", "schema_version": 1}))
+    with pytest.raises(UsageError, match="--study"):
+        load_report_data(str(path), study="x")
+    with pytest.raises(UsageError, match="one of them"):
+        load_report_data(None)
+
+
+def test_a_storage_password_never_reaches_the_report():
+    assert "secret" not in mask_url("postgresql://user:secret@db.example:5432/torchpace")
+    assert mask_url("sqlite:////tmp/s.db") == "sqlite:////tmp/s.db"
+
+
+def test_a_storage_url_to_a_missing_sqlite_file_creates_nothing(tmp_path):
+    with pytest.raises(UsageError, match="not a readable SQLite database"):
+        load_report_data(None, storage=f"sqlite:///{tmp_path / 'missing.db'}")
+    assert not (tmp_path / "missing.db").exists()
