@@ -19,7 +19,7 @@ from torchpace.runtime import prepare
 from torchpace.runtime.checkpointing import CheckpointedBlock
 from torchpace.trial.runner import plan_trial_env
 
-from fixtures.workloads import tiny_cnn, tiny_mlp
+from fixtures.workloads import tiny_cnn, tiny_inference, tiny_mlp
 
 
 def _autocast_seen(workload):
@@ -210,6 +210,40 @@ def check_format(host):
 _CLAIM_WORKLOADS = {"data.decoder": tiny_jpeg_cnn, "data.format": tiny_jpeg_cnn}
 
 
+def check_inference_mode(host):
+    with prepare(tiny_inference(), {"inference.mode": "inference_mode"}, host=host) as run:
+        assert run.options.inference_mode and torch.is_inference(run.step(next(iter(run.loader))))
+    with prepare(tiny_inference(), host=host) as run:
+        assert not torch.is_inference(run.step(next(iter(run.loader))))  # plain no_grad by default
+
+
+def check_quantize(host):
+    with prepare(tiny_inference(), {"inference.quantize": "dynamic_int8"}, host=host) as run:
+        kinds = [type(m) for m in run.model.modules()]
+        assert kinds.count(torch.ao.nn.quantized.dynamic.Linear) == 3 and torch.nn.Linear not in kinds  # tiny_mlp has 3
+        assert torch.isfinite(run.step(next(iter(run.loader)))).all()
+
+
+def check_export(host):
+    batch = next(iter(tiny_inference().dataset.tensors[0].split(32)))
+    with torch.no_grad():
+        eager = tiny_inference().model(batch)
+    for value, kind in (("torch_export", torch.fx.GraphModule), ("torchscript", torch.jit.ScriptModule)):
+        with prepare(tiny_inference(), {"inference.export": value}, host=host) as run:
+            assert isinstance(run.model, kind)
+            torch.testing.assert_close(run.step((batch,)), eager)
+
+
+def check_inference_batch_size(host):
+    with prepare(tiny_inference(), {"inference.batch_size": 64}, host=host) as run:
+        assert run.loader.batch_size == 64 and len(next(iter(run.loader))[0]) == 64
+        assert run.workload.batch_size == 32  # the workload itself is unchanged
+
+
+_CLAIM_WORKLOADS.update(dict.fromkeys(("inference.mode", "inference.quantize", "inference.export", "inference.batch_size"),
+                                      tiny_inference))
+
+
 def _claim_workload(name):
     """The workload a knob is checked on: one whose dataset, model or layers the knob acts on."""
     if name in _CLAIM_WORKLOADS:
@@ -235,6 +269,10 @@ CLAIMS = {
     "data.micro_batch_size": ({"data.micro_batch_size": 4}, check_micro_batch),
     "data.decoder": ({"data.decoder": "simplejpeg"}, check_decoder),
     "data.format": ({"data.format": "shards"}, check_format),
+    "inference.mode": ({"inference.mode": "inference_mode"}, check_inference_mode),
+    "inference.quantize": ({"inference.quantize": "dynamic_int8"}, check_quantize),
+    "inference.export": ({"inference.export": "torchscript"}, check_export),
+    "inference.batch_size": ({"inference.batch_size": 64}, check_inference_batch_size),
 }
 
 

@@ -5,7 +5,7 @@ Stages run system -> data -> compute -> memory (distributed and inference knobs 
 
 from __future__ import annotations
 
-from torchpace.knobs import compute, data, memory, system
+from torchpace.knobs import compute, data, inference, memory, system
 from torchpace.knobs import input as input_knobs
 from torchpace.knobs.base import STAGES, ApplyContext, Knob, KnobValue, Point
 
@@ -19,7 +19,7 @@ def register(knob: Knob) -> None:
     REGISTRY[knob.name] = knob
 
 
-for _module in (system, data, input_knobs, compute, memory):
+for _module in (system, data, input_knobs, compute, memory, inference):
     for _knob in _module.KNOBS:
         register(_knob)
 

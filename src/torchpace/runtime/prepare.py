@@ -35,6 +35,7 @@ class StepOptions:
     channels_last_inputs: bool = False
     non_blocking: bool = False
     label_phases: bool = False  # emit record_function labels (for `torchpace profile`)
+    inference_mode: bool = False  # inference under torch.inference_mode() instead of torch.no_grad()
 
 
 @dataclass
@@ -118,7 +119,8 @@ class Prepared:
             self.scheduler.step()
 
     def _infer(self, batch: Any) -> Any:
-        with torch.no_grad(), self._phase("torchpace.forward"), self._autocast():
+        grad_free = torch.inference_mode() if self.options.inference_mode else torch.no_grad()
+        with grad_free, self._phase("torchpace.forward"), self._autocast():
             return self._forward(batch)
 
     def _forward(self, batch: Any) -> Any:
@@ -166,9 +168,11 @@ def _default_device(host: HostFacts) -> torch.device:
 def _build_loader(workload: Workload, dataset: Any, kwargs: dict[str, Any]) -> torch.utils.data.DataLoader:
     iterable = isinstance(dataset, torch.utils.data.IterableDataset)
     generator = torch.Generator().manual_seed(workload.seed)
+    kwargs = dict(kwargs)
+    batch_size = kwargs.pop("batch_size", workload.batch_size)  # a LOADER knob may set it (inference.batch_size)
     return torch.utils.data.DataLoader(
         dataset,
-        batch_size=workload.batch_size,
+        batch_size=batch_size,
         shuffle=workload.shuffle and not iterable,
         drop_last=workload.is_training,
         collate_fn=workload.collate_fn,
