@@ -15,8 +15,10 @@ from torchpace.cli._options import build_config, check_writable, config_options,
               help="Time cap in seconds (warm-up + measurement).")
 @click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Also save the JSON result here.")
+@click.option("--accuracy-batches", type=click.IntRange(min=0), default=4, show_default=True,
+              help="Inference workloads: report the outputs' distance from the fp32 eager reference on this many batches (0: skip).")
 @json_option
-def command(workload, config_path, assignments, max_time_s, device, out_path, as_json):
+def command(workload, config_path, assignments, max_time_s, device, out_path, accuracy_batches, as_json):
     """Measure WORKLOAD's real training step (default: the built-in `tabular`).
 
     WORKLOAD is `pkg.module:function`, `path/to/file.py:function`, or one of
@@ -30,7 +32,8 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, as
     config = build_config(config_path, assignments)
     options = BenchOptions(max_time_s=max_time_s)
     host = probe_host()
-    result = bench_workload(workload, config, options, host=host, device=device, show_progress=not as_json)
+    result = bench_workload(workload, config, options, host=host, device=device, show_progress=not as_json,
+                            accuracy_batches=accuracy_batches)
     payload = result.to_dict()
     if out_path:
         from torchpace.measure.run import save_result

@@ -4,14 +4,19 @@ The timed step is the whole thing a training loop does: next batch from the Data
 copy, forward, loss, backward, optimizer. Then the same step is timed on one batch pre-staged on the
 device (`compute_only_samples_per_s`), the ceiling the input pipeline could reach;
 `input_bound_frac = 1 - samples_per_s / compute_only_samples_per_s` (0 when not input-bound).
+
+Inference workloads (`loss=None`) also get the latency of ONE request: per-call p50 / p90 / p99 at
+batch 1 with the 95% CI of p50 (`torchpace.inference.latency`), on one sample pre-staged on the
+device; `samples_per_s` is their throughput at the loader's batch size. They may also be checked
+against their fp32 eager reference (`accuracy=`, see `torchpace.inference.accuracy`).
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -24,10 +29,27 @@ from torchpace.runtime import Prepared, prepare
 from torchpace.runtime.batch import batch_len
 from torchpace.workload import Workload
 
+if TYPE_CHECKING:
+    from torchpace.inference.latency import Latency
+
 RESULT_KIND = "torchpace.bench"
 RESULT_SCHEMA_VERSION = 1
 _WARMUP_SHARE = 0.4  # warm-up may use up to this share of the time cap (compile can take ~20 s)
 _MAIN_SHARE = 0.8  # the real-step measurement ends by this share; compute-only gets the rest
+
+
+@dataclass(frozen=True)
+class _Phases:
+    """Shares of the time cap by which each phase ends (each phase may overrun a little: see timing)."""
+
+    warmup_end: float
+    real_end: float
+    compute_end: float
+
+
+_TRAINING_PHASES = _Phases(_WARMUP_SHARE, _MAIN_SHARE, 1.0)
+# inference: throughput (real step) by half the cap, compute-only by 70%, batch-1 latency the rest
+_INFERENCE_PHASES = _Phases(0.25, 0.5, 0.7)
 
 
 @dataclass(frozen=True)
@@ -38,6 +60,7 @@ class BenchOptions:
     target_ci_rel: float = 0.02
     compute_only: bool = True
     window_s: float | None = None  # default: max_time_s / 40, within [0.1, 1.0] s
+    latency: bool | None = None  # batch-1 latency percentiles; None: for inference workloads only
 
     def timing(self) -> TimingOptions:
         window = self.window_s or min(1.0, max(0.1, self.max_time_s / 40))
@@ -74,6 +97,19 @@ class BenchResult:
     loss_values: list[float]
     wall_time_s: float
     host: dict[str, Any] = field(default_factory=dict)
+    # inference workloads (None otherwise): per-call latency of one request, model size, accuracy
+    latency_batch_size: int | None = None
+    latency_p50_s: float | None = None
+    latency_p90_s: float | None = None
+    latency_p99_s: float | None = None
+    latency_p50_ci_low_s: float | None = None
+    latency_p50_ci_high_s: float | None = None
+    latency_ci_rel_halfwidth: float | None = None
+    latency_calls: int | None = None
+    latency_warmup_s: float | None = None
+    latency_stopped_by: str | None = None
+    model_size_bytes: int | None = None
+    accuracy: dict[str, Any] | None = None
     kind: str = RESULT_KIND
     schema_version: int = RESULT_SCHEMA_VERSION
 
@@ -102,7 +138,8 @@ class _LoaderCycle:
         self.iterator = None
 
 
-def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: float, losses: list, on_window) -> Throughput:
+def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: float, losses: list, on_window,
+                       phases: _Phases = _TRAINING_PHASES) -> Throughput:
     cycle = _LoaderCycle(run.loader)
 
     def step() -> int:
@@ -114,12 +151,13 @@ def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: f
 
     try:
         return measure_throughput(step, clock, device_sync(run.device), opts.timing(),
-                                  start + _WARMUP_SHARE * opts.max_time_s, start + _MAIN_SHARE * opts.max_time_s, on_window)
+                                  start + phases.warmup_end * opts.max_time_s, start + phases.real_end * opts.max_time_s, on_window)
     finally:
         cycle.close()
 
 
-def _measure_compute_only(run: Prepared, clock: Clock, opts: BenchOptions, start: float, on_window) -> Throughput:
+def _measure_compute_only(run: Prepared, clock: Clock, opts: BenchOptions, start: float, on_window,
+                          phases: _Phases = _TRAINING_PHASES) -> Throughput:
     staged = run.to_device(next(iter(run.loader)))
     samples = batch_len(staged)
 
@@ -128,8 +166,21 @@ def _measure_compute_only(run: Prepared, clock: Clock, opts: BenchOptions, start
         return samples
 
     now = clock()
-    remaining = max(opts.max_time_s * (1 - _MAIN_SHARE), start + opts.max_time_s - now)
+    end = phases.compute_end * opts.max_time_s
+    remaining = max(end - phases.real_end * opts.max_time_s, start + end - now)
     return measure_throughput(step, clock, device_sync(run.device), opts.timing(), now + remaining / 2, now + remaining, on_window)
+
+
+def _measure_batch1_latency(run: Prepared, clock: Clock, opts: BenchOptions, start: float, phases: _Phases) -> Latency:
+    """Per-call latency of one request: one sample pre-staged on the device, synced after each call."""
+    from torchpace.inference.latency import LatencyOptions, measure_latency
+
+    loader = torch.utils.data.DataLoader(run.loader.dataset, batch_size=1, shuffle=False, collate_fn=run.workload.collate_fn)
+    staged = run.to_device(next(iter(loader)))
+    now = clock()
+    remaining = max((1 - phases.compute_end) * opts.max_time_s, start + opts.max_time_s - now)
+    return measure_latency(lambda: run.step_on_device(staged), clock, device_sync(run.device),
+                           LatencyOptions(target_ci_rel=opts.target_ci_rel), now + remaining / 2, now + remaining)
 
 
 def run_bench(
@@ -141,12 +192,18 @@ def run_bench(
     device: str | None = None,
     clock: Clock = time.perf_counter,
     on_window: Callable | None = None,
+    accuracy: Callable[[Prepared], dict[str, Any]] | None = None,
 ) -> BenchResult:
     """Measure `workload` under `config`. See the module docstring for what is timed.
+
+    Args:
+        accuracy: called with the prepared run before anything is timed (e.g. an
+            `torchpace.inference.accuracy.AccuracyGuard`); its dict is the result's `accuracy`.
 
     Raises:
         UsageError: the config does not apply here.
         UserCodeError: the workload's code raised while stepping.
+        AccuracyRejected: `accuracy` rejected the candidate (nothing was timed).
     """
     config = resolve_config(config)
     host = host or probe_host()
@@ -155,14 +212,39 @@ def run_bench(
     with prepare(workload, config, device=device, host=host) as run:
         reset_peak_memory(run.device)
         try:
-            real = _measure_real_step(run, clock, options, start, losses, on_window)
-            compute = _measure_compute_only(run, clock, options, start, on_window) if options.compute_only else None
+            checked = accuracy(run) if accuracy is not None else None
+            real, compute, latency = _measure_all(run, clock, options, start, losses, on_window)
         except TorchpaceError:
             raise
         except Exception as err:  # the user's model/loss/data raised: report it as theirs
             raise UserCodeError("running the workload's training step", "".join(traceback.format_exception(err))) from err
         peak_bytes, peak_kind = read_peak_memory(run.device)
-        return _build_result(workload, config, run, real, compute, losses, peak_bytes, peak_kind, clock() - start, host)
+        result = _build_result(workload, config, run, real, compute, losses, peak_bytes, peak_kind, clock() - start, host)
+        return replace(result, **_inference_fields(run, latency, checked)) if not workload.is_training else result
+
+
+def _measure_all(run: Prepared, clock: Clock, opts: BenchOptions, start: float, losses: list, on_window):
+    """(real step, compute-only or None, batch-1 latency or None), in that order within the time cap."""
+    wants_latency = opts.latency if opts.latency is not None else not run.workload.is_training
+    phases = _INFERENCE_PHASES if wants_latency else _TRAINING_PHASES
+    real = _measure_real_step(run, clock, opts, start, losses, on_window, phases)
+    compute = _measure_compute_only(run, clock, opts, start, on_window, phases) if opts.compute_only else None
+    latency = _measure_batch1_latency(run, clock, opts, start, phases) if wants_latency else None
+    return real, compute, latency
+
+
+def _inference_fields(run: Prepared, latency: Latency | None, accuracy: dict[str, Any] | None) -> dict[str, Any]:
+    """The inference-only figures of a BenchResult (latency percentiles, model size, accuracy)."""
+    from torchpace.inference.quantize import model_size_bytes
+
+    fields: dict[str, Any] = {"model_size_bytes": model_size_bytes(run.model), "accuracy": accuracy}
+    if latency is not None:
+        s = latency.summary
+        fields.update(latency_batch_size=1, latency_p50_s=s.p50_s, latency_p90_s=s.p90_s, latency_p99_s=s.p99_s,
+                      latency_p50_ci_low_s=s.p50_ci_low_s, latency_p50_ci_high_s=s.p50_ci_high_s,
+                      latency_ci_rel_halfwidth=s.ci_rel_halfwidth, latency_calls=s.n, latency_warmup_s=latency.warmup_s,
+                      latency_stopped_by=latency.stopped_by)
+    return fields
 
 
 def _build_result(workload, config, run, real: Throughput, compute: Throughput | None, losses, peak_bytes, peak_kind, wall_s, host) -> BenchResult:
@@ -174,7 +256,7 @@ def _build_result(workload, config, run, real: Throughput, compute: Throughput |
         workload=workload.name,
         config=config.non_default(),
         device=str(run.device),
-        batch_size=workload.batch_size,
+        batch_size=run.loader.batch_size or workload.batch_size,
         grad_accumulation=run.grad_accumulation,
         samples_per_s=summary.median,
         samples_per_s_ci_low=summary.ci_low,

@@ -36,6 +36,28 @@ def bench_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     ]
     if r.get("loss_values"):
         rows.append(("loss", f"{r['loss_values'][0]:.4g} -> {r['loss_values'][-1]:.4g} over {len(r['loss_values'])} steps"))
+    return rows + inference_rows(r)
+
+
+def format_latency(seconds: float | None) -> str:
+    """`31.2 µs` below a millisecond, `2.12 ms` above; `-` when not measured."""
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e6:.1f} µs" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
+
+
+def inference_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    """Rows for inference benches: batch-1 latency percentiles, model size, accuracy vs fp32."""
+    rows = []
+    if r.get("latency_p50_s") is not None:
+        ci = f"[{format_latency(r['latency_p50_ci_low_s'])}, {format_latency(r['latency_p50_ci_high_s'])}] (±{r['latency_ci_rel_halfwidth']:.1%})"
+        rows += [("latency p50 (batch 1)", f"{format_latency(r['latency_p50_s'])}  95% CI {ci}"),
+                 ("latency p90 / p99", f"{format_latency(r['latency_p90_s'])} / {format_latency(r['latency_p99_s'])}  "
+                                       f"({r['latency_calls']} calls, stopped by {r['latency_stopped_by']})")]
+    if r.get("model_size_bytes") is not None:
+        rows.append(("model size", format_bytes(r["model_size_bytes"])))
+    if r.get("accuracy"):
+        rows.append(("accuracy vs fp32", r["accuracy"]["reason"]))
     return rows
 
 

@@ -54,22 +54,38 @@ def _stderr_console():
 
 
 def bench_workload(spec: str | None, config: RunConfig, options: BenchOptions, *, host: HostFacts,
-                   device: str | None = None, show_progress: bool = True) -> BenchResult:
-    """Load and bench workload `spec`; in a trial process when process-level knobs require it."""
+                   device: str | None = None, show_progress: bool = True, accuracy_batches: int = 0) -> BenchResult:
+    """Load and bench workload `spec`; in a trial process when process-level knobs require it.
+
+    Args:
+        accuracy_batches: for inference workloads, also report the outputs' distance from the fp32
+            eager reference on this many batches (reported, never rejected; 0 skips it).
+    """
     from torchpace.workload import load_workload
 
     if needs_own_process(config, host):
-        return _bench_in_trial(spec, config, options, host, device)
+        return _bench_in_trial(spec, config, options, host, device, accuracy_batches)
     workload = load_workload(spec)
+    accuracy = _accuracy_report(workload, accuracy_batches)
     with progress_bar(show_progress, options.max_time_s, f"bench {workload.name}") as on_window:
-        return run_bench(workload, config, options, host=host, device=device, on_window=on_window)
+        return run_bench(workload, config, options, host=host, device=device, on_window=on_window, accuracy=accuracy)
 
 
-def _bench_in_trial(spec, config: RunConfig, options: BenchOptions, host: HostFacts, device) -> BenchResult:
+def _accuracy_report(workload, batches: int):
+    """A report-only accuracy guard for an inference workload (None for training or 0 batches)."""
+    if workload.is_training or batches <= 0:
+        return None
+    from torchpace.inference.accuracy import AccuracyGuard
+
+    return AccuracyGuard.capture(workload, batches, enforce=False)
+
+
+def _bench_in_trial(spec, config: RunConfig, options: BenchOptions, host: HostFacts, device, accuracy_batches: int = 0) -> BenchResult:
     from torchpace.trial import TrialSpec, run_trial
 
     trial = TrialSpec(workload=spec or "tabular", config=dict(config.values), max_time_s=options.max_time_s,
-                      compute_only=options.compute_only, device=device, sys_path=[os.getcwd()])
+                      compute_only=options.compute_only, device=device, sys_path=[os.getcwd()],
+                      accuracy_batches=accuracy_batches, accuracy_enforce=False)
     result = run_trial(trial, host, timeout_s=options.max_time_s + _TRIAL_TIMEOUT_MARGIN_S)
     if result.status == "invalid":
         raise UsageError(result.error)

@@ -63,7 +63,7 @@ def _accuracy_guard(spec: TrialSpec, workload):
     from torchpace.inference.accuracy import AccuracyGuard, AccuracyTolerance
 
     tolerance = AccuracyTolerance(spec.accuracy_rtol, spec.accuracy_atol, spec.min_top1_agreement)
-    return AccuracyGuard.capture(workload, spec.accuracy_batches, tolerance, enforce=True)
+    return AccuracyGuard.capture(workload, spec.accuracy_batches, tolerance, enforce=spec.accuracy_enforce)
 
 
 def _profile_verdict(spec: TrialSpec) -> str:

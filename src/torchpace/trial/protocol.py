@@ -55,6 +55,7 @@ class TrialSpec:
     accuracy_rtol: float = 0.05
     accuracy_atol: float = 1e-5
     min_top1_agreement: float = 0.99
+    accuracy_enforce: bool = True  # False: report the accuracy figures, never reject (`torchpace bench`)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
