@@ -36,11 +36,19 @@ def parse_duration_s(text: str) -> float:
               help="Seeded steps compared against the baseline's loss curve (0: no guard).")
 @click.option("--trial-time", type=float, default=20.0, show_default=True, help="Measurement cap per trial, seconds.")
 @click.option("--knob", "knob_names", multiple=True, help="Tune only these knobs (repeatable).")
+@click.option("--objective", type=click.Choice(["throughput", "latency"]), default="throughput", show_default=True,
+              help="Maximise samples/s at the batch size, or minimise batch-1 p50 latency (inference workloads).")
+@click.option("--accuracy-rtol", type=click.FloatRange(min=0), default=0.05, show_default=True,
+              help="Inference: max output error vs the fp32 eager reference, relative to its largest output.")
+@click.option("--min-top1", "min_top1", type=click.FloatRange(0, 1), default=0.99, show_default=True,
+              help="Inference classifiers: least share of samples whose top-1 class matches the fp32 reference.")
+@click.option("--export", "export_path", type=click.Path(dir_okay=False), default=None,
+              help="Inference: write the tuned model here (torch.export .pt2; TorchScript where export fails).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
               help="Also write an HTML report of the tune here (as `torchpace report` does).")
 @json_option
 def command(workload, budget, max_trials, strategy, storage, study_name, resume, out_path, guard_steps, trial_time,
-            knob_names, report_path, as_json):
+            knob_names, objective, accuracy_rtol, min_top1, export_path, report_path, as_json):
     """Tune WORKLOAD (default: the built-in `tabular`): baseline, then one knob at a time.
 
     Each trial is its own process; failures (oom, crash, timeout, nonfinite, guard, invalid) are
@@ -52,13 +60,15 @@ def command(workload, budget, max_trials, strategy, storage, study_name, resume,
 
     budget_s = parse_duration_s(budget)
     check_writable(out_path, "--out")
+    check_writable(export_path, "--export")
     check_writable(report_path, "--report")
     if trial_time <= 0:
         raise UsageError(f"--trial-time must be > 0 seconds, got {trial_time}")
     knobs = frozenset(get_knob(name).name for name in knob_names) or None
     options = TuneOptions(workload=workload, budget_s=budget_s, max_trials=max_trials, strategy=strategy, storage=storage,
                           study=study_name, resume=resume, out=Path(out_path), guard_steps=guard_steps,
-                          trial_time_s=trial_time, knobs=knobs)
+                          trial_time_s=trial_time, knobs=knobs, objective=objective, accuracy_rtol=accuracy_rtol,
+                          min_top1_agreement=min_top1, export_path=Path(export_path) if export_path else None)
     with _progress(not as_json, budget_s) as on_event:
         tuner = Tuner(options, probe_host(), on_event=on_event)
         try:
@@ -71,7 +81,7 @@ def command(workload, budget, max_trials, strategy, storage, study_name, resume,
             return 130
     _report(outcome, as_json)
     _write_html_report(outcome, tuner.host, report_path)
-    return 1 if outcome.failed_baseline else 0
+    return 1 if outcome.failed_baseline or (outcome.export or {}).get("error") else 0
 
 
 def _write_html_report(outcome, host, report_path: str | None) -> None:

@@ -39,7 +39,9 @@ class Record:
         config: knob values that differ from the defaults.
         state: complete, running (in flight elsewhere) or retry (cut by the budget; run it again).
         status: the trial's failure class, or `ok`.
-        samples_per_s / ci_rel: the measurement (None unless ok).
+        samples_per_s / ci_rel: the measured objective figure, higher is better, and its relative CI
+            half-width (None unless ok): samples/s, or 1 / p50 latency under `--objective latency`
+            (see `torchpace.tune.objective`); the policy only compares these figures.
         guard_ok: the convergence guard's verdict (None: not checked).
     """
 

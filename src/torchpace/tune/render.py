@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchpace.measure.render import format_bytes
+from torchpace.measure.render import format_bytes, format_latency
 
 
 def _ci(row: dict) -> str:
@@ -19,7 +19,9 @@ def render_outcome(console, o: dict[str, Any]) -> None:
     if o["failed_baseline"]:
         console.print(f"[red]tune stopped:[/] {o['failed_baseline']}")
     base = o["baseline"]
-    if base:
+    if base and base.get("latency_p50_s") is not None:
+        _render_inference_waterfall(console, o)
+    elif base:
         table = Table(title=f"torchpace tune: {o['workload']} ({o['strategy']}, {len(o['trials'])} trials, stopped: {o['stopped']})")
         for column in ("change", "samples/s [95% CI]", "step gain", "cumulative speedup", "peak memory"):
             table.add_column(column)
@@ -35,7 +37,56 @@ def render_outcome(console, o: dict[str, Any]) -> None:
     if o["out_path"]:
         console.print(f"wrote {o['out_path']}  (apply it: torchpace.prepare(workload, '{o['out_path']}') or "
                       f"torchpace launch --config {o['out_path']} -- train.py)")
+    _render_export(console, o.get("export"))
     console.print(f"[dim]{o['guard_note']}[/]")
+
+
+def _p50(row: dict) -> str:
+    if row.get("latency_ci_rel_halfwidth") is None:
+        return format_latency(row.get("latency_p50_s"))
+    return f"{format_latency(row['latency_p50_s'])} ±{row['latency_ci_rel_halfwidth']:.1%}"
+
+
+def _accuracy_cell(row: dict) -> str:
+    accuracy = row.get("accuracy")
+    if not accuracy:
+        return ""
+    top1 = f" / {accuracy['top1_agreement']:.1%}" if accuracy.get("top1_agreement") is not None else ""
+    return f"{accuracy['max_rel_err']:.2%}{top1}"
+
+
+def _render_inference_waterfall(console, o: dict[str, Any]) -> None:
+    """Inference: batch-1 latency and throughput of the baseline and each accepted change."""
+    from rich.table import Table
+
+    base = o["baseline"]
+    table = Table(title=f"torchpace tune: {o['workload']} (objective {o['objective']}, {o['strategy']}, "
+                        f"{len(o['trials'])} trials, stopped: {o['stopped']})")
+    for column in ("change", "p50 batch 1", "p99", "samples/s", "speedup", "size", "rel err / top-1"):
+        table.add_column(column)
+    table.add_row("baseline (defaults)", _p50(base), format_latency(base.get("latency_p99_s")),
+                  f"{base['samples_per_s']:,.0f}", "1.00x", format_bytes(base.get("model_size_bytes")), _accuracy_cell(base))
+    for a in o["accepted"]:
+        sps = f"{a['samples_per_s']:,.0f}" if a.get("samples_per_s") else "-"
+        table.add_row(f"+ {a['knob']}={a['value']}", _p50(a), format_latency(a.get("latency_p99_s")), sps, f"{a['speedup']:.2f}x",
+                      format_bytes(a.get("model_size_bytes")), _accuracy_cell(a))
+    console.print(table)
+
+
+def _render_export(console, export: dict[str, Any] | None) -> None:
+    if not export:
+        return
+    if export.get("error"):
+        console.print(f"[red]--export {export['path']} failed:[/] {export['error']}")
+        return
+    loader = "torch.export.load(PATH).module()" if export["format"] == "torch_export" else "torch.jit.load(PATH)"
+    console.print(f"exported the tuned model to {export['path']} ({export['format']}, {format_bytes(export['size_bytes'])}; "
+                  f"reloaded, max abs diff {export['max_abs_diff']:.2g}); load it with {loader}")
+    if export.get("fallback_reason"):
+        console.print(f"[dim]torch.export did not work for this model, so TorchScript was used: {export['fallback_reason']}[/]")
+    if export.get("runtime"):
+        runtime = ", ".join(f"{k}={v}" for k, v in export["runtime"].items())
+        console.print(f"apply where you serve it (not part of the file): {runtime}")
 
 
 def _render_rejected(console, trials: list[dict]) -> None:

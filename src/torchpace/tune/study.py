@@ -69,6 +69,10 @@ def check_study_metadata(name: str, meta: dict | None, expected: dict[str, Any])
         if meta.get(key) != expected[key]:
             raise UsageError(f"study {name!r} was tuned with {label} {meta.get(key)!r}, not {expected[key]!r}: "
                              "its measurements do not transfer; use a new --study name")
+    objective, wanted = meta.get("objective", "throughput"), expected.get("objective", "throughput")
+    if objective != wanted:
+        raise UsageError(f"study {name!r} was tuned for --objective {objective}, not {wanted}: its decisions compare "
+                         "another figure; use a new --study name")
 
 
 def open_study(storage, name: str, meta: dict[str, Any], resume: bool, sampler):
@@ -123,5 +127,8 @@ def _record(trial, info: dict, baseline: dict) -> Record:
     bench = info.get("bench") or {}
     verdict = check_trial_guard(baseline, info) if status == "ok" else None
     guard_ok = verdict.ok if verdict else None
-    return Record(info["slot"], dict(info.get("config", {})), state, status, bench.get("samples_per_s"),
-                  bench.get("ci_rel_halfwidth"), guard_ok, bench.get("input_bound_frac"), info.get("verdict"))
+    # the objective figure the tuner stored (samples/s, or 1 / p50 for latency); samples/s for older trials
+    figure = info["objective_value"] if "objective_value" in info else bench.get("samples_per_s")
+    ci_rel = info["objective_ci_rel"] if "objective_ci_rel" in info else bench.get("ci_rel_halfwidth")
+    return Record(info["slot"], dict(info.get("config", {})), state, status, figure,
+                  ci_rel, guard_ok, bench.get("input_bound_frac"), info.get("verdict"))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from torchpace.errors import UsageError
+from torchpace.tune.objective import check_objective, objective_value
 from torchpace.tune.space import KnobSpace, build_space
 
 STRATEGIES = ("greedy", "tpe", "random", "grid")
@@ -39,6 +40,13 @@ class TuneOptions:
     seed: int = 0
     trial_timeout_s: float | None = None  # default: trial_time_s * 3 + 60 (guard steps, compile)
     profile_baseline: bool = True  # profile the baseline; its verdict picks the stage tried first
+    objective: str = "throughput"  # or "latency": batch-1 p50 of an inference workload (see tune.objective)
+    # inference workloads: the accuracy guard (torchpace.inference.accuracy) and the exported model
+    accuracy_batches: int = 4  # batches compared with the fp32 eager reference (0: no accuracy guard)
+    accuracy_rtol: float = 0.05  # max abs error allowed, relative to the largest reference output
+    accuracy_atol: float = 1e-5
+    min_top1_agreement: float = 0.99  # classifiers: share of samples whose argmax must match
+    export_path: Path | None = None  # write the chosen model here (torch.export .pt2 or TorchScript)
 
 
 @dataclass
@@ -60,6 +68,8 @@ class TuneOutcome:
     failed_baseline: str | None = None
     guard_note: str = ""
     extras: dict[str, Any] = field(default_factory=dict)
+    objective: str = "throughput"
+    export: dict[str, Any] | None = None  # what --export wrote (ExportInfo), or {"error": ...}
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -137,12 +147,18 @@ class Tuner:
         self.spec = options.workload or DEFAULT_WORKLOAD
         workload = load_workload(self.spec)
         self.workload_name = workload.name
-        self.space = build_space(host, workload, only=options.knobs)
+        self.is_inference = not workload.is_training
+        check_objective(options.objective, workload.is_training, self.spec)
+        if options.export_path is not None and workload.is_training:
+            raise UsageError(f"--export writes an optimized inference model, and {self.spec!r} trains (its Workload has "
+                             "a loss); export applies to inference workloads (loss=None), e.g. the built-in `inference`")
+        self.space = build_space(host, workload, only=options.knobs, objective=options.objective)
         self.conflicts = make_conflicts(self.space)
         self.sampler = make_sampler(options.strategy, self.space, self.conflicts, options.seed)
         self.storage_url = options.storage or default_storage_url()
-        self.study_name = options.study or f"torchpace-{self.workload_name}"
-        meta = study_metadata(self.spec, host, options.strategy)
+        suffix = "-latency" if options.objective == "latency" else ""
+        self.study_name = options.study or f"torchpace-{self.workload_name}{suffix}"
+        meta = {**study_metadata(self.spec, host, options.strategy), "objective": options.objective}
         self.study = open_study(open_storage(self.storage_url), self.study_name, meta, options.resume, self.sampler)
         self.deadline = time.monotonic() + options.budget_s
 
@@ -203,11 +219,14 @@ class Tuner:
         info = {"slot": f"trial:{trial.number}", "kind": "candidate", **info, "config": config, "worker": _worker_id()}
         self.study._storage.set_trial_system_attr(trial._trial_id, ATTR, info)
         result = self._run_one(trial.number, info)
+        result["objective_value"], result["objective_ci_rel"] = objective_value(result.get("bench"), self.options.objective)
         trial.set_user_attr(ATTR, result)
         self.on_event("trial_done", number=trial.number, info=info, result=result)
         if result["status"] != "ok":
             raise _TrialFailed(result["status"])
-        return float(result["bench"]["samples_per_s"])
+        if result["objective_value"] is None:
+            raise _TrialFailed(f"the trial measured no {self.options.objective} figure")
+        return float(result["objective_value"])
 
     def _await_assignment(self, trial) -> dict:
         """Greedy: the proposal pinned on this trial, waiting while other processes hold every pending trial."""
@@ -233,7 +252,7 @@ class Tuner:
         self.on_event("trial_start", number=number, info=info, budget_left_s=self.deadline - time.monotonic())
         spec = TrialSpec(workload=self.spec, config=info["config"], max_time_s=self.options.trial_time_s,
                          guard_steps=self.options.guard_steps, sys_path=[os.getcwd()],
-                         profile=self.options.profile_baseline and info.get("slot") == "baseline")
+                         profile=self.options.profile_baseline and info.get("slot") == "baseline", **self._inference_spec())
         cap_s = self.options.trial_timeout_s or self.options.trial_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
         remaining = self.deadline - time.monotonic()
         result = run_trial(spec, self.host, timeout_s=max(1.0, min(cap_s, remaining)))
@@ -246,7 +265,15 @@ class Tuner:
         return {**info, "status": status, "bench": bench or None, "guard_losses": result.guard_losses,
                 "guard_metric": result.guard_metric, "verdict": result.verdict,
                 "error": result.error[-_STORED_STDERR_CHARS:], "stderr_tail": result.stderr_tail[-_STORED_STDERR_CHARS:],
-                "wall_time_s": result.wall_time_s}
+                "wall_time_s": result.wall_time_s, "accuracy": result.accuracy or bench.get("accuracy")}
+
+    def _inference_spec(self) -> dict[str, Any]:
+        """TrialSpec fields for the objective and, for inference workloads, the accuracy guard (they have no loss curve)."""
+        if not self.is_inference:
+            return {"objective": self.options.objective}
+        o = self.options
+        return {"objective": o.objective, "accuracy_batches": o.accuracy_batches,
+                "accuracy_rtol": o.accuracy_rtol, "accuracy_atol": o.accuracy_atol, "min_top1_agreement": o.min_top1_agreement}
 
     # ---- the outcome ----------------------------------------------------------------------------
     def _finish(self, stopped: str) -> TuneOutcome:
@@ -255,7 +282,20 @@ class Tuner:
         outcome = build_outcome(self, stopped)
         if outcome.best is not None:
             self._save(outcome)
+            if self.options.export_path is not None and stopped != "interrupted":
+                outcome.export = self._export(outcome.best_config)
         return outcome
+
+    def _export(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Write the chosen model to --export (ExportInfo as a dict, or {"error": ...} when no format works)."""
+        from torchpace.inference.export import ExportFailed, export_workload
+        from torchpace.workload import load_workload
+
+        self.on_event("exporting")
+        try:
+            return export_workload(load_workload(self.spec), config, self.options.export_path, host=self.host).to_dict()
+        except ExportFailed as err:
+            return {"path": str(self.options.export_path), "error": str(err)}
 
     def _save(self, outcome: TuneOutcome) -> None:
         from torchpace.config import RunConfig, save_config
@@ -264,6 +304,14 @@ class Tuner:
                   "baseline_samples_per_s": outcome.baseline["samples_per_s"],
                   "tuned_samples_per_s": outcome.best["samples_per_s"],
                   "tuned_ci_low": outcome.best["samples_per_s_ci_low"], "tuned_ci_high": outcome.best["samples_per_s_ci_high"],
-                  "speedup": outcome.speedup}
+                  "speedup": outcome.speedup, **_inference_result(outcome)}
         save_config(RunConfig(outcome.best_config, self.host.summary(), result), self.options.out)
         outcome.out_path = str(self.options.out)
+
+
+def _inference_result(outcome: TuneOutcome) -> dict[str, Any]:
+    """Figures of an inference tune saved in torchpace.toml's [result]: the objective, batch-1 latency."""
+    if outcome.objective == "throughput" and (outcome.baseline or {}).get("latency_p50_s") is None:
+        return {}
+    return {"objective": outcome.objective, "baseline_latency_p50_s": outcome.baseline.get("latency_p50_s"),
+            "tuned_latency_p50_s": outcome.best.get("latency_p50_s")}
