@@ -157,3 +157,29 @@ def test_the_config_snippets_run_as_printed(tmp_path):
     namespace: dict = {}
     exec(compile(snippet, "<report snippet>", "exec"), namespace)  # the user's copy: 8 real steps of the tiny MLP
     assert float(namespace["loss"]) > 0
+
+
+def test_a_study_whose_baseline_failed_renders_the_failure(tmp_path, host):
+    """A real one-trial tune of a workload whose loss raises: no figures, the failure and its reason."""
+    from torchpace.tune.tuner import TuneOptions, Tuner
+
+    options = TuneOptions(workload=fixture_workload("raises_in_loss"), knobs=frozenset({"data.num_workers"}), trial_time_s=1,
+                          guard_steps=6, storage=f"sqlite:///{tmp_path / 's.db'}", profile_baseline=False, max_trials=1,
+                          out=tmp_path / "torchpace.toml")
+    assert Tuner(options, host).run().failed_baseline
+    out = write_report(load_report_data(str(tmp_path / "s.db")), tmp_path / "r.html", with_doctor=False)
+    page, html = parse_page(out), out.read_text()
+    assert set(page.charts) == {"trials"} and page.trial_rows == 1
+    assert "Tune stopped: the baseline trial failed" in html and "planted failure inside the loss" in html
+    assert "nothing to apply" in html
+
+
+def test_a_search_strategy_other_than_greedy_has_no_waterfall(tuned_study, tmp_path):
+    """The rendering branch for tpe/random/grid studies (the real outcome, relabelled: the layout is under test)."""
+    from torchpace.report.load import build_tune_data
+
+    outcome = {**tuned_study.outcome, "strategy": "random", "accepted": [], "extras": {"decisions": []}}
+    out = write_report(build_tune_data(outcome, tuned_study.host, "s.db"), tmp_path / "r.html", with_doctor=False)
+    page, html = parse_page(out), out.read_text()
+    assert set(page.charts) == {"speed", "trials", "losses"} and "best trial of a random search" in html
+    assert "there is no waterfall" in " ".join(html.split())

@@ -196,7 +196,10 @@ def _trial_axes(ax, trials: Sequence[Mapping[str, Any]], log: bool) -> None:
     if len(trials) <= _MAX_TICK_LABELS:
         ax.set_xticks(numbers, [f"#{t['number']} {trial_label(t)}" for t in trials], rotation=35, ha="right", fontsize=7)
     ax.set_xlim(min(numbers, default=0) - 0.6, max(numbers, default=0) + 0.6)
-    if log:
+    if not any(not is_failed(t) for t in trials):
+        ax.set_yticks([])  # nothing measured: a scale would only suggest figures
+        ax.set_ylabel("samples/s (no trial measured)")
+    elif log:
         ax.set_yscale("log")
         ax.set_ylabel("samples/s (log scale; bars: 95% CI)")
     else:

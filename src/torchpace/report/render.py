@@ -15,6 +15,7 @@ from torchpace._version import __version__
 from torchpace.report.load import ReportData
 
 TEMPLATE = "report.html.j2"
+CHART_NAMES = ("speed", "waterfall", "trials", "losses", "windows", "split")
 
 
 def build_charts(data: ReportData) -> dict[str, str]:
@@ -43,7 +44,8 @@ def _tune_charts(tune) -> dict[str, str]:
     baseline = tune.get("baseline")
     if baseline:
         svgs["speed"] = charts.render_speed_svg(baseline, tuned_row(tune))
-        svgs["waterfall"] = charts.render_waterfall_svg(tune.get("accepted", []), tune.get("speedup") or 1.0)
+        if tune.get("strategy") == "greedy":  # other strategies accept nothing step by step: no waterfall
+            svgs["waterfall"] = charts.render_waterfall_svg(tune.get("accepted", []), tune.get("speedup") or 1.0)
     if tune.get("trials"):
         svgs["trials"] = charts.render_trials_svg(tune["trials"], (baseline or {}).get("samples_per_s"))
     base_losses, tuned_losses, rejected = guard_curves(tune)
@@ -62,7 +64,8 @@ def render_html(data: ReportData, generated_at: datetime | None = None) -> str:
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     template = env.from_string(_template_text())
     view: dict[str, Any] = build_view(data)
-    view["charts"] = {name: Markup(svg) for name, svg in build_charts(data).items()}
+    svgs = build_charts(data)
+    view["charts"] = {name: Markup(svgs[name]) if name in svgs else None for name in CHART_NAMES}
     view["generated_at"] = (generated_at or datetime.now().astimezone()).strftime("%Y-%m-%d %H:%M %Z").strip()
     view["version"] = __version__
     return template.render(**view)

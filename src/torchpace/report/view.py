@@ -148,8 +148,9 @@ def summary_cards(data: ReportData) -> list[dict[str, str]]:
              "detail": "95% CI " + format_ci(tune.get("baseline"))},
             {"label": "tuned samples/s", "value": format_sps(tuned_row(tune)), "detail": "95% CI " + format_ci(tuned_row(tune))},
             {"label": "speedup", "value": f"{speedup:.2f}×" if speedup is not None else "-",
-             "detail": f"{len(tune.get('accepted', []))} accepted change(s)"},
-            {"label": "trials", "value": str(len(trials)), "detail": f"{failed} failed or guard-rejected · search {tune.get('stopped')}"},
+             "detail": f"{len(tune.get('accepted', []))} accepted change(s)" if tune.get("strategy") == "greedy"
+             else f"best trial of a {tune.get('strategy')} search"},
+            {"label": "trials", "value": str(len(trials)), "detail": f"{failed} failed or guard-rejected · {stopped_text(tune)}"},
         ]
     if data.bench:
         b = data.bench
@@ -168,6 +169,16 @@ def summary_cards(data: ReportData) -> list[dict[str, str]]:
 # ---- tune -------------------------------------------------------------------------------------------
 
 
+_STOPPED = {"done": "search complete", "budget": "stopped by the budget", "max-trials": "stopped at --max-trials",
+            "interrupted": "interrupted", "unfinished": "search unfinished", "baseline failed": "baseline failed",
+            "stored": "read from storage"}
+
+
+def stopped_text(tune: Mapping[str, Any]) -> str:
+    """How the search ended, in words (a live tune's `stopped`, or what the stored replay found)."""
+    return _STOPPED.get(str(tune.get("stopped")), str(tune.get("stopped")))
+
+
 def tune_view(tune: Mapping[str, Any]) -> dict[str, Any]:
     """The tune sections: result, accepted changes, decisions, trials, convergence."""
     baseline = tune.get("baseline")
@@ -175,8 +186,8 @@ def tune_view(tune: Mapping[str, Any]) -> dict[str, Any]:
     best_losses = guard_curves(tune)[1]
     tuned = tuned_row(tune)
     return {
-        "strategy": tune.get("strategy"), "study": tune.get("study"),
-        "stopped": tune.get("stopped"), "failed_baseline": tune.get("failed_baseline"),
+        "strategy": tune.get("strategy"), "study": tune.get("study"), "greedy": tune.get("strategy") == "greedy",
+        "stopped": stopped_text(tune), "failed_baseline": tune.get("failed_baseline"),
         "has_baseline": baseline is not None, "baseline": format_sps_ci(baseline), "tuned": format_sps_ci(tuned),
         "baseline_memory": format_bytes((baseline or {}).get("peak_memory_bytes")),
         "tuned_memory": format_bytes((tuned or {}).get("peak_memory_bytes")),
