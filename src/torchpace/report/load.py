@@ -234,7 +234,8 @@ def build_stored_outcome(study, name: str, url: str, meta: Mapping[str, Any]) ->
     rows = trial_rows(study)
     base = next((r for r in rows if r["slot"] == "baseline" and r["status"] == "ok"), {})
     options = TuneOptions(workload=str(meta.get("workload", "?")), strategy=str(meta.get("strategy", "greedy")),
-                          study=name, guard_steps=len(base.get("guard_losses") or []))
+                          study=name, guard_steps=len(base.get("guard_losses") or []),
+                          objective=str(meta.get("objective", "throughput")))
     sampler = GreedySampler(rebuild_space(rows), lambda config: None)
     tuner = _StoredTuner(study, name, url, str(meta.get("workload", "?")), options, sampler)
     stopped = "stored"
