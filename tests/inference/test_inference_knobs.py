@@ -32,6 +32,12 @@ def test_export_needs_the_models_inputs_and_torchscript_cannot_be_compiled(host)
     assert export.conflicts({"inference.export": "torch_export", "compile.mode": "default"}) is None
 
 
+def test_int8_layers_cannot_run_under_autocast():
+    quantize = REGISTRY["inference.quantize"]
+    assert "float32 inputs" in quantize.conflicts({"inference.quantize": "dynamic_int8", "precision.amp": "bf16"})
+    assert quantize.conflicts({"inference.quantize": "dynamic_int8", "precision.amp": "off"}) is None
+
+
 def test_batch_size_candidates_bracket_the_workloads_batch(host):
     assert REGISTRY["inference.batch_size"].candidates(host, wide_mlp()) == ["workload", 16, 64, 128]
 

@@ -4,7 +4,10 @@ Every candidate's outputs are compared with the fp32 eager reference on a fixed 
 first K batches of the workload's dataset in order (no shuffle). The reference is computed in the
 same process, from the workload as built, before `prepare()` applies any knob (the model still in
 fp32, eager, on the CPU, under `no_grad`); the candidate's outputs come from the prepared run's own
-step (its autocast, inference mode, compiled / quantized / exported model, its input pipeline).
+step (device copy, autocast, inference mode, compiled / quantized / exported model) on the SAME
+batches. Inputs are identical on both sides on purpose: a knob that reads the data another way
+(a DATASET-point knob such as tar shards) may also change the sample order, which an element-wise
+comparison would mistake for wrong outputs; such knobs keep their own equivalence tests.
 
 Figures, over all output tensors of all evaluation batches:
 - `max_abs_err`: the largest |candidate - reference| of any element;
@@ -174,9 +177,9 @@ class AccuracyGuard:
     `enforce`, a candidate beyond the tolerance raises AccuracyRejected; without, it is reported.
     """
 
-    def __init__(self, reference: list[list[torch.Tensor]], batches: int, tolerance: AccuracyTolerance, enforce: bool):
-        self.reference = reference
+    def __init__(self, batches: list[Any], reference: list[list[torch.Tensor]], tolerance: AccuracyTolerance, enforce: bool):
         self.batches = batches
+        self.reference = reference
         self.tolerance = tolerance
         self.enforce = enforce
 
@@ -184,16 +187,15 @@ class AccuracyGuard:
     def capture(cls, workload: Any, batches: int = DEFAULT_EVAL_BATCHES, tolerance: AccuracyTolerance = AccuracyTolerance(),
                 enforce: bool = True) -> "AccuracyGuard":
         """Compute the reference outputs of `workload`'s model on its first `batches` batches."""
-        return cls(reference_outputs(workload, evaluation_batches(workload.dataset, workload, batches)), batches,
-                   tolerance, enforce)
+        fixed = evaluation_batches(workload.dataset, workload, batches)
+        return cls(fixed, reference_outputs(workload, fixed), tolerance, enforce)
 
     def __call__(self, run: Any) -> dict[str, Any]:
         """The report (as a dict) for prepared run `run`; AccuracyRejected when enforced and beyond tolerance."""
         from torchpace.runtime.batch import batch_len
 
-        batches = evaluation_batches(run.loader.dataset, run.workload, self.batches)
-        report = compare_outputs(self.reference, candidate_outputs(run, batches), sum(batch_len(b) for b in batches),
-                                 self.tolerance)
+        samples = sum(batch_len(b) for b in self.batches)
+        report = compare_outputs(self.reference, candidate_outputs(run, self.batches), samples, self.tolerance)
         if self.enforce and not report.ok:
             raise AccuracyRejected(report)
         return report.to_dict()

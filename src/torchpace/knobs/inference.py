@@ -52,6 +52,11 @@ class QuantizeKnob(_InferenceKnob):
             reason = "the model has no Linear, LSTM or GRU layers to quantize"
         return reason
 
+    def conflicts(self, values):
+        if values.get(self.name) == "dynamic_int8" and values.get("precision.amp", "off") != "off":
+            return "dynamic int8 layers take float32 inputs; autocast (precision.amp) would feed them bf16/fp16"
+        return None
+
     def apply(self, value, target, ctx):
         if value == "dynamic_int8":
             from torchpace.inference.quantize import quantize_dynamic_int8
