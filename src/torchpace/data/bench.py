@@ -11,7 +11,8 @@ What is measured, for image files and for tar shards:
   over the dataset), one thread, no resizing.
 - **loader**: images/s through a `torch.utils.data.DataLoader` (shuffled, as training reads, batches
   of `batch_size`, persistent workers) for each decoder and worker count: read + decode, no
-  transform, warm cache.
+  transform, warm cache. The batches the workers prefetched while starting are taken, untimed,
+  before the warm-up, so the step times that size the windows are the pipeline's steady pace.
 
 Each figure comes from `torchpace.measure.timing.measure_throughput`: warm-up until two windows agree,
 then windows until the 95% CI of the median is within ±2% or the time cap, as `bench` does.
@@ -34,6 +35,7 @@ COLD_METHODS = ("fadvise", "drop-caches", "none")
 _DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 _WARMUP_SHARE = 0.3  # of each measurement's time cap
 _WINDOWS_PER_MEASUREMENT = 15  # sizes the window from the time cap
+_TORCH_PREFETCH_FACTOR = 2  # DataLoader's default batches in flight per worker
 _COLD_AS_WARM_FRAC = 0.8  # cold reads above this share of warm ones: the eviction probably did not reach the disk
 
 
@@ -264,6 +266,8 @@ def measure_loader(source: DataSource, fmt: str, decoder: str, workers: int, opt
 
     cycle = _LoaderCycle(build_loader(source, fmt, decoder, workers, options.batch_size))
     try:
+        for _ in range(workers * _TORCH_PREFETCH_FACTOR + 1):
+            cycle.next()  # drain what the workers prefetched while starting: those batches come back at once
         throughput = _measure(cycle.next, options, clock)
     finally:
         cycle.close()

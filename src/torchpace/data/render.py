@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
+
 _COLD_METHOD_TEXT = {
     "fadvise": "each file evicted from the page cache right before it is read: posix_fadvise(POSIX_FADV_DONTNEED), no root needed",
     "drop-caches": "the whole page cache dropped (/proc/sys/vm/drop_caches, as root) before each pass",
@@ -22,7 +24,8 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, ...]]:
         base = pillow.get((x["stage"], x["format"], x["num_workers"])) if x["decoder"] else None
         rows.append((
             x["stage"], x["format"], detail, f"{x['items_per_s']:,.0f} {unit}" + (" ~" if x["noisy"] else ""),
-            f"[{x['items_per_s_ci_low']:,.0f}, {x['items_per_s_ci_high']:,.0f}]",
+            f"[{x['items_per_s_ci_low']:,.0f}, {x['items_per_s_ci_high']:,.0f}]" if x["windows"] >= MIN_WINDOWS_FOR_CI
+            else f"{x['windows']} windows",
             f"{x['mb_per_s']:,.1f}" if x["mb_per_s"] is not None else "",
             f"{x['items_per_s'] / base:.2f}x" if base else "",
         ))
@@ -54,6 +57,6 @@ def render_data_bench(console, r: dict[str, Any]) -> None:
         console.print(f"[yellow]note:[/] {r['cold_note']}")
     console.print(f"decode: {r['decode_images']} images in memory, one thread; loader: DataLoader, batch "
                   f"{r['batch_size']}, shuffled, read + decode, no transform, warm cache; "
-                  f"~ marks a noisy figure (IQR > 10% of the median)")
+                  f"~ marks a noisy figure (IQR > 10% of the median); a CI needs {MIN_WINDOWS_FOR_CI} windows")
     for name, reason in r["unavailable_decoders"].items():
         console.print(f"[dim]not measured: {name}: {reason}[/]")
