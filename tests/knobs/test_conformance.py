@@ -301,7 +301,10 @@ def test_knob_describes_itself_and_its_candidates(name, host):
         assert isinstance(reason, str) and len(reason) > 10
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+_COMPILE_POOL = pytest.mark.torch_keeps_threads("torch.compile's inductor keeps its compile worker pool")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_COMPILE_POOL) if n == "compile.mode" else n for n in sorted(REGISTRY)])
 def test_knob_really_changes_what_it_claims(name, host, request):
     values, check = CLAIMS[name]
     if name == "system.allocator":

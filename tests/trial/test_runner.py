@@ -2,7 +2,6 @@
 
 import os
 
-import psutil
 import pytest
 
 from torchpace.trial import TrialSpec, plan_trial_env, run_trial
@@ -43,13 +42,10 @@ def test_dead_worker_is_a_crash_not_a_tuner_failure(host):
     assert result.status == "crash"
 
 
-def test_hang_times_out_and_leaves_no_process_behind(host):
-    before = {p.pid for p in psutil.process_iter()}
+def test_hang_times_out_and_leaves_no_process_behind(host, own_leftovers):
     result = run_trial(_spec("hangs", config={"data.num_workers": 1}), host, timeout_s=15)
     assert result.status == "timeout"
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
-                 and "torchpace.trial" in " ".join(p.info["cmdline"] or [])]
-    assert leftovers == []
+    assert own_leftovers("torchpace.trial") == []
 
 
 def test_process_level_knobs_go_into_the_child_env_only(host):
