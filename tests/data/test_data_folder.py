@@ -22,6 +22,7 @@ def test_classes_labels_and_order_follow_imagefolder(folder):
     assert len(dataset) == 24
     assert [label for _, label in dataset.samples] == [0] * 8 + [1] * 8 + [2] * 8
     assert dataset.samples[8][0].endswith("class_1/000.jpg")
+    assert dataset.class_to_idx == {"class_0": 0, "class_1": 1, "class_2": 2} and dataset.targets[8] == 1
     image, label = dataset[9]
     assert image.dtype == torch.uint8 and image.shape == (3, *SIZE) and label == 1
 

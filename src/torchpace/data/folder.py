@@ -63,8 +63,18 @@ class ImageFolderDataset(torch.utils.data.Dataset):
 
     @property
     def samples(self) -> tuple[tuple[str, int], ...]:
-        """`(path, label)` per sample, in index order."""
+        """`(path, label)` per sample, in index order (torchvision's `samples`)."""
         return self.index.samples
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        """Class name -> label, as torchvision's ImageFolder has it."""
+        return {name: label for label, name in enumerate(self.classes)}
+
+    @property
+    def targets(self) -> list[int]:
+        """The label of every sample, in index order (torchvision's `targets`)."""
+        return [label for _, label in self.samples]
 
     def _checked_decoder(self, decoder: "str | Decoder") -> Decoder:
         resolved = resolve_decoder(decoder)
