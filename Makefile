@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.torchpace-installed
 
-.PHONY: install demo test bench bench-tune clean
+.PHONY: install demo test bench bench-tune bench-data bench-inference clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ bench: $(STAMP)
 
 bench-tune: $(STAMP)
 	$(BIN)/python benchmarks/bench_tune.py
+
+bench-data: $(STAMP)
+	$(BIN)/python benchmarks/bench_data.py
+
+bench-inference: $(STAMP)
+	$(BIN)/python benchmarks/bench_inference.py
 
 clean:
 	rm -rf $(VENV) .torchpace build src/*.egg-info

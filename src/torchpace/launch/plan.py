@@ -38,7 +38,7 @@ _NOFILE_TARGET = 65536
 _KEPT = "already set in your environment; left as is"
 _KMP_AFFINITY = "granularity=fine,compact,1,0"  # Intel OpenMP: one thread per bound CPU, packed
 _HOOK_POINTS = (Point.GLOBAL, Point.LOADER)
-_PREPARE_POINTS = (Point.MODEL, Point.OPTIMIZER, Point.STEP)
+_PREPARE_POINTS = (Point.MODEL, Point.OPTIMIZER, Point.DATASET, Point.STEP)
 # threads.intra_op reaches the child as OMP_NUM_THREADS, which torch reads at start-up.
 _HOOK_SKIPS = ("threads.intra_op",)
 
