@@ -49,6 +49,14 @@ def test_exported_artifact_reproduces_the_prepared_outputs_in_a_fresh_process(co
                                rtol=1e-5, atol=1e-4)
 
 
+def test_channels_last_is_listed_for_the_servers_inputs_and_quantization_is_not():
+    from torchpace.config import RunConfig
+    from torchpace.inference.export import runtime_settings
+
+    assert runtime_settings(RunConfig({"model.channels_last": True, "inference.quantize": "dynamic_int8"})) == {
+        "model.channels_last": True}
+
+
 def test_runtime_knobs_are_listed_not_baked_in(host, tmp_path):
     info = export_workload(wide_mlp(), {"inference.mode": "inference_mode", "threads.intra_op": 1}, tmp_path / "m.pt2", host=host)
     assert info.runtime == {"inference.mode": "inference_mode", "threads.intra_op": 1} and info.format == "torch_export"

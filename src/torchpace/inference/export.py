@@ -135,7 +135,8 @@ class ExportInfo:
         size_bytes: the artifact's size on disk.
         max_abs_diff: largest |output difference| between the artifact, reloaded from disk, and the
             prepared model it was made from, on the example batch.
-        runtime: tuned knobs the artifact cannot carry, to apply where it is served.
+        runtime: tuned knobs to apply where it is served (the artifact cannot carry them; for
+            `model.channels_last` it holds the NHWC weights, and the server converts its inputs).
         fallback_reason: why torch.export was not used when the config left the format open.
     """
 
@@ -150,12 +151,16 @@ class ExportInfo:
         return asdict(self)
 
 
+_ALSO_AT_SERVE_TIME = ("compile.mode", "model.channels_last")  # compile is not saved; NHWC weights want NHWC inputs
+
+
 def runtime_settings(config: Any) -> dict[str, Any]:
-    """The non-default knobs an artifact does not carry: threads, env, autocast, inference mode, compile."""
+    """The non-default knobs a server must apply itself: threads, env, autocast, inference mode,
+    compile, and channels_last (the file holds NHWC weights; the server converts its 4-D inputs)."""
     from torchpace.knobs import REGISTRY, Point
 
     return {name: value for name, value in config.non_default().items()
-            if REGISTRY[name].point in (Point.ENV, Point.GLOBAL, Point.STEP) or name == "compile.mode"}
+            if REGISTRY[name].point in (Point.ENV, Point.GLOBAL, Point.STEP) or name in _ALSO_AT_SERVE_TIME}
 
 
 def export_workload(workload: Any, config: Any, path: str | Path, *, host: Any = None) -> ExportInfo:
@@ -174,7 +179,8 @@ def export_workload(workload: Any, config: Any, path: str | Path, *, host: Any =
     config = resolve_config(config)
     fmt = config.get_value("inference.export")
     runtime = runtime_settings(config)
-    in_artifact = RunConfig({k: v for k, v in config.values.items() if k not in runtime and k not in _NOT_IN_ARTIFACT})
+    in_artifact = RunConfig({k: v for k, v in config.values.items()
+                             if k not in _NOT_IN_ARTIFACT and (k not in runtime or k == "model.channels_last")})
     with prepare(workload, in_artifact, host=host, device="cpu") as run:
         example = example_input(workload, run.loader.dataset, run.device, bool(config.get_value("model.channels_last")))
         fmt, fallback = _save_with_fallback(run.model, fmt, example, Path(path))
