@@ -16,7 +16,7 @@ RESULT_SCHEMA_VERSION = 1
 
 @dataclass(frozen=True)
 class ProfileResult:
-    """What `torchpace profile` found. JSON via `to_dict` (schema in docs/readme/profile.md)."""
+    """What `torchpace profile` found. JSON via `to_dict` (schema in the README's profile section)."""
 
     workload: str
     device: str
