@@ -53,9 +53,21 @@ def make_console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False)
 
 
+def output_result(payload: dict[str, Any], out_path: str | None, as_json: bool, render) -> None:
+    """Save `payload` to `out_path` (if given), then print it as JSON or with `render(console, payload)`."""
+    if out_path:
+        from torchpace.measure.run import save_result
+
+        save_result(payload, out_path)
+    if as_json:
+        emit_json(payload)
+    else:
+        render(make_console(), payload)
+
+
 def exit_usage(message: str) -> None:
     """Raise a usage error (exit 2) from option callbacks."""
     raise click.UsageError(message)
 
 
-__all__ = ["run_cli", "json_option", "emit_json", "make_console", "exit_usage", "EXIT_USAGE"]
+__all__ = ["run_cli", "json_option", "emit_json", "make_console", "output_result", "exit_usage", "EXIT_USAGE"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from torchpace.cli._common import emit_json, json_option, make_console
+from torchpace.cli._common import json_option, output_result
 from torchpace.cli._options import build_config, check_writable, config_options, positive_seconds, workload_argument
 
 
@@ -34,15 +34,7 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     host = probe_host()
     result = bench_workload(workload, config, options, host=host, device=device, show_progress=not as_json,
                             accuracy_batches=accuracy_batches)
-    payload = result.to_dict()
-    if out_path:
-        from torchpace.measure.run import save_result
+    from torchpace.measure.render import render_bench
 
-        save_result(payload, out_path)
-    if as_json:
-        emit_json(payload)
-    else:
-        from torchpace.measure.render import render_bench
-
-        render_bench(make_console(), payload)
+    output_result(result.to_dict(), out_path, as_json, render_bench)
     return 0

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import click
 
-from torchpace.cli._common import emit_json, json_option, make_console
+from torchpace.cli._common import json_option, make_console, output_result
 from torchpace.cli._options import check_writable, positive_seconds
 
 _DECODERS = ("pillow", "simplejpeg", "turbojpeg", "torchvision", "torchvision-cuda")
@@ -64,15 +64,7 @@ def command(path, decoders, num_workers, batch_size, max_time_s, shards, cold, o
                                max_time_s=max_time_s, shards=shards, cold=cold)
     with _progress_bar(not as_json) as on_progress:
         result = run_data_bench(path, options, on_progress=on_progress, host=probe_host().summary())
-    payload = result.to_dict()
-    if out_path:
-        from torchpace.measure.run import save_result
+    from torchpace.data.render import render_data_bench
 
-        save_result(payload, out_path)
-    if as_json:
-        emit_json(payload)
-    else:
-        from torchpace.data.render import render_data_bench
-
-        render_data_bench(make_console(), payload)
+    output_result(result.to_dict(), out_path, as_json, render_data_bench)
     return 0
