@@ -171,17 +171,78 @@ def parse_cgroup_cpu_quota(cpu_max: str | None, v1_quota: str | None, v1_period:
     return None
 
 
-def probe_usable_cores(root: Path, logical_cpus: int, affinity: set[int] | None) -> int:
-    """Cores this process may use: CPU affinity, capped by the cgroup CPU quota (rounded up)."""
-    usable = len(affinity) if affinity else logical_cpus
-    quota = parse_cgroup_cpu_quota(
-        read_text(root, "sys/fs/cgroup/cpu.max"),
-        read_text(root, "sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
-        read_text(root, "sys/fs/cgroup/cpu/cpu.cfs_period_us"),
-    )
+def cap_cores_by_quota(cores: int, quota: float | None) -> int:
+    """`cores`, capped by a cgroup CPU quota in CPUs (rounded up; at least 1)."""
     if quota is not None:
-        usable = min(usable, max(1, int(-(-quota // 1))))
-    return max(1, usable)
+        cores = min(cores, max(1, int(-(-quota // 1))))
+    return max(1, cores)
+
+
+def probe_usable_cores(root: Path, logical_cpus: int, affinity: set[int] | None) -> int:
+    """Cores this process may use: CPU affinity, capped by the tightest CPU quota of its cgroup."""
+    proc_cgroup = parse_proc_cgroup(read_text(root, "proc/self/cgroup") or "")
+    return cap_cores_by_quota(len(affinity) if affinity else logical_cpus, probe_cgroup_cpu_quota(root, proc_cgroup))
+
+
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """Controller -> cgroup path from /proc/<pid>/cgroup text; the v2 hierarchy is under key ``""``."""
+    paths: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        for controller in parts[1].split(",") if parts[1] else [""]:
+            paths[controller] = parts[2]
+    return paths
+
+
+def cgroup_dirs(root: Path, proc_cgroup: dict[str, str], controller: str) -> list[str]:
+    """Directories (relative to `root`) of this process's cgroup for `controller` and its ancestors.
+
+    Deepest first; both the v1 hierarchy mounted for `controller` and the v2 hierarchy are tried,
+    and only directories that exist are returned. Inside a container, /proc/self/cgroup may name a
+    host path that is not mounted; walking up to the mount's root finds the container's own limits.
+    """
+    bases = []
+    if controller in proc_cgroup:
+        bases += [(d, proc_cgroup[controller]) for d in _v1_mounts(root, controller)]
+    if "" in proc_cgroup:
+        v2 = "sys/fs/cgroup" if (root / "sys/fs/cgroup/cgroup.controllers").exists() else "sys/fs/cgroup/unified"
+        bases.append((v2, proc_cgroup[""]))
+    dirs = []
+    for base, path in bases:
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts), -1, -1):
+            candidate = "/".join([base, *parts[:depth]])
+            if (root / candidate).is_dir():
+                dirs.append(candidate)
+    return dirs
+
+
+def _v1_mounts(root: Path, controller: str) -> list[str]:
+    """cgroup v1 mount directories under /sys/fs/cgroup that carry `controller` (``cpu,cpuacct``...)."""
+    try:
+        names = sorted(p.name for p in (root / "sys/fs/cgroup").iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return []
+    return [f"sys/fs/cgroup/{name}" for name in names if controller in name.split(",")]
+
+
+def probe_cgroup_cpu_quota(root: Path, proc_cgroup: dict[str, str]) -> float | None:
+    """CPUs' worth of time the tightest cgroup CPU quota on this process allows; None if unlimited."""
+    quotas = []
+    for directory in cgroup_dirs(root, proc_cgroup, "cpu"):
+        try:
+            quota = parse_cgroup_cpu_quota(
+                read_text(root, f"{directory}/cpu.max"),
+                read_text(root, f"{directory}/cpu.cfs_quota_us"),
+                read_text(root, f"{directory}/cpu.cfs_period_us"),
+            )
+        except ValueError:
+            continue  # a malformed file is no quota we can honour
+        if quota is not None:
+            quotas.append(quota)
+    return min(quotas) if quotas else None
 
 
 def probe_numa_nodes(root: Path) -> tuple[NumaNode, ...]:
