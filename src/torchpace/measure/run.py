@@ -14,15 +14,9 @@ from torchpace.config import RunConfig
 from torchpace.errors import UsageError, UserCodeError
 from torchpace.host import HostFacts
 from torchpace.measure.bench import BenchOptions, BenchResult, run_bench
+from torchpace.runtime import pending_env_knobs
 
 _TRIAL_TIMEOUT_MARGIN_S = 120.0  # start-up, workload build and compile beyond the bench's own cap
-
-
-def needs_own_process(config: RunConfig, host: HostFacts) -> list[str]:
-    """ENV-point knobs whose value this process does not already run with."""
-    from torchpace.knobs import REGISTRY, Point
-
-    return [n for n, v in config.non_default().items() if REGISTRY[n].point is Point.ENV and not REGISTRY[n].in_effect(v, host)]
 
 
 @contextmanager
@@ -63,7 +57,7 @@ def bench_workload(spec: str | None, config: RunConfig, options: BenchOptions, *
     """
     from torchpace.workload import load_workload
 
-    if needs_own_process(config, host):
+    if pending_env_knobs(config, host):  # process-level knobs need a fresh process with their env
         return _bench_in_trial(spec, config, options, host, device, accuracy_batches)
     workload = load_workload(spec)
     accuracy = _accuracy_report(workload, accuracy_batches)

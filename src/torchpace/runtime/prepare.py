@@ -238,7 +238,7 @@ def prepare(
         stack.close()
         raise
     prepared = Prepared(workload, config, host, device, model, optimizer, scheduler,
-                        _build_loader(workload, dataset, loader_kwargs), options, _pending_env_knobs(config, host), stack)
+                        _build_loader(workload, dataset, loader_kwargs), options, pending_env_knobs(config, host), stack)
     if prepared.needs_launch:
         warnings.warn(f"process-level knobs {prepared.needs_launch} take effect only in a new process: "
                       "use `torchpace launch --config ...`", stacklevel=2)
@@ -257,7 +257,7 @@ def _build_optimizer(workload: Workload, model: torch.nn.Module, knobs: list, va
     return optimizer, scheduler
 
 
-def _pending_env_knobs(config: RunConfig, host: HostFacts) -> list[str]:
+def pending_env_knobs(config: RunConfig, host: HostFacts) -> list[str]:
     """ENV knobs set to a non-default value that this process is not already running with."""
     return [
         name for name, value in config.non_default().items()
