@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from torchpace.errors import EXIT_USAGE, TorchpaceError, UserCodeError
+from torchpace.errors import TorchpaceError, UserCodeError
 
 
 def run_cli(group: click.Group, argv: list[str] | None) -> int:
@@ -65,9 +65,4 @@ def output_result(payload: dict[str, Any], out_path: str | None, as_json: bool, 
         render(make_console(), payload)
 
 
-def exit_usage(message: str) -> None:
-    """Raise a usage error (exit 2) from option callbacks."""
-    raise click.UsageError(message)
-
-
-__all__ = ["run_cli", "json_option", "emit_json", "make_console", "output_result", "exit_usage", "EXIT_USAGE"]
+__all__ = ["run_cli", "json_option", "emit_json", "make_console", "output_result"]

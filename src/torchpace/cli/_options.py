@@ -33,10 +33,6 @@ def positive_seconds(ctx: click.Context, param: click.Parameter, value: float | 
     return value
 
 
-def raise_usage(message: str) -> None:
-    raise UsageError(message)
-
-
 def check_writable(path: str | None, what: str) -> None:
     """UsageError (exit 2) now, before any work, when `path` cannot be written."""
     import os
