@@ -21,10 +21,10 @@ _LATENCY_KEYS = ("latency_p50_s", "latency_p90_s", "latency_p99_s", "latency_p50
 
 def trial_rows(study) -> list[dict[str, Any]]:
     """One row per torchpace trial: slot, config, status, figures, guard verdict, error."""
-    from torchpace.tune.study import trial_info
+    from torchpace.tune.study import baseline_info, trial_info
 
     infos = [(t, trial_info(t)) for t in study.get_trials(deepcopy=False)]
-    base = next((i for _, i in infos if i.get("slot") == "baseline" and i.get("status") == "ok"), {})
+    base = baseline_info(infos)
     rows = []
     for trial, info in infos:
         if "slot" not in info:

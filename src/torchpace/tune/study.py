@@ -101,12 +101,17 @@ def trial_info(trial) -> dict[str, Any]:
     return info
 
 
+def baseline_info(infos) -> dict[str, Any]:
+    """The torchpace info of the study's finished baseline trial (from (trial, info) pairs), or {}."""
+    return next((i for _, i in infos if i.get("slot") == "baseline" and i.get("status") == "ok"), {})
+
+
 def build_records(trials) -> list[Record]:
     """Policy records from Optuna trials, with the guard checked against the baseline's curve."""
     import optuna
 
     infos = [(t, trial_info(t)) for t in trials]
-    baseline = next((i for t, i in infos if i.get("slot") == "baseline" and i.get("status") == "ok"), {})
+    baseline = baseline_info(infos)
     records = []
     for trial, info in infos:
         if "slot" not in info or trial.state in (optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.WAITING):
