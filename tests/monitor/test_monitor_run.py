@@ -221,3 +221,18 @@ def test_help_does_not_import_torch():
     done = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "--interval" in done.stdout and "whole process group" in " ".join(done.stdout.split())
+
+
+def test_a_signal_that_arrives_while_cmd_starts_is_forwarded_once_it_has_started():
+    from torchpace.monitor.run import SignalForwarder
+
+    forwarder = SignalForwarder(None, grace_s=5.0)
+    forwarder.handle(signal.SIGTERM)  # before CMD exists: remembered, nothing to send it to yet
+    forwarder.escalate_if_due()
+    child = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        forwarder.attach(child.pid)
+        assert child.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        child.kill()
+    assert forwarder.received == ["SIGTERM"] and not forwarder.killed

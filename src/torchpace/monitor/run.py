@@ -295,10 +295,11 @@ class SignalForwarder:
 
     CMD runs in its own session, so Ctrl-C at the terminal reaches only torchpace; this passes it
     on. If CMD is still running `grace_s` after the first forwarded signal, `escalate_if_due`
-    sends SIGKILL to the group.
+    sends SIGKILL to the group. The handlers go in before CMD starts (`pgid` None): a signal that
+    arrives before `attach` is passed on as soon as CMD's group is known.
     """
 
-    pgid: int
+    pgid: int | None
     grace_s: float
     clock: Clock = time.monotonic
     received: list[str] = field(default_factory=list)
@@ -309,10 +310,17 @@ class SignalForwarder:
         self.received.append(signal.Signals(signum).name)
         if self.first_at_s is None:
             self.first_at_s = self.clock()
-        signal_group(self.pgid, signum)
+        if self.pgid is not None:
+            signal_group(self.pgid, signum)
+
+    def attach(self, pgid: int) -> None:
+        """CMD started in group `pgid`: forward from now on, and what arrived while it was starting."""
+        self.pgid = pgid
+        for name in list(self.received):
+            signal_group(pgid, signal.Signals[name])
 
     def escalate_if_due(self) -> None:
-        if self.first_at_s is None or self.killed or self.clock() - self.first_at_s < self.grace_s:
+        if self.first_at_s is None or self.killed or self.pgid is None or self.clock() - self.first_at_s < self.grace_s:
             return
         self.killed = True
         if signal_group(self.pgid, signal.SIGKILL):
@@ -558,12 +566,13 @@ def _run_started(options: MonitorOptions, view: View, clock: Clock, gpu: GpuSamp
     """Start CMD and the sampler, supervise until CMD exits, clean up (sinks are closed by the caller)."""
     supervisor = _Supervisor(view, sinks, SymptomTracker(SymptomContext(usable_cores)), time.time())
     cpu0, t0 = time.process_time(), clock()
-    proc = start_command(options)
-    forwarder = SignalForwarder(proc.pid, options.stop_grace_s, clock)
-    pump = OutputPump([proc.stdout, proc.stderr], view)
+    forwarder = SignalForwarder(None, options.stop_grace_s, clock)
     thread: SamplerThread | None = None
     host: HostSampler | None = None
-    with forwarder.installed():  # also during clean-up: a second Ctrl-C must not abort it
+    with forwarder.installed():  # from before CMD starts, and during clean-up: a second Ctrl-C must not abort it
+        proc = start_command(options)
+        forwarder.attach(proc.pid)
+        pump = OutputPump([proc.stdout, proc.stderr], view)
         try:
             host = HostSampler(proc.pid, clock=clock)
             thread = SamplerThread(Sampler(host, gpu, t0), options.interval_s, supervisor.samples, clock)
