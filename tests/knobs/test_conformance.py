@@ -240,6 +240,55 @@ def check_inference_batch_size(host):
         assert run.workload.batch_size == 32  # the workload itself is unchanged
 
 
+def check_nproc_per_node(host):
+    from torchpace.trial.ranks import child_argv
+
+    config = {"nproc_per_node": 2, "distributed.strategy": "ddp"}
+    _, env = plan_trial_env(config, host, {})
+    assert env["OMP_NUM_THREADS"] == str(max(1, host.usable_cores // 2))  # torchrun alone would force 1
+    assert "--nproc-per-node=2" in child_argv(config, "spec.json", "result.json")  # two ranks: tests/distributed
+
+
+def check_strategy(host):
+    for strategy, wrapper in (("ddp", "DistributedDataParallel"), ("fsdp", "FSDPSequential")):
+        with prepare(tiny_mlp(), {"distributed.strategy": strategy}, host=host) as run:
+            assert type(run.model).__name__ == wrapper and run.world_size == 1 and run.dist.strategy == strategy
+            assert torch.isfinite(run.step(next(iter(run.loader))))
+        assert not torch.distributed.is_initialized()  # the one-process group prepare() started is gone
+
+
+def check_backend(host):
+    with prepare(tiny_mlp(), {"distributed.strategy": "ddp", "distributed.backend": "gloo"}, host=host) as run:
+        assert run.dist.backend == "gloo" and torch.distributed.get_backend() == "gloo"
+
+
+def _ddp(host, **knobs):
+    return prepare(tiny_mlp(), {"distributed.strategy": "ddp", **knobs}, host=host)
+
+
+def check_bucket_cap(host):
+    with _ddp(host, **{"ddp.bucket_cap_mb": 5}) as run:
+        assert run.model.bucket_bytes_cap == 5 * 1024 * 1024
+
+
+def check_gradient_as_bucket_view(host):
+    with _ddp(host, **{"ddp.gradient_as_bucket_view": True}) as run:
+        assert run.model.gradient_as_bucket_view
+
+
+def check_static_graph(host):
+    with _ddp(host, **{"ddp.static_graph": True}) as run:
+        assert run.model.static_graph
+
+
+def check_reshard_after_forward(host):
+    for reshard, kind in ((True, "DTensor"), (False, "Parameter")):
+        config = {"distributed.strategy": "fsdp", "fsdp.reshard_after_forward": reshard}
+        with prepare(tiny_mlp(), config, host=host) as run:
+            run.model(next(iter(run.loader))[0])
+            assert type(run.model[0].weight).__name__ == kind  # after forward: sharded again, or kept whole
+
+
 _CLAIM_WORKLOADS.update(dict.fromkeys(("inference.mode", "inference.quantize", "inference.export", "inference.batch_size"),
                                       tiny_inference))
 
@@ -273,6 +322,15 @@ CLAIMS = {
     "inference.quantize": ({"inference.quantize": "dynamic_int8"}, check_quantize),
     "inference.export": ({"inference.export": "torchscript"}, check_export),
     "inference.batch_size": ({"inference.batch_size": 64}, check_inference_batch_size),
+    "nproc_per_node": ({"nproc_per_node": 2, "distributed.strategy": "ddp"}, check_nproc_per_node),
+    "distributed.strategy": ({"distributed.strategy": "fsdp"}, check_strategy),
+    "distributed.backend": ({"distributed.strategy": "ddp", "distributed.backend": "gloo"}, check_backend),
+    "ddp.bucket_cap_mb": ({"distributed.strategy": "ddp", "ddp.bucket_cap_mb": 5}, check_bucket_cap),
+    "ddp.gradient_as_bucket_view": ({"distributed.strategy": "ddp", "ddp.gradient_as_bucket_view": True},
+                                    check_gradient_as_bucket_view),
+    "ddp.static_graph": ({"distributed.strategy": "ddp", "ddp.static_graph": True}, check_static_graph),
+    "fsdp.reshard_after_forward": ({"distributed.strategy": "fsdp", "fsdp.reshard_after_forward": False},
+                                   check_reshard_after_forward),
 }
 
 

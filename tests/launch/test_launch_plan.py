@@ -262,3 +262,12 @@ def test_package_exports_resolve_lazily():
     assert callable(launch.probe_launch_facts) and callable(launch.render_plan)
     with pytest.raises(AttributeError):
         launch.nothing_here
+
+
+def test_a_config_tuned_with_several_processes_launches_them_through_torchrun_unless_the_cli_says_otherwise():
+    config = RunConfig({"nproc_per_node": 2, "distributed.strategy": "ddp"})
+    result = plan(ONE_NODE, config=config, config_name="torchpace.toml")
+    assert result.uses_torchrun and "--nproc-per-node=2" in result.argv
+    assert picked(result, "nproc_per_node", "OMP_NUM_THREADS") == {"nproc_per_node": ("2", "config"), "OMP_NUM_THREADS": ("4", "auto")}
+    assert result.needs_prepare == ("distributed.strategy",)  # the script's prepare() wraps the model
+    assert picked(plan(ONE_NODE, config=config, nproc_per_node=1), "nproc_per_node") == {"nproc_per_node": ("1", "cli")}

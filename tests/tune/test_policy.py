@@ -142,3 +142,38 @@ def test_one_remeasure_during_a_load_spike_cannot_fake_a_gain():
     # the incumbent is the median of 68k, 62k and 9.4k (62k), not the spiked 9.4k
     assert state.decisions[-1].incumbent_samples_per_s == 62000
     assert state.decisions[-1].accepted_value is None and state.incumbent == {}
+
+
+DISTRIBUTED = [
+    KnobSpace("distributed", "nproc_per_node", 1, (1, 2), companions={2: {"distributed.strategy": "ddp"}}),
+    KnobSpace("distributed", "distributed.strategy", "none", ("none", "ddp", "fsdp")),
+]
+
+
+def distributed_conflicts(config):
+    strategy, nproc = config.get("distributed.strategy", "none"), config.get("nproc_per_node", 1)
+    if nproc > 1 and strategy == "none":
+        return "needs a strategy"
+    if strategy != "none" and nproc == 1:
+        return "nothing to distribute"
+    return None
+
+
+def test_a_value_that_needs_a_companion_is_tried_with_it_and_the_next_knob_builds_on_it():
+    table = [ok("baseline", {}, 100), ok("baseline#2", {}, 100)]
+    state = plan_greedy(DISTRIBUTED, table, distributed_conflicts)
+    assert state.next.slot == "cand:nproc_per_node=2"
+    assert state.next.config == {"nproc_per_node": 2, "distributed.strategy": "ddp"}
+    table.append(ok("cand:nproc_per_node=2", {"nproc_per_node": 2, "distributed.strategy": "ddp"}, 180))
+    state = plan_greedy(DISTRIBUTED, table, distributed_conflicts)
+    # strategy none cannot go with 2 processes: only fsdp is left to try from the DDP incumbent
+    assert state.next.slot == "cand:distributed.strategy=fsdp"
+    assert state.next.config == {"nproc_per_node": 2, "distributed.strategy": "fsdp"}
+
+
+def test_when_more_processes_lose_the_strategies_are_not_tried_in_one_process():
+    table = [ok("baseline", {}, 100), ok("baseline#2", {}, 100),
+             ok("cand:nproc_per_node=2", {"nproc_per_node": 2, "distributed.strategy": "ddp"}, 90)]
+    state = plan_greedy(DISTRIBUTED, table, distributed_conflicts)
+    assert state.done and state.incumbent == {}
+    assert [d.knob for d in state.decisions] == ["nproc_per_node"]

@@ -1,11 +1,11 @@
 """The knob registry: every knob, by name, in the tuner's stage order (DESIGN §3).
 
-Stages run system -> data -> compute -> memory (distributed and inference knobs plug in the same way).
+Stages run system -> data -> compute -> memory -> distributed (inference knobs plug in the same way).
 """
 
 from __future__ import annotations
 
-from torchpace.knobs import compute, data, inference, memory, system
+from torchpace.knobs import compute, data, distributed, inference, memory, system
 from torchpace.knobs import input as input_knobs
 from torchpace.knobs.base import STAGES, ApplyContext, Knob, KnobValue, Point
 
@@ -19,7 +19,7 @@ def register(knob: Knob) -> None:
     REGISTRY[knob.name] = knob
 
 
-for _module in (system, data, input_knobs, compute, memory, inference):
+for _module in (system, data, input_knobs, compute, memory, distributed, inference):
     for _knob in _module.KNOBS:
         register(_knob)
 

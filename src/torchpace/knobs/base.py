@@ -5,7 +5,8 @@ Lifecycle, in the order torchpace calls it:
 1. `validate(value)` when a config is built (bad value -> UsageError naming valid values);
 2. `applies(host, workload)` -> None, or the reason the knob does not apply on this host/workload;
 3. `conflicts(values)` -> None, or why this value cannot go with the other knobs' values;
-4. `candidates(host, workload)` -> the values a tuner should try, the default first;
+4. `candidates(host, workload)` -> the values a tuner should try, the default first; `companions(value)`
+   and `pointless(values)` tell the tuner what must go with a value and which configs cannot gain;
 5. `child_env(value, host, env)` and `child_command_prefix(value, host)` for process-level knobs:
    they shape a child process's env dict and argv, never torchpace's own;
 6. `apply(value, target, ctx)` inside `prepare()`, at exactly the knob's `point`.
@@ -54,6 +55,7 @@ class ApplyContext:
     workload: "Workload"
     device: Any
     values: dict[str, KnobValue]
+    dist: Any = None  # the process group of a distributed config (torchpace.runtime.distributed.Dist)
 
 
 class Knob:
@@ -96,6 +98,15 @@ class Knob:
 
     def conflicts(self, values: dict[str, KnobValue]) -> str | None:
         """None when `values[self.name]` fits with the other knobs' values, else why not."""
+        return None
+
+    def companions(self, value: KnobValue) -> dict[str, KnobValue]:
+        """Other knobs' values the tuner sets with `value` when the incumbent cannot take it alone
+        (e.g. nproc_per_node = 2 comes with distributed.strategy = ddp)."""
+        return {}
+
+    def pointless(self, values: dict[str, KnobValue]) -> str | None:
+        """Why a tuner need not try `values` (it runs, but cannot gain), or None."""
         return None
 
     def child_env(self, value: KnobValue, host: "HostFacts", env: dict[str, str]) -> None:

@@ -237,11 +237,16 @@ def _env_part(wanted: Mapping[str, str], source: Source, reason: str, base_env: 
 def _plan_processes(options: LaunchOptions) -> tuple[int, bool, _Part]:
     """(processes per node, whether torchrun runs them, the settings)."""
     _check_distributed(options)
-    nproc = options.nproc_per_node or 1
+    configured = int(options.config.values.get("nproc_per_node", 1))
+    nproc = options.nproc_per_node or configured
     nnodes = options.nnodes or 1
     torchrun = nproc > 1 or nnodes > 1 or options.rdzv_endpoint is not None
     part = _Part()
-    part.settings.append(_cli_or_default("nproc_per_node", options.nproc_per_node, 1, "one process per node"))
+    if options.nproc_per_node is None and "nproc_per_node" in options.config.values:
+        part.settings.append(Setting("nproc_per_node", str(configured), Source.CONFIG,
+                                     f"nproc_per_node = {configured} in {options.config_name}"))
+    else:
+        part.settings.append(_cli_or_default("nproc_per_node", options.nproc_per_node, 1, "one process per node"))
     part.settings.append(_cli_or_default("nnodes", options.nnodes, 1, "this node only"))
     if options.node_rank is not None:
         part.settings.append(Setting("node_rank", str(options.node_rank), Source.CLI,

@@ -9,6 +9,7 @@ the first rank that failed (128 + N for signal N). A signal that stopped torchru
 
 from __future__ import annotations
 
+import re
 import sys
 
 
@@ -40,6 +41,14 @@ def render_failures(err) -> str:
         mark = " (the first to fail)" if rank == first else ""
         lines.append(f"torchrun: rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) ended with {how}{mark}\n")
     return "".join(lines)
+
+
+_FAILURE_LINE = re.compile(r"^torchrun: rank (\d+) \(local rank \d+, pid \d+\) ended with (signal|exit code) (-?\d+)", re.M)
+
+
+def parse_failures(text: str) -> dict[int, int]:
+    """rank -> exit code (negative for a signal) from the lines `render_failures` wrote into `text`."""
+    return {int(rank): (-int(n) if kind == "signal" else int(n)) for rank, kind, n in _FAILURE_LINE.findall(text)}
 
 
 if __name__ == "__main__":

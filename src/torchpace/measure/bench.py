@@ -74,7 +74,7 @@ class BenchResult:
     workload: str
     config: dict[str, Any]
     device: str
-    batch_size: int
+    batch_size: int  # per process
     grad_accumulation: int
     samples_per_s: float
     samples_per_s_ci_low: float
@@ -110,6 +110,10 @@ class BenchResult:
     latency_stopped_by: str | None = None
     model_size_bytes: int | None = None
     accuracy: dict[str, Any] | None = None
+    # distributed configs: processes that trained together and the batch of one optimizer step over
+    # all of them (samples/s is the sum over ranks; step time the slowest rank's; peak memory the largest rank's)
+    world_size: int = 1
+    global_batch_size: int | None = None
     kind: str = RESULT_KIND
     schema_version: int = RESULT_SCHEMA_VERSION
 
@@ -118,16 +122,22 @@ class BenchResult:
 
 
 class _LoaderCycle:
-    """Endless batches: restarts the DataLoader at each epoch's end, as a training loop does."""
+    """Endless batches: restarts the DataLoader at each epoch's end, as a training loop does (a
+    DistributedSampler is told the new epoch, so each epoch reshuffles)."""
 
     def __init__(self, loader: torch.utils.data.DataLoader):
         self.loader = loader
+        self.epoch = 0
         self.iterator = iter(loader)
 
     def next(self) -> Any:
         try:
             return next(self.iterator)
         except StopIteration:
+            self.epoch += 1
+            set_epoch = getattr(self.loader.sampler, "set_epoch", None)
+            if set_epoch is not None:
+                set_epoch(self.epoch)
             self.iterator = iter(self.loader)
             return next(self.iterator)
 
@@ -147,7 +157,7 @@ def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: f
         out = run.step(batch)
         if run.workload.is_training:
             losses.append(out)
-        return batch_len(batch)
+        return batch_len(batch) * run.world_size  # every rank steps on an equal shard
 
     try:
         return measure_throughput(step, clock, device_sync(run.device), opts.timing(),
@@ -159,7 +169,7 @@ def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: f
 def _measure_compute_only(run: Prepared, clock: Clock, opts: BenchOptions, start: float, on_window,
                           phases: _Phases = _TRAINING_PHASES) -> Throughput:
     staged = run.to_device(next(iter(run.loader)))
-    samples = batch_len(staged)
+    samples = batch_len(staged) * run.world_size
 
     def step() -> int:
         run.step_on_device(staged)
@@ -210,6 +220,11 @@ def run_bench(
     start = clock()
     losses: list[torch.Tensor] = []
     with prepare(workload, config, device=device, host=host) as run:
+        if run.world_size > 1:  # every rank reads the same clock: the same windows, the same decisions
+            from torchpace.runtime.distributed import CollectiveClock
+
+            clock = CollectiveClock(clock, run.dist)
+            start = clock()
         reset_peak_memory(run.device)
         try:
             checked = accuracy(run) if accuracy is not None else None
@@ -219,6 +234,8 @@ def run_bench(
         except Exception as err:  # the user's model/loss/data raised: report it as theirs
             raise UserCodeError("running the workload's training step", "".join(traceback.format_exception(err))) from err
         peak_bytes, peak_kind = read_peak_memory(run.device)
+        if run.dist is not None:
+            peak_bytes = int(run.dist.max(peak_bytes))
         result = _build_result(workload, config, run, real, compute, losses, peak_bytes, peak_kind, clock() - start, host)
         return replace(result, **_inference_fields(run, latency, checked)) if not workload.is_training else result
 
@@ -258,6 +275,8 @@ def _build_result(workload, config, run, real: Throughput, compute: Throughput |
         device=str(run.device),
         batch_size=run.loader.batch_size or workload.batch_size,
         grad_accumulation=run.grad_accumulation,
+        world_size=run.world_size,
+        global_batch_size=(run.loader.batch_size or workload.batch_size) * run.world_size,
         samples_per_s=summary.median,
         samples_per_s_ci_low=summary.ci_low,
         samples_per_s_ci_high=summary.ci_high,

@@ -26,6 +26,9 @@ def bench_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ("step time", f"{r['step_time_s'] * 1000:.2f} ms  (batch {r['batch_size']}"
                       + (f", {r['grad_accumulation']} micro-batches" if r["grad_accumulation"] > 1 else "") + ")"),
     ]
+    if r.get("world_size", 1) > 1:
+        rows.append(("processes", f"{r['world_size']} ranks x batch {r['batch_size']} = global batch {r['global_batch_size']}  "
+                                  "(samples/s summed over ranks; step time and peak memory of the slowest / largest rank)"))
     if r.get("compute_only_samples_per_s"):
         rows += [("compute-only samples/s", f"{r['compute_only_samples_per_s']:,.1f}  (one batch pre-staged on {r['device']})"),
                  ("input-bound", f"{r['input_bound_frac']:.1%} of the step waits for data")]

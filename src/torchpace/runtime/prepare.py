@@ -2,8 +2,12 @@
 
 `bench`, every tune trial, `profile` and users' own loops call it, so a config behaves the same in
 the tuner and in production. Knobs apply at their point, in this order: GLOBAL (inside an ExitStack
-that `Prepared.close()` / leaving the `with` block unwinds), OPTIMIZER (built on the model's
-parameters), MODEL, DATASET, LOADER, STEP.
+that `Prepared.close()` / leaving the `with` block unwinds), MODEL (in `apply_order`: layout and
+checkpointing, then the DDP/FSDP wrapper, then torch.compile), OPTIMIZER (built on the final model's
+parameters: FSDP replaces them with shards), DATASET, LOADER, STEP.
+A distributed config (`distributed.strategy` ddp or fsdp) first joins the process group (torchrun's,
+or a one-process group) and puts each rank on its own device; the loader then reads this rank's
+`DistributedSampler` shard of `batch_size` samples per step (see `torchpace.runtime.distributed`).
 ENV knobs (allocator, NUMA, thread env vars) cannot change a running process: `prepare()` records
 them in `Prepared.needs_launch`, and trials and `torchpace launch` put them in the child's env.
 """
@@ -59,11 +63,17 @@ class Prepared:
     options: StepOptions
     needs_launch: list[str] = field(default_factory=list)
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+    dist: Any = None  # torchpace.runtime.distributed.Dist for a distributed config
     _scaler: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.options.grad_scaler:
             self._scaler = torch.amp.GradScaler(self.device.type)
+
+    @property
+    def world_size(self) -> int:
+        """Processes training together (1 without a distributed config)."""
+        return self.dist.world_size if self.dist is not None else 1
 
     @property
     def grad_accumulation(self) -> int:
@@ -139,7 +149,7 @@ class Prepared:
         return contextlib.nullcontext()
 
     def close(self) -> None:
-        """Restore the global torch state this config changed."""
+        """Restore the global torch state this config changed (and leave a process group prepare started)."""
         self._stack.close()
 
     def __enter__(self) -> "Prepared":
@@ -165,15 +175,21 @@ def _default_device(host: HostFacts) -> torch.device:
     return torch.device("cuda" if host.cuda_available else "cpu")
 
 
-def _build_loader(workload: Workload, dataset: Any, kwargs: dict[str, Any]) -> torch.utils.data.DataLoader:
+def _build_loader(workload: Workload, dataset: Any, kwargs: dict[str, Any], dist: Any = None) -> torch.utils.data.DataLoader:
     iterable = isinstance(dataset, torch.utils.data.IterableDataset)
     generator = torch.Generator().manual_seed(workload.seed)
     kwargs = dict(kwargs)
     batch_size = kwargs.pop("batch_size", workload.batch_size)  # a LOADER knob may set it (inference.batch_size)
+    sampler = None
+    if dist is not None:
+        from torchpace.runtime.distributed import distributed_sampler
+
+        sampler = distributed_sampler(dataset, dist, workload.shuffle, workload.seed)
     return torch.utils.data.DataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=workload.shuffle and not iterable,
+        sampler=sampler,
+        shuffle=workload.shuffle and not iterable and sampler is None,
         drop_last=workload.is_training,
         collate_fn=workload.collate_fn,
         generator=generator,
@@ -209,20 +225,28 @@ def prepare(
     config = resolve_config(config)
     host = host or probe_host()
     check_config(config, host, workload)
-    device = torch.device(device) if device is not None else _default_device(host)
     values = config.full_values()
-    ctx = ApplyContext(host, workload, device, values)
+    device = torch.device(device) if device is not None else None
+    dist = None
+    if values.get("distributed.strategy", "none") != "none" and workload.is_training:
+        from torchpace.runtime.distributed import setup_distributed
+
+        dist, device = setup_distributed(values, device, host.cuda_available)
+    device = device or _default_device(host)
+    ctx = ApplyContext(host, workload, device, values, dist)
     by_point = {p: sorted((k for k in REGISTRY.values() if k.point is p), key=lambda k: getattr(k, "apply_order", 50)) for p in Point}
 
     stack = contextlib.ExitStack()
+    if dist is not None:
+        stack.callback(dist.close)
     for knob in by_point[Point.GLOBAL]:
         knob.apply(values[knob.name], stack, ctx)
     try:
         model = workload.model.to(device)
         model.train(workload.is_training)
-        optimizer, scheduler = _build_optimizer(workload, model, by_point[Point.OPTIMIZER], values, ctx)
         for knob in by_point[Point.MODEL]:
             model = knob.apply(values[knob.name], model, ctx)
+        optimizer, scheduler = _build_optimizer(workload, model, by_point[Point.OPTIMIZER], values, ctx)
         dataset = workload.dataset
         for knob in by_point[Point.DATASET]:
             dataset = knob.apply(values[knob.name], dataset, ctx)
@@ -238,7 +262,8 @@ def prepare(
         stack.close()
         raise
     prepared = Prepared(workload, config, host, device, model, optimizer, scheduler,
-                        _build_loader(workload, dataset, loader_kwargs), options, pending_env_knobs(config, host), stack)
+                        _build_loader(workload, dataset, loader_kwargs, dist), options, pending_env_knobs(config, host), stack,
+                        dist=dist)
     if prepared.needs_launch:
         warnings.warn(f"process-level knobs {prepared.needs_launch} take effect only in a new process: "
                       "use `torchpace launch --config ...`", stacklevel=2)

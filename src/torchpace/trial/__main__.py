@@ -86,13 +86,59 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m torchpace.trial SPEC.json RESULT.json", file=sys.stderr)
         return 2
-    result = run_spec(TrialSpec.load(Path(argv[0])))
-    tmp = Path(argv[1]).with_suffix(".tmp")
+    spec, result_path = TrialSpec.load(Path(argv[0])), Path(argv[1])
+    from torchpace.runtime.distributed import RankEnv
+
+    ranks = RankEnv.from_env()
+    if not ranks.under_torchrun:
+        _write(run_spec(spec), result_path)
+        return 0
+    from torchpace.trial.ranks import enter_rank, record_rank_failure
+
+    enter_rank(result_path, ranks.rank)
+    result = _run_rank(spec)
+    if result.status in (CRASH, OOM):  # raised mid-step: the other ranks may wait on this one in a collective
+        record_rank_failure(result, result_path, ranks.rank)
+    end_rank(result, result_path if ranks.rank == 0 else None)
+
+
+def _run_rank(spec: TrialSpec) -> TrialResult:
+    """`run_spec` in one rank of a torchrun job: the process group is joined once, for the guard and
+    the bench (each `prepare()` reuses it)."""
+    import torch
+
+    from torchpace.runtime.distributed import setup_distributed
+
+    try:
+        if spec.config.get("distributed.strategy", "none") != "none":
+            setup_distributed(spec.config, torch.device(spec.device) if spec.device else None, torch.cuda.is_available())
+    except RuntimeError as err:
+        return TrialResult(CRASH, error=f"joining the process group failed: {err}")
+    return run_spec(spec)
+
+
+def end_rank(result: TrialResult, result_path: Path | None) -> None:
+    """Wait for every rank, write the result (rank 0), and end at once: tearing the group down at
+    interpreter exit can abort ("terminate called without an active exception") when a peer left first."""
+    import os
+
+    import torch
+
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+    if result_path is not None:
+        _write(result, result_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _write(result: TrialResult, path: Path) -> None:
     import json
 
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result.to_dict()))
-    tmp.replace(argv[1])
-    return 0
+    tmp.replace(path)
 
 
 if __name__ == "__main__":

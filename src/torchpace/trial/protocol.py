@@ -79,6 +79,7 @@ class TrialResult:
     wall_time_s: float = 0.0
     verdict: str | None = None
     accuracy: dict[str, Any] | None = None  # inference: outputs vs the fp32 eager reference (AccuracyReport)
+    failed_rank: int | None = None  # multi-process trials: the rank that failed first
 
     @property
     def ok(self) -> bool:

@@ -1,6 +1,7 @@
 """Parent side of a trial: build the child's env and argv from the process-level knobs, run
-`python -m torchpace.trial` in its own process group, enforce the timeout, and kill the whole group
-(DataLoader workers included) on timeout, Ctrl-C or SIGTERM.
+`python -m torchpace.trial` (under torchrun for `nproc_per_node > 1`, see `ranks.py`) in its own
+process group, enforce the timeout, and kill the whole group and every process it started
+(DataLoader workers and torchrun's ranks, which sit in sessions of their own) on timeout, Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Mapping
 from torchpace.host import HostFacts
 from torchpace.knobs import REGISTRY
 from torchpace.trial.protocol import CRASH, TIMEOUT, TrialResult, TrialSpec, classify_exit
+from torchpace.trial.ranks import all_ranks_stderr, child_argv, nproc_of, read_rank_failure
 
 _STDERR_TAIL_BYTES = 4000
 _KILL_GRACE_S = 3.0  # SIGTERM first, then SIGKILL after this
@@ -34,7 +36,35 @@ def plan_trial_env(config: Mapping[str, object], host: HostFacts, base_env: Mapp
 
 
 def kill_process_group(proc: subprocess.Popen, grace_s: float = _KILL_GRACE_S) -> None:
-    """SIGTERM the child's whole process group, then SIGKILL what is left after `grace_s`."""
+    """SIGTERM the child's whole process group, then SIGKILL what is left after `grace_s`, and
+    every descendant that left the group (torchrun starts each rank in a session of its own)."""
+    descendants = _descendants(proc.pid)
+    try:
+        _signal_group(proc, grace_s)
+    finally:
+        _kill_all(descendants)
+
+
+def _descendants(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill_all(processes: list) -> None:
+    import psutil
+
+    for process in processes:
+        try:
+            process.kill()  # psutil checks the pid was not reused since it was listed
+        except psutil.Error:
+            pass
+
+
+def _signal_group(proc: subprocess.Popen, grace_s: float) -> None:
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
         try:
             os.killpg(proc.pid, sig)
@@ -59,27 +89,31 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
     with tempfile.TemporaryDirectory(prefix="torchpace-trial-", dir=workdir) as tmp:
         spec_path, result_path, err_path = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "stderr.txt"
         spec.save(spec_path)
-        argv = [*prefix, sys.executable, "-m", "torchpace.trial", str(spec_path), str(result_path)]
+        argv = [*prefix, *child_argv(spec.config, spec_path, result_path)]
         start = time.perf_counter()
         with open(err_path, "wb") as err_file:
             proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True,
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=die_with_parent)
             try:
                 returncode = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 kill_process_group(proc)
                 return TrialResult(TIMEOUT, error=f"no result after {timeout_s:.0f} s; the trial's process group was killed",
-                                   stderr_tail=_tail(err_path), wall_time_s=time.perf_counter() - start)
+                                   stderr_tail=all_ranks_stderr(result_path) + _tail(err_path), wall_time_s=time.perf_counter() - start)
             except BaseException:  # Ctrl-C / SIGTERM of the parent: leave nothing behind
                 kill_process_group(proc)
                 raise
             finally:
                 _reap_group(proc)
-        return _read_result(result_path, returncode, _tail(err_path), time.perf_counter() - start)
+        wall_s = time.perf_counter() - start
+        if returncode != 0 and nproc_of(spec.config) > 1:
+            return read_rank_failure(result_path, _tail(err_path), returncode, wall_s)
+        return _read_result(result_path, returncode, _tail(err_path), wall_s)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: ask Linux to SIGKILL it if the tuner dies (even by kill -9).
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process if its parent dies (even by kill -9): the trial child
+    before exec, and each torchrun rank of a multi-process trial.
 
     DataLoader workers notice their parent died and exit by themselves, so nothing is orphaned.
     """

@@ -23,22 +23,38 @@ def run_guard_steps(workload: Workload, config: Any, steps: int, device: str | N
 
     Data order comes from the workload's seeded loader generator; model-side randomness (dropout)
     from `torch.manual_seed(GUARD_SEED)` set just before the first step.
+
+    Under a distributed config the ranks split each global batch of `batch_size` between them, so
+    over all ranks step k trains on the very batch a single process would, and the loss is the
+    global batch's mean: strategies are compared at equal global batch (every rank returns it).
     """
     from torchpace.runtime import prepare
+    from torchpace.runtime.batch import batch_len
 
     if not workload.is_training:
         return [], None
     losses: list[torch.Tensor] = []
     with prepare(workload, config, device=device) as run:
+        loader = run.loader
+        if run.world_size > 1:
+            from torchpace.runtime.distributed import global_batch_loader, global_mean
+
+            if workload.batch_size < run.world_size:
+                from torchpace.errors import UsageError
+
+                raise UsageError(f"the convergence guard splits each batch of {workload.batch_size} between "
+                                 f"{run.world_size} processes: batch_size must be at least nproc_per_node")
+            loader = global_batch_loader(run.loader, workload.batch_size, run.dist)
         torch.manual_seed(GUARD_SEED)
-        iterator = iter(run.loader)
+        iterator = iter(loader)
         while len(losses) < steps:
             try:
                 batch = next(iterator)
             except StopIteration:
-                iterator = iter(run.loader)
+                iterator = iter(loader)
                 continue
-            losses.append(run.step(batch))
+            loss = run.step(batch)
+            losses.append(torch.tensor(global_mean(loss, batch_len(batch), run.dist)) if run.world_size > 1 else loss)
         del iterator
         metric = _evaluate(workload, run.model)
     return torch.stack(losses).tolist(), metric

@@ -203,6 +203,8 @@ def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, measurements: list
         if value == current:
             continue
         config = _with(state.incumbent, knob, value)
+        if conflicts(config) is not None and value in knob.companions:  # e.g. 2 processes come with DDP
+            config = {**config, **knob.companions[value]}
         if conflicts(config) is None:
             proposals.append(Proposal(f"cand:{knob.name}={value}", "candidate", config, knob.stage, knob.name, value))
     if not proposals:

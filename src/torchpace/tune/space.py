@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torchpace.knobs import knobs_in_stage_order
 
-TUNED_STAGES = ("system", "data", "compute", "memory", "inference")  # inference knobs apply to loss=None workloads only
+TUNED_STAGES = ("system", "data", "compute", "memory", "distributed", "inference")  # inference knobs apply to loss=None workloads only
 
 
 @dataclass(frozen=True)
 class KnobSpace:
-    """One knob in the search: its stage, default, and every value worth trying (default first)."""
+    """One knob in the search: its stage, default, and every value worth trying (default first);
+    `companions[value]`: other knobs' values to set with it when the incumbent cannot take it alone."""
 
     stage: str
     name: str
     default: object
     values: tuple
+    companions: dict = field(default_factory=dict, compare=False)
 
     @property
     def alternatives(self) -> tuple:
@@ -43,5 +45,6 @@ def build_space(host, workload, stages: tuple[str, ...] = TUNED_STAGES, only: se
             continue
         values = tuple(knob.candidates(host, workload))
         if len(values) > 1:
-            space.append(KnobSpace(knob.stage, knob.name, knob.default, values))
+            companions = {v: knob.companions(v) for v in values if knob.companions(v)}
+            space.append(KnobSpace(knob.stage, knob.name, knob.default, values, companions))
     return space

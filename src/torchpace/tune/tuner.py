@@ -97,15 +97,16 @@ class _TrialFailed(Exception):
 
 
 def make_conflicts(space: list[KnobSpace]) -> Callable[[dict], str | None]:
-    """A function: config -> the first knob conflict in it (e.g. prefetch without workers), or None."""
+    """A function: config -> why the tuner must not run it (a knob conflict, e.g. prefetch without
+    workers, or a config that cannot gain, e.g. DDP in one process), or None."""
     from torchpace.config import RunConfig
+    from torchpace.knobs import REGISTRY
 
     def conflicts(config: dict) -> str | None:
         values = RunConfig(config).full_values()
         for knob_space in space:
-            from torchpace.knobs import REGISTRY
-
-            reason = REGISTRY[knob_space.name].conflicts(values)
+            knob = REGISTRY[knob_space.name]
+            reason = knob.conflicts(values) or knob.pointless(values)
             if reason:
                 return reason
         return None

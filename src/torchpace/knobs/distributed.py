@@ -1,0 +1,198 @@
+"""Distributed-stage knobs: data parallelism over several processes through torchrun.
+
+`nproc_per_node` is process-level (how many processes a trial, `bench` or `torchpace launch` starts);
+`distributed.strategy` wraps the model in `prepare()` (DDP, or FSDP: `fully_shard` where torch has it);
+the `ddp.*` and `fsdp.*` knobs shape that wrapper. The backend is gloo on CPU and nccl on GPU unless
+`distributed.backend` asks for one. The workload's `batch_size` stays the per-process batch: the
+global batch is `batch_size * world size`.
+"""
+
+from __future__ import annotations
+
+from torchpace.knobs.base import IntKnob, Knob, Point
+
+
+def usable_devices(host) -> int:
+    """How many processes this host can give a device each: its GPUs, else its usable CPU cores."""
+    return len(host.gpus) if host.cuda_available and host.gpus else max(1, host.usable_cores)
+
+
+def _needs_strategy(name: str, values: dict, strategy: str) -> str | None:
+    if values.get("distributed.strategy", "none") != strategy:
+        return f"{name} shapes the {strategy.upper()} wrapper: it needs distributed.strategy = {strategy}"
+    return None
+
+
+class NprocPerNodeKnob(IntKnob):
+    name = "nproc_per_node"
+    stage = "distributed"
+    point = Point.ENV
+    default = 1
+    minimum = 1
+    training_only = True
+    help = "processes on this host, one per GPU (or per share of the CPU cores), started through torchrun."
+
+    def applies(self, host, workload):
+        reason = super().applies(host, workload)
+        if reason is None:
+            import torch
+
+            if not torch.distributed.is_available():
+                return "this torch build has no torch.distributed"
+        return reason
+
+    def candidates(self, host, workload):
+        devices = usable_devices(host)
+        return [1, *[n for n in (2, 4, 8) if n <= devices]]
+
+    def value_applies(self, value, host, workload):
+        devices = usable_devices(host)
+        if value > devices:
+            what = f"{devices} GPU(s)" if host.cuda_available and host.gpus else f"{devices} usable CPU core(s)"
+            return f"nproc_per_node {value} is more than this host's {what}: one process per device at most"
+        return None
+
+    def conflicts(self, values):
+        if values.get(self.name, 1) > 1 and values.get("distributed.strategy", "none") == "none":
+            return "nproc_per_node > 1 needs distributed.strategy = ddp or fsdp (else each process trains alone)"
+        return None
+
+    def companions(self, value) -> dict:
+        """What the tuner sets alongside `value` when the incumbent config cannot take it alone."""
+        return {"distributed.strategy": "ddp"} if value > 1 else {}
+
+    def child_env(self, value, host, env):
+        if value > 1 and "OMP_NUM_THREADS" not in env:
+            env["OMP_NUM_THREADS"] = str(max(1, host.usable_cores // value))  # torchrun would force 1
+
+    def in_effect(self, value, host):
+        from torchpace.runtime.distributed import RankEnv
+
+        return RankEnv.from_env().local_world_size == value
+
+
+class StrategyKnob(Knob):
+    name = "distributed.strategy"
+    stage = "distributed"
+    point = Point.MODEL
+    default = "none"
+    choices = ("none", "ddp", "fsdp")
+    training_only = True
+    apply_order = 80  # after channels_last and activation checkpointing, before torch.compile
+    help = "data parallelism: DistributedDataParallel, or FSDP (fully_shard; shards parameters, grads, optimizer state)."
+
+    def applies(self, host, workload):
+        reason = super().applies(host, workload)
+        if reason is None:
+            import torch
+
+            if not torch.distributed.is_available():
+                return "this torch build has no torch.distributed"
+        return reason
+
+    def candidates(self, host, workload):
+        return ["none", "ddp", "fsdp"] if usable_devices(host) > 1 else ["none"]
+
+    def value_applies(self, value, host, workload):
+        if value == "fsdp":
+            from torchpace.runtime.distributed import fsdp_flavour
+
+            if fsdp_flavour() is None:
+                return "this torch version has neither fully_shard nor FullyShardedDataParallel"
+        return None
+
+    def pointless(self, values) -> str | None:
+        """Why the tuner need not try this config (it runs, but cannot be faster)."""
+        if values.get(self.name) != "none" and values.get("nproc_per_node", 1) == 1:
+            return "one process: nothing to distribute"
+        return None
+
+    def apply(self, value, target, ctx):
+        if value == "none" or ctx.dist is None:
+            return target
+        from torchpace.runtime.distributed import wrap_model
+
+        return wrap_model(target, ctx.values, ctx.dist, ctx.device)
+
+
+class BackendKnob(Knob):
+    name = "distributed.backend"
+    stage = "distributed"
+    point = Point.MODEL
+    default = "auto"
+    choices = ("auto", "gloo", "nccl")
+    training_only = True
+    help = "process group backend: auto is nccl on GPUs, gloo on CPU."
+
+    def candidates(self, host, workload):
+        return ["auto"]
+
+    def value_applies(self, value, host, workload):
+        if value == "nccl":
+            import torch
+
+            if not host.cuda_available:
+                return "nccl runs on CUDA GPUs and this host has none: use gloo (or auto)"
+            if not torch.distributed.is_nccl_available():
+                return "this torch build has no NCCL"
+        return None
+
+    def conflicts(self, values):
+        if values.get(self.name) != "auto":
+            return None if values.get("distributed.strategy", "none") != "none" else \
+                "distributed.backend needs distributed.strategy = ddp or fsdp"
+        return None
+
+
+class BucketCapKnob(IntKnob):
+    name = "ddp.bucket_cap_mb"
+    stage = "distributed"
+    point = Point.MODEL
+    default = 25
+    minimum = 1
+    training_only = True
+    help = "DDP gradient bucket size in MiB: bigger buckets, fewer all-reduces; smaller, earlier overlap with backward."
+
+    def candidates(self, host, workload):
+        return [25, 5, 100]
+
+    def conflicts(self, values):
+        return _needs_strategy(self.name, values, "ddp") if values.get(self.name, 25) != 25 else None
+
+
+class _DdpFlag(Knob):
+    stage = "distributed"
+    point = Point.MODEL
+    default = False
+    choices = (False, True)
+    training_only = True
+
+    def conflicts(self, values):
+        return _needs_strategy(self.name, values, "ddp") if values.get(self.name) else None
+
+
+class GradientAsBucketViewKnob(_DdpFlag):
+    name = "ddp.gradient_as_bucket_view"
+    help = "gradients are views into DDP's all-reduce buckets: one copy less per step, less memory."
+
+
+class StaticGraphKnob(_DdpFlag):
+    name = "ddp.static_graph"
+    help = "tell DDP the graph is the same every step (lets it skip unused-parameter search, overlap better)."
+
+
+class ReshardAfterForwardKnob(Knob):
+    name = "fsdp.reshard_after_forward"
+    stage = "distributed"
+    point = Point.MODEL
+    default = True
+    choices = (True, False)
+    training_only = True
+    help = "free gathered parameters after forward (less memory) or keep them for backward (one all-gather less)."
+
+    def conflicts(self, values):
+        return _needs_strategy(self.name, values, "fsdp") if values.get(self.name) is False else None
+
+
+KNOBS = [NprocPerNodeKnob(), StrategyKnob(), BackendKnob(), BucketCapKnob(), GradientAsBucketViewKnob(), StaticGraphKnob(),
+         ReshardAfterForwardKnob()]

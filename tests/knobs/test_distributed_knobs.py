@@ -1,0 +1,78 @@
+"""The distributed knobs: where they apply, what goes together, what the tuner tries."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchpace.config import RunConfig
+from torchpace.errors import UsageError
+from torchpace.host import GpuInfo, HostFacts
+from torchpace.knobs import get_knob
+from torchpace.runtime import prepare
+from torchpace.tune.space import build_space
+from torchpace.tune.tuner import make_conflicts
+
+from _support import fixture_workload
+
+CPU4 = HostFacts(logical_cpus=4, usable_cores=4)
+CPU1 = HostFacts(logical_cpus=1, usable_cores=1)
+GPU2 = HostFacts(logical_cpus=32, usable_cores=32, gpus=(GpuInfo(0, "H100", 80 << 30), GpuInfo(1, "H100", 80 << 30)))
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    from torchpace.workload import load_workload
+
+    return load_workload(fixture_workload("tiny_mlp"))
+
+
+def test_processes_are_capped_by_gpus_else_usable_cores(mlp):
+    nproc = get_knob("nproc_per_node")
+    assert nproc.candidates(CPU4, mlp) == [1, 2, 4] and nproc.candidates(GPU2, mlp) == [1, 2]
+    assert "more than this host's 4 usable CPU core(s)" in nproc.value_applies(8, CPU4, mlp)
+    assert "more than this host's 2 GPU(s)" in nproc.value_applies(4, GPU2, mlp)
+    assert get_knob("distributed.strategy").candidates(CPU1, mlp) == ["none"]  # one core: nothing to spread over
+
+
+def test_nccl_without_gpus_and_knobs_for_the_other_wrapper_do_not_apply(mlp):
+    assert "this host has none" in get_knob("distributed.backend").value_applies("nccl", CPU4, mlp)
+    values = RunConfig({"distributed.strategy": "fsdp", "ddp.bucket_cap_mb": 50}).full_values()
+    assert "needs distributed.strategy = ddp" in get_knob("ddp.bucket_cap_mb").conflicts(values)
+    values = RunConfig({"distributed.strategy": "ddp", "fsdp.reshard_after_forward": False}).full_values()
+    assert "needs distributed.strategy = fsdp" in get_knob("fsdp.reshard_after_forward").conflicts(values)
+    values = RunConfig({"nproc_per_node": 2}).full_values()
+    assert "needs distributed.strategy = ddp or fsdp" in get_knob("nproc_per_node").conflicts(values)
+
+
+def test_prepare_refuses_them_with_the_reason(mlp):
+    with pytest.raises(UsageError, match="nccl runs on CUDA GPUs"):
+        prepare(mlp, {"distributed.strategy": "ddp", "distributed.backend": "nccl"}, host=CPU4)
+    with pytest.raises(UsageError, match="needs distributed.strategy = ddp"):
+        prepare(mlp, {"ddp.static_graph": True}, host=CPU4)
+
+
+def test_inference_workloads_have_no_distributed_knobs():
+    from torchpace.workload import load_workload
+
+    inference = load_workload(fixture_workload("tiny_inference"))
+    assert "only for training" in get_knob("distributed.strategy").applies(CPU4, inference)
+
+
+def test_the_tuner_tries_two_processes_with_ddp_and_never_a_strategy_in_one_process(mlp):
+    space = {k.name: k for k in build_space(CPU4, mlp, stages=("distributed",))}
+    assert list(space) == ["nproc_per_node", "distributed.strategy", "ddp.bucket_cap_mb", "ddp.gradient_as_bucket_view",
+                           "ddp.static_graph", "fsdp.reshard_after_forward"]
+    assert space["nproc_per_node"].companions == {2: {"distributed.strategy": "ddp"}, 4: {"distributed.strategy": "ddp"}}
+    conflicts = make_conflicts(list(space.values()))
+    assert conflicts({"distributed.strategy": "ddp"}) == "one process: nothing to distribute"
+    assert conflicts({"nproc_per_node": 2, "distributed.strategy": "ddp", "ddp.static_graph": True}) is None
+
+
+def test_ddp_in_one_process_wraps_the_model_and_leaves_no_process_group(mlp):
+    with prepare(mlp, {"distributed.strategy": "ddp", "ddp.bucket_cap_mb": 5}, host=CPU4) as run:
+        assert type(run.model).__name__ == "DistributedDataParallel" and run.world_size == 1
+        assert run.model.bucket_bytes_cap == 5 * 1024 * 1024
+        loss = run.step(next(iter(run.loader)))
+        assert torch.isfinite(loss)
+    assert not torch.distributed.is_initialized()
