@@ -19,6 +19,8 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 
 
 STUDY = "report-tiny"
+WORKLOAD = "raises_with_two_workers"
+EXPECTED_STATUSES = {"baseline": "ok", "baseline#2": "ok", "cand:data.num_workers=1": "ok", "cand:data.num_workers=2": "crash"}
 _TUNE_TIMEOUT_S = 600
 
 
@@ -38,19 +40,23 @@ class TunedStudy:
 def tuned_study(tmp_path_factory, host) -> TunedStudy:
     """A real greedy tune over data.num_workers, run once per session as a user runs it.
 
-    The workload is the tiny MLP whose dataset kills its DataLoader worker when there are two of
+    The workload is the tiny MLP whose dataset raises in its DataLoader workers when there are two of
     them: one study then holds baseline, re-measure, an ok candidate and a crashed one, and the
     same run exercises `tune --report` (a second tune would double the suite's time).
     """
     directory = tmp_path_factory.mktemp("tuned")
     db, report = directory / "studies.db", directory / "tune-report.html"
-    argv = ["tune", fixture_workload("crashes_with_two_workers"), "--knob", "data.num_workers", "--trial-time", "1",
+    argv = ["tune", fixture_workload(WORKLOAD), "--knob", "data.num_workers", "--trial-time", "1",
             "--guard-steps", "6", "--storage", f"sqlite:///{db}", "--study", STUDY, "--out", str(directory / "torchpace.toml"),
             "--report", str(report), "--json"]
     done = subprocess.run([sys.executable, "-m", "torchpace", *argv], capture_output=True, text=True, cwd=directory,
                           timeout=_TUNE_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-3000:]
-    return TunedStudy(db, STUDY, json.loads(done.stdout), report, done.stderr, host.summary())
+    outcome = json.loads(done.stdout)
+    statuses = {t["slot"]: t["status"] for t in outcome["trials"]}
+    seen = "\n".join(f"{t['slot']}: {t['status']} {(t.get('error') or '')[-600:]}" for t in outcome["trials"])
+    assert statuses == EXPECTED_STATUSES, f"{seen}\nfailed_baseline: {outcome.get('failed_baseline')}\n{done.stderr[-2000:]}"
+    return TunedStudy(db, STUDY, outcome, report, done.stderr, host.summary())
 
 
 def find_chromium() -> str | None:

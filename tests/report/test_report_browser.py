@@ -62,5 +62,5 @@ def test_chromium_renders_the_study_report_from_disk(chromium, tuned_study, tmp_
         ink = sum(count for count, colour in colours if colour != (255, 255, 255)) / (rgb.width * rgb.height)
     assert len(colours) >= _MIN_COLOURS and ink >= _MIN_INK_FRAC, (len(colours), ink)
     dom = run_chromium(chromium, page, tmp_path, "--dump-dom")
-    assert "<title>torchpace tune report: crashes_with_two_workers</title>" in dom.stdout
+    assert "<title>torchpace tune report: raises_with_two_workers</title>" in dom.stdout
     assert dom.stdout.count("<svg") == 4

@@ -45,7 +45,7 @@ def test_report_of_a_study_writes_the_file(tuned_study, tmp_path, capsys):
     out = tmp_path / "r.html"
     assert main(["report", str(tuned_study.db), "-o", str(out), "--no-doctor", "--study", tuned_study.name]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
-    assert "<title>torchpace tune report: crashes_with_two_workers</title>" in out.read_text()
+    assert "<title>torchpace tune report: raises_with_two_workers</title>" in out.read_text()
 
 
 def test_storage_url_and_study_name_select_the_study(tuned_study, tmp_path):

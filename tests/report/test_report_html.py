@@ -86,7 +86,7 @@ def study_report(tuned_study, tmp_path_factory) -> Path:
 
 def test_a_real_study_renders_every_chart_as_inline_svg(study_report, tuned_study):
     page = parse_page(study_report)
-    assert page.title == "torchpace tune report: crashes_with_two_workers"
+    assert page.title == "torchpace tune report: raises_with_two_workers"
     assert set(page.charts) == {"speed", "waterfall", "trials", "losses"}
     assert all(chart == {"svg": 1, "title": 1} for chart in page.charts.values()), page.charts
     assert page.trial_rows == len(tuned_study.outcome["trials"])
