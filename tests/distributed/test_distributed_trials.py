@@ -55,3 +55,14 @@ def test_bench_with_two_processes_runs_them_through_torchrun_and_reports_the_glo
     result = json.loads(done.stdout)
     assert result["world_size"] == 2 and result["global_batch_size"] == 2 * result["batch_size"]
     assert result["config"] == {"nproc_per_node": 2, "distributed.strategy": "ddp"}
+
+
+def test_profile_with_two_processes_runs_both_ranks_and_reports_the_communication_share(cli_run, tmp_path):
+    trace = tmp_path / "trace.json.gz"
+    done = cli_run("profile", "tabular", "--set", "nproc_per_node=2", "--set", "distributed.strategy=ddp", "--steps", "3",
+                   "--python-steps", "0", "--trace", str(trace), "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)  # rank 0 alone reports: one JSON document
+    comm = next(f for f in result["findings"] if f["id"] == "profile.communication")
+    assert 0 < comm["data"]["comm_frac"] < 1 and any("all_reduce" in name for name in comm["data"]["collectives"])
+    assert result["verdict"]["shares"]["comm_frac"] == comm["data"]["comm_frac"] and trace.is_file()

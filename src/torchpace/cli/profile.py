@@ -37,12 +37,23 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
     """
     check_writable(trace_path, "--trace")
     config = build_config(config_path, assignments)
+    from torchpace.runtime.distributed import RankEnv
+
+    ranks, nproc = RankEnv.from_env(), int(config.values.get("nproc_per_node", 1))
+    if nproc > 1 and not ranks.under_torchrun:  # every rank must step (their collectives are in the trace)
+        args = ["profile", *([workload] if workload else []), *(["--config", config_path] if config_path else []),
+                *[part for assignment in assignments for part in ("--set", assignment)], "--steps", str(steps),
+                "--trace", trace_path, "--python-steps", str(python_steps), *(["--device", device] if device else []),
+                *(["--json"] if as_json else [])]
+        return _under_torchrun(config, nproc, args)
     from torchpace.profile.capture import CaptureOptions
     from torchpace.profile.run import profile_workload
 
     options = CaptureOptions(steps=steps, python_steps=python_steps)
-    with _status(not as_json, f"profiling {workload or 'tabular'} for {steps + 2} steps"):
-        result = profile_workload(workload, config, options, device=device, trace_path=trace_path)
+    with _status(not as_json and ranks.rank == 0, f"profiling {workload or 'tabular'} for {steps + 2} steps"):
+        result = profile_workload(workload, config, options, device=device, trace_path=trace_path if ranks.rank == 0 else None)
+    if ranks.rank != 0:
+        return 0  # rank 0 reports for the job
     payload = result.to_dict()
     if as_json:
         emit_json(payload)
@@ -51,6 +62,20 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
 
         render_profile(make_console(), payload)
     return 0
+
+
+def _under_torchrun(config, nproc: int, args: list[str]) -> int:
+    """Run this profile again as `nproc` torchrun ranks (with the config's process-level settings);
+    rank 0 prints. Returns the exit status of the first rank that failed, else 0."""
+    import os
+    import subprocess
+
+    from torchpace.host import probe_host
+    from torchpace.launch.torchrun import standalone_command
+    from torchpace.trial import plan_trial_env
+
+    prefix, env = plan_trial_env(config.values, probe_host(with_gpus=False), os.environ)
+    return subprocess.run([*prefix, *standalone_command(nproc), "-m", "torchpace", *args], env=env).returncode
 
 
 def _status(enabled: bool, message: str):

@@ -28,7 +28,6 @@ from typing import Mapping
 from torchpace.trial.protocol import CRASH, TrialResult, classify_exit
 
 RECORDED_EXIT = 3  # a rank whose workload raised: its result file says why
-_TORCHRUN_MODULE = "torchpace.launch.torchrun"
 _STOPPED_BY_TORCHRUN = (-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL)
 _RANK_TAIL_BYTES = 3000
 
@@ -39,11 +38,11 @@ def nproc_of(config: Mapping[str, object]) -> int:
 
 def child_argv(config: Mapping[str, object], spec_path: Path, result_path: Path) -> list[str]:
     """The trial child's command: plain `python -m torchpace.trial`, or that module under torchrun."""
+    from torchpace.launch.torchrun import standalone_command
+
     nproc = nproc_of(config)
     tail = ["-m", "torchpace.trial", str(spec_path), str(result_path)]
-    if nproc <= 1:
-        return [sys.executable, *tail]
-    return [sys.executable, "-m", _TORCHRUN_MODULE, "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0", *tail]
+    return [sys.executable, *tail] if nproc <= 1 else [*standalone_command(nproc), *tail]
 
 
 def rank_file(result_path: Path, rank: int, kind: str) -> Path:
