@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.torchpace-installed
 
-.PHONY: install demo test bench bench-tune bench-data bench-inference clean
+.PHONY: install demo test bench bench-tune bench-data bench-inference bench-distributed clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ bench-data: $(STAMP)
 
 bench-inference: $(STAMP)
 	$(BIN)/python benchmarks/bench_inference.py
+
+bench-distributed: $(STAMP)
+	$(BIN)/python benchmarks/bench_distributed.py
 
 clean:
 	rm -rf $(VENV) .torchpace build src/*.egg-info

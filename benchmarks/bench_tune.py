@@ -22,7 +22,7 @@ from torchpace.tune.tuner import TuneOptions, Tuner
 SPACES = {
     "tabular": {"threads.intra_op", "data.num_workers", "precision.amp", "optimizer.impl"},
     "vision": {"data.num_workers", "data.persistent_workers", "model.channels_last", "precision.amp"},
-    "language": {"precision.amp", "optimizer.impl", "data.micro_batch_size"},
+    "language": {"threads.intra_op", "precision.amp", "optimizer.impl", "data.micro_batch_size"},
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from torchpace.trial import TrialSpec, run_trial
 
@@ -66,3 +67,14 @@ def test_profile_with_two_processes_runs_both_ranks_and_reports_the_communicatio
     comm = next(f for f in result["findings"] if f["id"] == "profile.communication")
     assert 0 < comm["data"]["comm_frac"] < 1 and any("all_reduce" in name for name in comm["data"]["collectives"])
     assert result["verdict"]["shares"]["comm_frac"] == comm["data"]["comm_frac"] and trace.is_file()
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["nproc_per_node=64", "distributed.strategy=ddp"], "nproc_per_node 64 is more than this host's"),
+    (["nproc_per_node=2"], "nproc_per_node > 1 needs distributed.strategy = ddp or fsdp"),
+    pytest.param(["distributed.strategy=ddp", "distributed.backend=nccl"], "nccl runs on CUDA GPUs",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA: nccl applies")),
+])
+def test_bench_refuses_what_cannot_run_here_before_starting_any_process(cli_run, sets, message):
+    done = cli_run("bench", "tabular", *[part for s in sets for part in ("--set", s)], "--max-time", "1")
+    assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]

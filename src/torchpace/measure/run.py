@@ -57,9 +57,12 @@ def bench_workload(spec: str | None, config: RunConfig, options: BenchOptions, *
     """
     from torchpace.workload import load_workload
 
-    if pending_env_knobs(config, host):  # process-level knobs need a fresh process with their env
-        return _bench_in_trial(spec, config, options, host, device, accuracy_batches)
     workload = load_workload(spec)
+    if pending_env_knobs(config, host):  # process-level knobs need a fresh process with their env
+        from torchpace.runtime.prepare import check_config
+
+        check_config(config, host, workload)  # a knob that does not apply: say so before starting processes
+        return _bench_in_trial(spec, config, options, host, device, accuracy_batches)
     accuracy = _accuracy_report(workload, accuracy_batches)
     with progress_bar(show_progress, options.max_time_s, f"bench {workload.name}") as on_window:
         return run_bench(workload, config, options, host=host, device=device, on_window=on_window, accuracy=accuracy)
