@@ -66,3 +66,13 @@ def test_bench_on_two_ranks_counts_both_ranks_samples_and_the_largest_peak(two_r
     largest = max(r["local_peak_bytes"] for r in reports)
     assert bench["peak_memory_bytes"] <= largest and bench["peak_memory_bytes"] >= 0.98 * largest
     assert all(r["still_initialized"] for r in reports)  # prepare() leaves the job's own group to the job
+
+
+def test_a_script_under_torchrun_prepares_twice_in_one_group_and_exits_cleanly(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "torchpace.launch.torchrun", "--standalone", "--nproc-per-node=2",
+                           str(Path(__file__).parent / "prepare_twice.py"), str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "terminate called" not in done.stderr, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert (tmp_path / f"rank{rank}.txt").read_text().splitlines() == [
+            "attempt 0 world 2 finite True", "attempt 1 world 2 finite True", "still joined True"]

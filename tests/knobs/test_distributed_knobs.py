@@ -69,10 +69,12 @@ def test_the_tuner_tries_two_processes_with_ddp_and_never_a_strategy_in_one_proc
     assert conflicts({"nproc_per_node": 2, "distributed.strategy": "ddp", "ddp.static_graph": True}) is None
 
 
-def test_ddp_in_one_process_wraps_the_model_and_leaves_no_process_group(mlp):
-    with prepare(mlp, {"distributed.strategy": "ddp", "ddp.bucket_cap_mb": 5}, host=CPU4) as run:
-        assert type(run.model).__name__ == "DistributedDataParallel" and run.world_size == 1
-        assert run.model.bucket_bytes_cap == 5 * 1024 * 1024
-        loss = run.step(next(iter(run.loader)))
-        assert torch.isfinite(loss)
-    assert not torch.distributed.is_initialized()
+def test_ddp_in_one_process_wraps_the_model_in_a_loopback_group_the_next_prepare_reuses(mlp):
+    groups = []
+    for _ in range(2):
+        with prepare(mlp, {"distributed.strategy": "ddp", "ddp.bucket_cap_mb": 5}, host=CPU4) as run:
+            assert type(run.model).__name__ == "DistributedDataParallel" and run.world_size == 1
+            assert run.model.bucket_bytes_cap == 5 * 1024 * 1024
+            assert torch.isfinite(run.step(next(iter(run.loader))))
+            groups.append(torch.distributed.group.WORLD)
+    assert groups[0] is groups[1] and torch.distributed.is_initialized()

@@ -156,11 +156,18 @@ def test_sigterm_is_forwarded_and_nothing_is_left_running(tmp_path):
     assert [pid for pid in pids if _running(pid)] == []
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """In the monitor's child before exec: SIGINT at its default. A test suite started in the
+    background (`make test &`) inherits SIGINT ignored, and the monitor, like nohup, keeps an
+    ignored signal ignored: then there is no Ctrl-C to forward."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_is_forwarded(tmp_path):
     monitor = subprocess.Popen(
         [PY, "-m", "torchpace", "monitor", "--interval", "0.1", "--json", "--", PY, "-c",
          "import time; print('up', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_at_a_terminal)
     try:
         assert monitor.stdout.readline().strip() == "up"  # CMD is running (its stdout is ours: not live)
         monitor.send_signal(signal.SIGINT)

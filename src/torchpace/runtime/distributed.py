@@ -4,6 +4,8 @@
 (or starts) the process group, picks the rank's device, and wraps the model; the loader then reads a
 `DistributedSampler` shard. Under torchrun (RANK / WORLD_SIZE / LOCAL_RANK in the environment) the
 group is the job's; elsewhere a one-process group on loopback, so a distributed config still runs.
+Either is joined once for the process (a later `prepare()` reuses it, and so does a group the script
+initialised itself); a torchrun group is left at exit by every rank together.
 
 Measuring across ranks (`CollectiveClock`, `Dist.sum` / `Dist.max`) uses a separate gloo group, so it
 works beside NCCL and costs one tiny CPU all-reduce per call. Every rank calls them at the same points
@@ -12,9 +14,11 @@ of the same code, so every rank takes the same decisions from the same figures.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import socket
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
@@ -23,6 +27,7 @@ import torch
 STRATEGIES = ("none", "ddp", "fsdp")
 BACKENDS = ("auto", "gloo", "nccl")
 _TIMEOUT = datetime.timedelta(minutes=10)  # a collective that waits longer than this is a hang
+_EXIT_WAIT = datetime.timedelta(seconds=30)  # how long a rank leaving at exit waits for the others
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,6 @@ class Dist:
     local_rank: int
     backend: str
     strategy: str
-    owns_group: bool = False
     _side: Any = field(default=None, repr=False)
 
     def _reduce(self, value: float, op) -> float:
@@ -108,11 +112,6 @@ class Dist:
     def barrier(self) -> None:
         if self.world_size > 1:
             torch.distributed.barrier(group=self._side)
-
-    def close(self) -> None:
-        """Leave the process group when `prepare()` started it."""
-        if self.owns_group and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
 
 
 class CollectiveClock:
@@ -146,18 +145,36 @@ def setup_distributed(values: Mapping[str, Any], device: torch.device | None, ha
     if device.type == "cuda":
         torch.cuda.set_device(device)
     backend = choose_backend(str(values.get("distributed.backend", "auto")), device)
-    owns = False
     if not torch.distributed.is_initialized():
-        if ranks.under_torchrun:
-            torch.distributed.init_process_group(backend, timeout=_TIMEOUT)
-        else:  # a one-process group on loopback, so a distributed config runs without torchrun too
+        if ranks.under_torchrun:  # joined for the rest of the process: re-joining torchrun's store after
+            torch.distributed.init_process_group(backend, timeout=_TIMEOUT)  # leaving it can hang
+            atexit.register(_leave_at_exit)
+        else:  # a one-process group on loopback, so a distributed config runs without torchrun too; kept for
+            # the process like torchrun's: destroying it while a DDP wrapper still refers to it can hang
+            # that wrapper's destructor (a gloo worker thread that never joins)
             torch.distributed.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
                                                  world_size=1, timeout=_TIMEOUT)
-        owns = True
     side = torch.distributed.new_group(backend="gloo") if torch.distributed.get_backend() != "gloo" else None
     dist = Dist(torch.distributed.get_rank(), torch.distributed.get_world_size(), ranks.local_rank,
-                torch.distributed.get_backend(), str(values["distributed.strategy"]), owns, side)
+                torch.distributed.get_backend(), str(values["distributed.strategy"]), side)
     return dist, device
+
+
+def _leave_at_exit() -> None:
+    """Leave torchrun's group at interpreter exit, every rank together: a rank whose gloo connections
+    are torn down by a peer that exited first can abort ("terminate called without an active exception").
+
+    A rank dying of an exception leaves at once (torchrun then stops the others); a rank whose peers do
+    not arrive within `_EXIT_WAIT` leaves without them.
+    """
+    if not torch.distributed.is_initialized() or getattr(sys, "last_value", None) is not None:
+        return
+    try:
+        if torch.distributed.get_backend() == "gloo":
+            torch.distributed.monitored_barrier(timeout=_EXIT_WAIT)
+        torch.distributed.destroy_process_group()
+    except RuntimeError:
+        pass  # a peer is gone: nothing to leave together
 
 
 def _free_port() -> int:

@@ -6,7 +6,7 @@ that `Prepared.close()` / leaving the `with` block unwinds), MODEL (in `apply_or
 checkpointing, then the DDP/FSDP wrapper, then torch.compile), OPTIMIZER (built on the final model's
 parameters: FSDP replaces them with shards), DATASET, LOADER, STEP.
 A distributed config (`distributed.strategy` ddp or fsdp) first joins the process group (torchrun's,
-or a one-process group) and puts each rank on its own device; the loader then reads this rank's
+or a one-process group, joined once for the process) and puts each rank on its own device; the loader then reads this rank's
 `DistributedSampler` shard of `batch_size` samples per step (see `torchpace.runtime.distributed`).
 ENV knobs (allocator, NUMA, thread env vars) cannot change a running process: `prepare()` records
 them in `Prepared.needs_launch`, and trials and `torchpace launch` put them in the child's env.
@@ -149,7 +149,7 @@ class Prepared:
         return contextlib.nullcontext()
 
     def close(self) -> None:
-        """Restore the global torch state this config changed (and leave a process group prepare started)."""
+        """Restore the global torch state this config changed."""
         self._stack.close()
 
     def __enter__(self) -> "Prepared":
@@ -237,8 +237,6 @@ def prepare(
     by_point = {p: sorted((k for k in REGISTRY.values() if k.point is p), key=lambda k: getattr(k, "apply_order", 50)) for p in Point}
 
     stack = contextlib.ExitStack()
-    if dist is not None:
-        stack.callback(dist.close)
     for knob in by_point[Point.GLOBAL]:
         knob.apply(values[knob.name], stack, ctx)
     try:
