@@ -43,6 +43,7 @@ def main(out: Path) -> None:
     report["local_peak_bytes"] = read_peak_memory(torch.device("cpu"))[0]
     report["still_initialized"] = torch.distributed.is_initialized()  # prepare() must not leave a group it joined
     (out / f"rank{rank}.json").write_text(json.dumps(report))
+    torch.distributed.barrier()  # leave together: a gloo rank whose peer tore down first can abort
     torch.distributed.destroy_process_group()
 
 
