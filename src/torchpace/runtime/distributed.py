@@ -154,10 +154,23 @@ def setup_distributed(values: Mapping[str, Any], device: torch.device | None, ha
             # that wrapper's destructor (a gloo worker thread that never joins)
             torch.distributed.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
                                                  world_size=1, timeout=_TIMEOUT)
-    side = torch.distributed.new_group(backend="gloo") if torch.distributed.get_backend() != "gloo" else None
+    side = _side_group()
     dist = Dist(torch.distributed.get_rank(), torch.distributed.get_world_size(), ranks.local_rank,
                 torch.distributed.get_backend(), str(values["distributed.strategy"]), side)
     return dist, device
+
+
+_SIDE_GROUPS: dict[int, Any] = {}  # the gloo group for measuring, per joined group (it lasts the process)
+
+
+def _side_group() -> Any:
+    """None under gloo (the group itself serves); else a gloo group over the same ranks, made once."""
+    if torch.distributed.get_backend() == "gloo":
+        return None
+    key = id(torch.distributed.group.WORLD)
+    if key not in _SIDE_GROUPS:
+        _SIDE_GROUPS[key] = torch.distributed.new_group(backend="gloo")  # a collective: every rank makes it here
+    return _SIDE_GROUPS[key]
 
 
 def _leave_at_exit() -> None:
