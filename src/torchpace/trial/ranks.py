@@ -5,8 +5,8 @@ Parent side: the child's command becomes `python -m torchpace.launch.torchrun --
 rank that failed first and returns its result and stderr.
 
 Child side (each rank): `enter_rank` makes the rank die with torchrun and sends its stderr to its own
-file; rank 0 writes RESULT.json; a rank whose workload raised writes `RESULT.rankN.json` (with the
-time it failed) and exits with `RECORDED_EXIT`, so torchrun stops the other ranks (which would wait
+file; rank 0 writes RESULT.json; a rank whose workload raised writes `result.rankN.json` beside it
+(with the time it failed) and exits with `RECORDED_EXIT`, so torchrun stops the other ranks (which would wait
 in a collective for it forever) at once.
 
 Which rank failed first: a rank that ended without writing its result (a segfault, `os._exit`) cannot
@@ -46,7 +46,7 @@ def child_argv(config: Mapping[str, object], spec_path: Path, result_path: Path)
 
 
 def rank_file(result_path: Path, rank: int, kind: str) -> Path:
-    """`RESULT.rank1.json` / `stderr.rank1.txt` next to RESULT.json."""
+    """`result.rank1.json` / `stderr.rank1.txt` next to RESULT.json."""
     return result_path.with_name(f"result.rank{rank}.json" if kind == "result" else f"stderr.rank{rank}.txt")
 
 
@@ -85,7 +85,7 @@ def read_rank_failure(result_path: Path, torchrun_stderr: str, returncode: int, 
         rank = hard[0]
         tail = rank_stderr(result_path, rank)
         how = f"signal {-exits[rank]}" if exits[rank] < 0 else f"exit status {exits[rank]}"
-        return TrialResult(classify_exit(exits[rank], tail) if exits[rank] else CRASH,
+        return TrialResult(classify_exit(exits[rank], tail),
                            error=f"rank {rank} ended without a result ({how})", stderr_tail=tail,
                            returncode=returncode, wall_time_s=wall_s, failed_rank=rank)
     if recorded:
