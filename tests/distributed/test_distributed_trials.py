@@ -78,3 +78,8 @@ def test_profile_with_two_processes_runs_both_ranks_and_reports_the_communicatio
 def test_bench_refuses_what_cannot_run_here_before_starting_any_process(cli_run, sets, message):
     done = cli_run("bench", "tabular", *[part for s in sets for part in ("--set", s)], "--max-time", "1")
     assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+
+
+def test_profile_refuses_more_processes_than_the_host_has_before_starting_any(cli_run):
+    done = cli_run("profile", "tabular", "--set", "nproc_per_node=64", "--set", "distributed.strategy=ddp")
+    assert done.returncode == 2 and "nproc_per_node 64 is more than this host's" in done.stderr, done.stderr[-2000:]

@@ -45,7 +45,7 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
                 *[part for assignment in assignments for part in ("--set", assignment)], "--steps", str(steps),
                 "--trace", trace_path, "--python-steps", str(python_steps), *(["--device", device] if device else []),
                 *(["--json"] if as_json else [])]
-        return _under_torchrun(config, nproc, args)
+        return _under_torchrun(workload, config, nproc, args)
     from torchpace.profile.capture import CaptureOptions
     from torchpace.profile.run import profile_workload
 
@@ -64,17 +64,22 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
     return 0
 
 
-def _under_torchrun(config, nproc: int, args: list[str]) -> int:
+def _under_torchrun(workload: str | None, config, nproc: int, args: list[str]) -> int:
     """Run this profile again as `nproc` torchrun ranks (with the config's process-level settings);
-    rank 0 prints. Returns the exit status of the first rank that failed, else 0."""
+    rank 0 prints. A knob that does not apply is exit 2 before any rank starts. Returns the exit
+    status of the first rank that failed, else 0."""
     import os
     import subprocess
 
     from torchpace.host import probe_host
     from torchpace.launch.torchrun import standalone_command
+    from torchpace.runtime.prepare import check_config
     from torchpace.trial import plan_trial_env
+    from torchpace.workload import load_workload
 
-    prefix, env = plan_trial_env(config.values, probe_host(with_gpus=False), os.environ)
+    host = probe_host()
+    check_config(config, host, load_workload(workload))
+    prefix, env = plan_trial_env(config.values, host, os.environ)
     return subprocess.run([*prefix, *standalone_command(nproc), "-m", "torchpace", *args], env=env).returncode
 
 
