@@ -37,9 +37,10 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
     """
     check_writable(trace_path, "--trace")
     config = build_config(config_path, assignments)
+    from torchpace.knobs.distributed import nproc_of
     from torchpace.runtime.distributed import RankEnv
 
-    ranks, nproc = RankEnv.from_env(), int(config.values.get("nproc_per_node", 1))
+    ranks, nproc = RankEnv.from_env(), nproc_of(config.values)
     if nproc > 1 and not ranks.under_torchrun:  # every rank must step (their collectives are in the trace)
         args = ["profile", *([workload] if workload else []), *(["--config", config_path] if config_path else []),
                 *[part for assignment in assignments for part in ("--set", assignment)], "--steps", str(steps),

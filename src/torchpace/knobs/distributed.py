@@ -17,6 +17,17 @@ def usable_devices(host) -> int:
     return len(host.gpus) if host.cuda_available and host.gpus else max(1, host.usable_cores)
 
 
+def nproc_of(values) -> int:
+    """The `nproc_per_node` of a config's values (1 when not set)."""
+    return int(values.get("nproc_per_node", 1) or 1)
+
+
+def _without_torch_distributed() -> str | None:
+    import torch
+
+    return None if torch.distributed.is_available() else "this torch build has no torch.distributed"
+
+
 def _needs_strategy(name: str, values: dict, strategy: str) -> str | None:
     if values.get("distributed.strategy", "none") != strategy:
         return f"{name} shapes the {strategy.upper()} wrapper: it needs distributed.strategy = {strategy}"
@@ -33,13 +44,7 @@ class NprocPerNodeKnob(IntKnob):
     help = "processes on this host, one per GPU (or per share of the CPU cores), started through torchrun."
 
     def applies(self, host, workload):
-        reason = super().applies(host, workload)
-        if reason is None:
-            import torch
-
-            if not torch.distributed.is_available():
-                return "this torch build has no torch.distributed"
-        return reason
+        return super().applies(host, workload) or _without_torch_distributed()
 
     def candidates(self, host, workload):
         devices = usable_devices(host)
@@ -82,13 +87,7 @@ class StrategyKnob(Knob):
     help = "data parallelism: DistributedDataParallel, or FSDP (fully_shard; shards parameters, grads, optimizer state)."
 
     def applies(self, host, workload):
-        reason = super().applies(host, workload)
-        if reason is None:
-            import torch
-
-            if not torch.distributed.is_available():
-                return "this torch build has no torch.distributed"
-        return reason
+        return super().applies(host, workload) or _without_torch_distributed()
 
     def candidates(self, host, workload):
         return ["none", "ddp", "fsdp"] if usable_devices(host) > 1 else ["none"]

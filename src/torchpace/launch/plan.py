@@ -23,6 +23,7 @@ from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.host import DistroInfo, HostFacts, NumaNode
 from torchpace.knobs import REGISTRY, Point, get_knob
+from torchpace.knobs.distributed import nproc_of
 from torchpace.knobs.system import ALLOCATOR_LIBRARIES, allocator_env
 from torchpace.launch.bind import BINDINGS_ENV  # JSON of each local rank's numactl prefix and env
 
@@ -237,7 +238,7 @@ def _env_part(wanted: Mapping[str, str], source: Source, reason: str, base_env: 
 def _plan_processes(options: LaunchOptions) -> tuple[int, bool, _Part]:
     """(processes per node, whether torchrun runs them, the settings)."""
     _check_distributed(options)
-    configured = int(options.config.values.get("nproc_per_node", 1))
+    configured = nproc_of(options.config.values)
     nproc = options.nproc_per_node or configured
     nnodes = options.nnodes or 1
     torchrun = nproc > 1 or nnodes > 1 or options.rdzv_endpoint is not None

@@ -25,15 +25,12 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from torchpace.knobs.distributed import nproc_of
 from torchpace.trial.protocol import CRASH, TrialResult, classify_exit
 
 RECORDED_EXIT = 3  # a rank whose workload raised: its result file says why
 _STOPPED_BY_TORCHRUN = (-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL)
 _RANK_TAIL_BYTES = 3000
-
-
-def nproc_of(config: Mapping[str, object]) -> int:
-    return int(config.get("nproc_per_node", 1) or 1)
 
 
 def child_argv(config: Mapping[str, object], spec_path: Path, result_path: Path) -> list[str]:

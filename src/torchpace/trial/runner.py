@@ -17,8 +17,9 @@ from typing import Mapping
 
 from torchpace.host import HostFacts
 from torchpace.knobs import REGISTRY
+from torchpace.knobs.distributed import nproc_of
 from torchpace.trial.protocol import CRASH, TIMEOUT, TrialResult, TrialSpec, classify_exit
-from torchpace.trial.ranks import all_ranks_stderr, child_argv, nproc_of, read_rank_failure
+from torchpace.trial.ranks import all_ranks_stderr, child_argv, read_rank_failure
 
 _STDERR_TAIL_BYTES = 4000
 _KILL_GRACE_S = 3.0  # SIGTERM first, then SIGKILL after this
