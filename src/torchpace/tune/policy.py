@@ -9,7 +9,17 @@ The tuning guides' loop, made honest:
    knob try every value from the incumbent, one knob at a time;
 3. accept a knob's best value only when it passed the convergence guard and beat the incumbent (the
    median of its last three measurements) by more than the measured noise; a failed value (crash,
-   OOM, NaN, timeout) is never retried.
+   OOM, NaN, timeout) is never retried;
+4. a best value that gains more than half the noise but not all of it is neither taken nor dropped on
+   one measurement: the incumbent and then that value are measured once more (A B A B), and the value
+   is accepted when the mean of its two measurements beats the incumbent by the noise of a mean of two
+   (noise / sqrt 2). One lucky or unlucky single measurement on a noisy host (15-20% between trial
+   processes on a shared 2-core machine) then decides less: a winner's single figure is the max of
+   several, biased upward, and the next knob is compared against it.
+
+The noise is the median relative spread of the repeated measurements of one config taken close in
+time (the baseline pair and each confirmation's pairs); stage-boundary re-measurements track drift
+instead and do not count as noise.
 
 Because every decision is recomputed from the trial records, a killed tune resumes exactly where
 it stopped, and several processes on one study each take a different pending trial.
@@ -17,6 +27,7 @@ it stopped, and several processes on one study each take a different pending tri
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -24,8 +35,9 @@ from typing import Callable, Iterable
 from torchpace.tune.space import KnobSpace
 
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
-_INPUT_BOUND_FIRST = 0.25
-_RECENT_MEASUREMENTS = 3  # the incumbent's figure is the median of its last three measurements  # baseline waiting >= 25% of its step on data: try data knobs first
+_INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
+_RECENT_MEASUREMENTS = 3  # the incumbent's figure is the median of its last three measurements
+_CONFIRM_FROM = 0.5  # a best value gaining over this share of the threshold (but not all of it) is measured again
 
 COMPLETE, RUNNING, RETRY = "complete", "running", "retry"
 
@@ -97,6 +109,8 @@ class GreedyState:
     incumbent_samples_per_s: float | None = None
     baseline_samples_per_s: float | None = None
     noise_frac: float = _NOISE_FLOOR
+    noise_spreads: list[float] = field(default_factory=list)  # relative spreads of repeated measurements
+    noise_ci_floor: float = _NOISE_FLOOR  # the baseline runs' own CI half-widths: the noise is never below them
     decisions: list[Decision] = field(default_factory=list)
     stage_order: list[str] = field(default_factory=list)
 
@@ -169,7 +183,10 @@ def _walk(space: list[KnobSpace], replay: _Replay, conflicts) -> None:
         state.failed_baseline = f"the baseline trial failed ({base.status}); nothing to compare against"
         return
     state.baseline_samples_per_s = base.samples_per_s
-    state.noise_frac = _noise(base, again)
+    state.noise_ci_floor = max(_NOISE_FLOOR, base.ci_rel or 0.0, again.ci_rel or 0.0)
+    state.noise_frac = state.noise_ci_floor
+    if again.usable:
+        _add_spread(state, base, again)
     measurements = [r for r in (base, again) if r.usable]
     state.incumbent_samples_per_s = _estimate(measurements)[0]
     stages = list(dict.fromkeys(k.stage for k in space))
@@ -220,14 +237,53 @@ def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, measurements: list
     threshold = max(state.noise_frac, (best.ci_rel or 0.0) + inc_ci)
     gain = best.samples_per_s / inc_sps - 1
     if gain > threshold:
-        state.incumbent = proposal.config
-        state.incumbent_samples_per_s = best.samples_per_s
-        state.decisions.append(Decision(knob.stage, knob.name, proposal.value, inc_sps, best.samples_per_s, threshold,
-                                        f"accepted: {gain:+.1%} beats the noise ({threshold:.1%})"))
-        return [best]
-    state.decisions.append(Decision(knob.stage, knob.name, None, inc_sps, best.samples_per_s, threshold,
-                                    f"rejected: best {knob.name}={proposal.value} gives {gain:+.1%}, within the noise ({threshold:.1%})"))
+        return _accept(state, proposal, [best], inc_sps, threshold, f"accepted: {gain:+.1%} beats the noise ({threshold:.1%})")
+    if gain <= max(_NOISE_FLOOR, _CONFIRM_FROM * threshold):
+        _reject(state, proposal, best.samples_per_s, inc_sps, threshold,
+                f"rejected: best {knob.name}={proposal.value} gives {gain:+.1%}, within the noise ({threshold:.1%})")
+        return measurements
+    return _confirm(replay, proposal, best, measurements, gain, threshold)
+
+
+def _confirm(replay: _Replay, proposal: Proposal, first: Record, measurements: list[Record], first_gain: float,
+             first_threshold: float) -> list[Record]:
+    """Measure the incumbent and then the candidate once more, and decide on the mean of the two candidate runs."""
+    state = replay.state
+    knob = proposal.knob
+    inc_again, cand_again = replay.need_all([
+        Proposal(f"confirm-incumbent:{knob}", "remeasure", dict(state.incumbent), proposal.stage, knob),
+        Proposal(f"confirm:{knob}={proposal.value}", "candidate", proposal.config, proposal.stage, knob, proposal.value)])
+    if inc_again.usable:
+        _add_spread(state, measurements[-1], inc_again)
+        measurements = [*measurements, inc_again]
+    inc_sps, inc_ci = _estimate(measurements)
+    first_said = f"first run {first_gain:+.1%} within the noise ({first_threshold:.1%}), so measured again"
+    if not cand_again.usable:
+        _reject(state, proposal, first.samples_per_s, inc_sps, first_threshold,
+                f"rejected: {first_said}, and the second run failed ({cand_again.status})")
+        return measurements
+    _add_spread(state, first, cand_again)
+    mean = statistics.fmean([first.samples_per_s, cand_again.samples_per_s])
+    threshold = max(_NOISE_FLOOR, state.noise_frac / math.sqrt(2), (first.ci_rel or 0.0) + inc_ci)
+    gain = mean / inc_sps - 1
+    said = f"{first_said}: the mean of two gives {gain:+.1%} vs the noise of a mean of two ({threshold:.1%})"
+    if gain > threshold:
+        return _accept(state, proposal, [first, cand_again], inc_sps, threshold, f"accepted: {said}", figure=mean)
+    _reject(state, proposal, mean, inc_sps, threshold, f"rejected: {said}")
     return measurements
+
+
+def _accept(state: GreedyState, proposal: Proposal, runs: list[Record], inc_sps: float, threshold: float, reason: str,
+            figure: float | None = None) -> list[Record]:
+    figure = runs[0].samples_per_s if figure is None else figure
+    state.incumbent = proposal.config
+    state.incumbent_samples_per_s = figure
+    state.decisions.append(Decision(proposal.stage, proposal.knob, proposal.value, inc_sps, figure, threshold, reason))
+    return runs
+
+
+def _reject(state: GreedyState, proposal: Proposal, best_sps: float, inc_sps: float, threshold: float, reason: str) -> None:
+    state.decisions.append(Decision(proposal.stage, proposal.knob, None, inc_sps, best_sps, threshold, reason))
 
 
 def _with(config: dict, knob: KnobSpace, value: object) -> dict:
@@ -239,9 +295,11 @@ def _with(config: dict, knob: KnobSpace, value: object) -> dict:
     return merged
 
 
-def _noise(first: Record, second: Record) -> float:
-    """Relative noise from two measurements of the same config and their own CIs."""
-    noise = max(_NOISE_FLOOR, first.ci_rel or 0.0, second.ci_rel or 0.0)
-    if first.usable and second.usable:
-        noise = max(noise, abs(first.samples_per_s - second.samples_per_s) / min(first.samples_per_s, second.samples_per_s))
-    return noise
+def _spread(first: Record, second: Record) -> float:
+    return abs(first.samples_per_s - second.samples_per_s) / min(first.samples_per_s, second.samples_per_s)
+
+
+def _add_spread(state: GreedyState, first: Record, second: Record) -> None:
+    """Pool one more pair of measurements of one config into the noise: the median spread of all pairs."""
+    state.noise_spreads.append(_spread(first, second))
+    state.noise_frac = max(state.noise_ci_floor, statistics.median(state.noise_spreads))
