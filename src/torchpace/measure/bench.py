@@ -145,6 +145,8 @@ class _LoaderCycle:
         shutdown = getattr(self.iterator, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()  # do not leave worker processes behind (persistent ones included)
+        if getattr(self.loader, "_iterator", None) is self.iterator:
+            self.loader._iterator = None  # persistent workers: the next iter() would reuse the shut-down iterator
         self.iterator = None
 
 
@@ -168,7 +170,11 @@ def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: f
 
 def _measure_compute_only(run: Prepared, clock: Clock, opts: BenchOptions, start: float, on_window,
                           phases: _Phases = _TRAINING_PHASES) -> Throughput:
-    staged = run.to_device(next(iter(run.loader)))
+    first = _LoaderCycle(run.loader)
+    try:
+        staged = run.to_device(first.next())
+    finally:
+        first.close()
     samples = batch_len(staged) * run.world_size
 
     def step() -> int:
