@@ -10,12 +10,13 @@ The tuning guides' loop, made honest:
 3. accept a knob's best value only when it passed the convergence guard and beat the incumbent (the
    median of its last three measurements) by more than the measured noise; a failed value (crash,
    OOM, NaN, timeout) is never retried;
-4. a best value that gains more than half the noise but not all of it is neither taken nor dropped on
-   one measurement: the incumbent and then that value are measured once more (A B A B), and the value
-   is accepted when the mean of its two measurements beats the incumbent by the noise of a mean of two
-   (noise / sqrt 2). One lucky or unlucky single measurement on a noisy host (15-20% between trial
-   processes on a shared 2-core machine) then decides less: a winner's single figure is the max of
-   several, biased upward, and the next knob is compared against it.
+4. a best value whose gain is not clear, more than half the noise but not twice it, is neither taken
+   nor dropped on one measurement: it is measured once more (and, first, the incumbent too when its
+   figure rests on a single run, so the runs alternate A B A B), and it is accepted when the mean of
+   its two runs beats the incumbent by the noise of a mean of two (noise / sqrt 2). On a noisy host
+   (15-20% between trial processes on a shared 2-core machine) one lucky run then decides less: the
+   best of several values measured once is biased upward, and a value accepted on one run becomes
+   the figure the next knob is compared with.
 
 The noise is the median relative spread of the repeated measurements of one config taken close in
 time (the baseline pair and each confirmation's pairs); stage-boundary re-measurements track drift
@@ -37,7 +38,7 @@ from torchpace.tune.space import KnobSpace
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
 _INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
 _RECENT_MEASUREMENTS = 3  # the incumbent's figure is the median of its last three measurements
-_CONFIRM_FROM = 0.5  # a best value gaining over this share of the threshold (but not all of it) is measured again
+_CONFIRM_BAND = (0.5, 2.0)  # a gain above this share of the threshold but not above this multiple is measured again
 
 COMPLETE, RUNNING, RETRY = "complete", "running", "retry"
 
@@ -236,9 +237,10 @@ def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, measurements: list
     best, proposal = max(usable, key=lambda rp: rp[0].samples_per_s)
     threshold = max(state.noise_frac, (best.ci_rel or 0.0) + inc_ci)
     gain = best.samples_per_s / inc_sps - 1
-    if gain > threshold:
-        return _accept(state, proposal, [best], inc_sps, threshold, f"accepted: {gain:+.1%} beats the noise ({threshold:.1%})")
-    if gain <= max(_NOISE_FLOOR, _CONFIRM_FROM * threshold):
+    low, high = _CONFIRM_BAND
+    if gain > high * threshold:
+        return _accept(state, proposal, [best], inc_sps, threshold, f"accepted: {gain:+.1%}, over twice the noise ({threshold:.1%})")
+    if gain <= max(_NOISE_FLOOR, low * threshold):
         _reject(state, proposal, best.samples_per_s, inc_sps, threshold,
                 f"rejected: best {knob.name}={proposal.value} gives {gain:+.1%}, within the noise ({threshold:.1%})")
         return measurements
@@ -247,17 +249,20 @@ def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, measurements: list
 
 def _confirm(replay: _Replay, proposal: Proposal, first: Record, measurements: list[Record], first_gain: float,
              first_threshold: float) -> list[Record]:
-    """Measure the incumbent and then the candidate once more, and decide on the mean of the two candidate runs."""
+    """Measure the candidate once more (the incumbent first when its figure rests on one run), and decide
+    on the mean of the candidate's two runs."""
     state = replay.state
     knob = proposal.knob
-    inc_again, cand_again = replay.need_all([
-        Proposal(f"confirm-incumbent:{knob}", "remeasure", dict(state.incumbent), proposal.stage, knob),
-        Proposal(f"confirm:{knob}={proposal.value}", "candidate", proposal.config, proposal.stage, knob, proposal.value)])
-    if inc_again.usable:
-        _add_spread(state, measurements[-1], inc_again)
-        measurements = [*measurements, inc_again]
+    again = [Proposal(f"confirm:{knob}={proposal.value}", "candidate", proposal.config, proposal.stage, knob, proposal.value)]
+    if len(measurements) < 2:
+        again.insert(0, Proposal(f"confirm-incumbent:{knob}", "remeasure", dict(state.incumbent), proposal.stage, knob))
+    *incumbent_runs, cand_again = replay.need_all(again)
+    for run in incumbent_runs:
+        if run.usable:
+            _add_spread(state, measurements[-1], run)
+            measurements = [*measurements, run]
     inc_sps, inc_ci = _estimate(measurements)
-    first_said = f"first run {first_gain:+.1%} within the noise ({first_threshold:.1%}), so measured again"
+    first_said = f"first run {first_gain:+.1%}, not clear against the noise ({first_threshold:.1%}), so measured again"
     if not cand_again.usable:
         _reject(state, proposal, first.samples_per_s, inc_sps, first_threshold,
                 f"rejected: {first_said}, and the second run failed ({cand_again.status})")
