@@ -14,7 +14,9 @@ Targets: greedy >= 0.95 of the oracle with <= 30% of the oracle's trials, and gr
 tpe and random on at least 2 of 3 workloads.
 
 `--keep DIR` keeps every study (SQLite), each strategy's torchpace.toml and `results.json`
-(all single and re-measured figures) under DIR.
+(all single and re-measured figures) under DIR. `--grid-from DIR` takes the grid's single runs from
+an earlier `--keep DIR` instead of running the grid again (it only picks the top 3 to re-measure;
+everything scored is still measured in this run).
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import statistics
 import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from types import SimpleNamespace
 
 from rich.console import Console
 from rich.progress import Progress
@@ -82,11 +86,31 @@ def remeasure(workload, configs: dict[str, dict], rounds, trial_time_s, host, pr
     return figures
 
 
+def earlier_grid(workload, grid_from: Path, workdir: Path):
+    """The grid study of an earlier `--keep` run (copied here): its trial rows as an outcome, and its wall time."""
+    import optuna
+
+    from torchpace.tune.outcome import trial_rows
+
+    shutil.copy(grid_from / workload / "grid.db", workdir / "grid.db")
+    url = f"sqlite:///{workdir / 'grid.db'}"
+    rows = trial_rows(optuna.load_study(study_name=optuna.get_all_study_names(url)[0], storage=url))
+    usable = [r for r in rows if r["status"] == "ok" and r["guard"] != "fail" and r["samples_per_s"]]
+    best = max(usable, key=lambda r: r["samples_per_s"])
+    earlier = json.loads((grid_from / "results.json").read_text()) if (grid_from / "results.json").exists() else []
+    wall_s = next((row["wall_s"] for result in earlier if result["workload"] == workload
+                   for row in result["rows"] if row["strategy"] == "grid"), float("nan"))
+    return SimpleNamespace(trials=rows, best_config=best["config"], extras={}), wall_s
+
+
 def bench_workload(workload, args, workdir: Path, host, progress) -> dict:
     space = SPACES[workload]
-    grid_size = math.prod(len(k.values) for k in build_space(host, load_workload(workload), only=frozenset(space)))
-    grid, grid_s = run_strategy(workload, "grid", space, None, args.trial_time, args.guard_steps, workdir, host, progress,
-                                total=grid_size + 1)  # + the enqueued baseline
+    if args.grid_from:
+        grid, grid_s = earlier_grid(workload, args.grid_from, workdir)
+    else:
+        grid_size = math.prod(len(k.values) for k in build_space(host, load_workload(workload), only=frozenset(space)))
+        grid, grid_s = run_strategy(workload, "grid", space, None, args.trial_time, args.guard_steps, workdir, host, progress,
+                                    total=grid_size + 1)  # + the enqueued baseline
     single = {_key(t["config"]): t["samples_per_s"] for t in grid.trials
               if t["status"] == "ok" and t["guard"] != "fail" and t["samples_per_s"]}
     runs = {"grid": {"outcome": grid, "wall_s": grid_s}}
@@ -139,9 +163,14 @@ def main() -> None:
     parser.add_argument("--guard-steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved re-measurement rounds of the scored configs")
     parser.add_argument("--keep", type=Path, help="keep the studies, torchpace.toml files and results.json here")
+    parser.add_argument("--grid-from", type=Path, help="an earlier --keep DIR: take the grid's single runs from it")
     args = parser.parse_args()
     if args.keep and args.keep.exists() and any(args.keep.iterdir()):
         parser.error(f"--keep {args.keep} is not empty; give a new or empty directory (its studies would be resumed)")
+    missing = [w for w in args.workloads if args.grid_from and not (args.grid_from / w / "grid.db").exists()]
+    if missing:
+        parser.error(f"--grid-from {args.grid_from} has no grid study for {', '.join(missing)} "
+                     f"(expected {args.grid_from / missing[0] / 'grid.db'}, as --keep writes it)")
     console = Console(soft_wrap=True)
     host = probe_host()
     console.print(f"{'workload':9} {'strategy':8} {'picked/oracle':>13} {'trials':>6} {'wall s':>7} {'tuned/default':>13}  picked config")
