@@ -34,8 +34,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_monitor.py --duration 30
 	$(BIN)/python benchmarks/bench_profile.py
 
-bench-tune: $(STAMP)
-	$(BIN)/python benchmarks/bench_tune.py
+bench-tune: $(STAMP)  # make bench-tune ARGS="--keep DIR --workloads vision"
+	$(BIN)/python benchmarks/bench_tune.py $(ARGS)
 
 bench-data: $(STAMP)
 	$(BIN)/python benchmarks/bench_data.py
