@@ -241,8 +241,9 @@ def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, measurements: list
     if gain > high * threshold:
         return _accept(state, proposal, [best], inc_sps, threshold, f"accepted: {gain:+.1%}, over twice the noise ({threshold:.1%})")
     if gain <= max(_NOISE_FLOOR, low * threshold):
+        verdict = f"within the noise ({threshold:.1%})" if gain > 0 else "no faster"
         _reject(state, proposal, best.samples_per_s, inc_sps, threshold,
-                f"rejected: best {knob.name}={proposal.value} gives {gain:+.1%}, within the noise ({threshold:.1%})")
+                f"rejected: best {knob.name}={proposal.value} gives {gain:+.1%}, {verdict}")
         return measurements
     return _confirm(replay, proposal, best, measurements, gain, threshold)
 
