@@ -126,6 +126,9 @@ def bench_workload(workload, args, workdir: Path, host, progress) -> dict:
     median = {key: statistics.median(values) for key, values in figures.items()}
     oracle_key = max(configs, key=median.get)
     oracle, default = median[oracle_key], median[_key({})]
+    if not oracle or not default:
+        raise SystemExit(f"{workload}: every re-measurement of {'the defaults' if oracle else 'every config'} failed; "
+                         f"see the trial errors (run again with --keep DIR to keep the studies)")
     rows = []
     for name, run in runs.items():
         key = _key(run["outcome"].best_config)
@@ -165,6 +168,8 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the studies, torchpace.toml files and results.json here")
     parser.add_argument("--grid-from", type=Path, help="an earlier --keep DIR: take the grid's single runs from it")
     args = parser.parse_args()
+    if args.rounds < 1 or args.trial_time <= 0:
+        parser.error(f"--rounds must be >= 1 and --trial-time > 0 (got {args.rounds} and {args.trial_time})")
     if args.keep and args.keep.exists() and any(args.keep.iterdir()):
         parser.error(f"--keep {args.keep} is not empty; give a new or empty directory (its studies would be resumed)")
     missing = [w for w in args.workloads if args.grid_from and not (args.grid_from / w / "grid.db").exists()]
