@@ -90,13 +90,12 @@ def earlier_grid(workload, grid_from: Path, workdir: Path):
     """The grid study of an earlier `--keep` run (copied here): its trial rows as an outcome, and its wall time."""
     import optuna
 
-    from torchpace.tune.outcome import trial_rows
+    from torchpace.tune.outcome import best_by_search, trial_rows
 
     shutil.copy(grid_from / workload / "grid.db", workdir / "grid.db")
     url = f"sqlite:///{workdir / 'grid.db'}"
     rows = trial_rows(optuna.load_study(study_name=optuna.get_all_study_names(url)[0], storage=url))
-    usable = [r for r in rows if r["status"] == "ok" and r["guard"] != "fail" and r["samples_per_s"]]
-    best = max(usable, key=lambda r: r["samples_per_s"])
+    best = best_by_search(rows)  # as a grid tune picks its best
     earlier = json.loads((grid_from / "results.json").read_text()) if (grid_from / "results.json").exists() else []
     wall_s = next((row["wall_s"] for result in earlier if result["workload"] == workload
                    for row in result["rows"] if row["strategy"] == "grid"), float("nan"))

@@ -66,7 +66,8 @@ def _inference_columns(info: dict, bench: dict) -> dict[str, Any]:
     return columns
 
 
-def _best_by_search(rows: list[dict]) -> dict | None:
+def best_by_search(rows: list[dict]) -> dict | None:
+    """The usable trial row (ok, guard not failed) with the best objective figure."""
     usable = [r for r in rows if r["status"] == "ok" and r["guard"] != "fail" and r["objective_value"]]
     return max(usable, key=lambda r: r["objective_value"], default=None)
 
@@ -142,7 +143,7 @@ def build_outcome(tuner, stopped: str):
             accepted = _accepted_changes(state, rows, objective)
         decisions = [d.__dict__ for d in state.decisions]
     else:
-        best = _best_by_search(rows)
+        best = best_by_search(rows)
         best_config = dict(best["config"]) if best else {}
     if baseline is None and failed_baseline is None and any(r["slot"] == "baseline" for r in rows):
         failed_baseline = "the baseline trial failed; nothing to compare against"

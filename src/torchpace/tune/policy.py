@@ -109,11 +109,15 @@ class GreedyState:
     incumbent: dict = field(default_factory=dict)
     incumbent_samples_per_s: float | None = None
     baseline_samples_per_s: float | None = None
-    noise_frac: float = _NOISE_FLOOR
     noise_spreads: list[float] = field(default_factory=list)  # relative spreads of repeated measurements
     noise_ci_floor: float = _NOISE_FLOOR  # the baseline runs' own CI half-widths: the noise is never below them
     decisions: list[Decision] = field(default_factory=list)
     stage_order: list[str] = field(default_factory=list)
+
+    @property
+    def noise_frac(self) -> float:
+        """The relative noise: the median spread of every repeated pair, never below the CI floor."""
+        return max(self.noise_ci_floor, statistics.median(self.noise_spreads)) if self.noise_spreads else self.noise_ci_floor
 
 
 class _Blocked(Exception):
@@ -185,9 +189,8 @@ def _walk(space: list[KnobSpace], replay: _Replay, conflicts) -> None:
         return
     state.baseline_samples_per_s = base.samples_per_s
     state.noise_ci_floor = max(_NOISE_FLOOR, base.ci_rel or 0.0, again.ci_rel or 0.0)
-    state.noise_frac = state.noise_ci_floor
     if again.usable:
-        _add_spread(state, base, again)
+        state.noise_spreads.append(_spread(base, again))
     measurements = [r for r in (base, again) if r.usable]
     state.incumbent_samples_per_s = _estimate(measurements)[0]
     stages = list(dict.fromkeys(k.stage for k in space))
@@ -239,7 +242,8 @@ def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, measurements: list
     gain = best.samples_per_s / inc_sps - 1
     low, high = _CONFIRM_BAND
     if gain > high * threshold:
-        return _accept(state, proposal, [best], inc_sps, threshold, f"accepted: {gain:+.1%}, over twice the noise ({threshold:.1%})")
+        return _accept(state, proposal, [best], best.samples_per_s, inc_sps, threshold,
+                       f"accepted: {gain:+.1%}, over twice the noise ({threshold:.1%})")
     if gain <= max(_NOISE_FLOOR, low * threshold):
         verdict = f"within the noise ({threshold:.1%})" if gain > 0 else "no faster"
         _reject(state, proposal, best.samples_per_s, inc_sps, threshold,
@@ -260,7 +264,7 @@ def _confirm(replay: _Replay, proposal: Proposal, first: Record, measurements: l
     *incumbent_runs, cand_again = replay.need_all(again)
     for run in incumbent_runs:
         if run.usable:
-            _add_spread(state, measurements[-1], run)
+            state.noise_spreads.append(_spread(measurements[-1], run))
             measurements = [*measurements, run]
     inc_sps, inc_ci = _estimate(measurements)
     first_said = f"first run {first_gain:+.1%}, not clear against the noise ({first_threshold:.1%}), so measured again"
@@ -268,20 +272,20 @@ def _confirm(replay: _Replay, proposal: Proposal, first: Record, measurements: l
         _reject(state, proposal, first.samples_per_s, inc_sps, first_threshold,
                 f"rejected: {first_said}, and the second run failed ({cand_again.status})")
         return measurements
-    _add_spread(state, first, cand_again)
+    state.noise_spreads.append(_spread(first, cand_again))
     mean = statistics.fmean([first.samples_per_s, cand_again.samples_per_s])
     threshold = max(_NOISE_FLOOR, state.noise_frac / math.sqrt(2), (first.ci_rel or 0.0) + inc_ci)
     gain = mean / inc_sps - 1
     said = f"{first_said}: the mean of two gives {gain:+.1%} vs the noise of a mean of two ({threshold:.1%})"
     if gain > threshold:
-        return _accept(state, proposal, [first, cand_again], inc_sps, threshold, f"accepted: {said}", figure=mean)
+        return _accept(state, proposal, [first, cand_again], mean, inc_sps, threshold, f"accepted: {said}")
     _reject(state, proposal, mean, inc_sps, threshold, f"rejected: {said}")
     return measurements
 
 
-def _accept(state: GreedyState, proposal: Proposal, runs: list[Record], inc_sps: float, threshold: float, reason: str,
-            figure: float | None = None) -> list[Record]:
-    figure = runs[0].samples_per_s if figure is None else figure
+def _accept(state: GreedyState, proposal: Proposal, runs: list[Record], figure: float, inc_sps: float, threshold: float,
+            reason: str) -> list[Record]:
+    """Make `proposal` the incumbent, at `figure` (its one run, or the mean of its runs); returns its measurements."""
     state.incumbent = proposal.config
     state.incumbent_samples_per_s = figure
     state.decisions.append(Decision(proposal.stage, proposal.knob, proposal.value, inc_sps, figure, threshold, reason))
@@ -302,10 +306,5 @@ def _with(config: dict, knob: KnobSpace, value: object) -> dict:
 
 
 def _spread(first: Record, second: Record) -> float:
+    """The relative spread of two runs of one config (one sample of the noise)."""
     return abs(first.samples_per_s - second.samples_per_s) / min(first.samples_per_s, second.samples_per_s)
-
-
-def _add_spread(state: GreedyState, first: Record, second: Record) -> None:
-    """Pool one more pair of measurements of one config into the noise: the median spread of all pairs."""
-    state.noise_spreads.append(_spread(first, second))
-    state.noise_frac = max(state.noise_ci_floor, statistics.median(state.noise_spreads))
