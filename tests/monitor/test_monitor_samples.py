@@ -36,7 +36,7 @@ from torchpace.monitor.samples import (
     summarize_samples,
 )
 
-DOCS = Path(__file__).resolve().parents[2] / "README.md"  # its monitor section documents every column
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "guide" / "monitor.md"  # documents every column
 
 
 def _reading(t_s: float, busy_s: float, iowait_s: float, procs=(), disk=(0, 0), psi=0, **kw) -> HostReading:

@@ -32,7 +32,7 @@ def plan_view(no_live: bool, stdout_tty: bool, stderr_tty: bool) -> tuple[bool, 
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0, min_open=True), default=1.0,
               show_default=True, help="Seconds between samples (> 0).")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), default=None,
-              help="Write one row per sample to this CSV file (columns and units: README).")
+              help="Write one row per sample to this CSV file (columns and units: docs/guide/monitor.md).")
 @click.option("--tensorboard", "tensorboard_dir", type=click.Path(path_type=Path), default=None,
               help="Write every metric as TensorBoard scalars to this directory (pip install 'torchpace[tensorboard]').")
 @click.option("--no-live", is_flag=True, help="Print plain periodic lines instead of the live view.")

@@ -1,6 +1,6 @@
 """The JSON document ``torchpace doctor --json`` prints, as a JSON Schema (draft 2020-12).
 
-The tests validate real output against `DOCTOR_JSON_SCHEMA`; the README's doctor section summarises it.
+The tests validate real output against `DOCTOR_JSON_SCHEMA`; docs/guide/doctor.md summarises it.
 Bump `SCHEMA_VERSION` when a field changes meaning or goes away; adding fields does not.
 """
 

@@ -4,7 +4,7 @@ them (CSV columns, summary statistics).
 A `Sample` covers the `interval_s` seconds before its timestamp `t_s`: rates (`*_bytes_per_s`) and
 busy shares (`*_pct`, `*_frac`) are averages over that interval, levels (`*_bytes`, `*_c`, `*_w`) are
 read at `t_s`. Units live in the field names. `HOST_COLUMNS` and `GPU_COLUMNS` document every CSV
-column; the README table is written from them.
+column; the table in docs/guide/monitor.md is written from them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ RESULT_SCHEMA_VERSION = 1
 
 @dataclass(frozen=True)
 class ProfileResult:
-    """What `torchpace profile` found. JSON via `to_dict` (schema in the README's profile section)."""
+    """What `torchpace profile` found. JSON via `to_dict` (schema: docs/reference/schemas.md)."""
 
     workload: str
     device: str
