@@ -222,6 +222,40 @@ def test_clear_gains_and_clear_losses_cost_no_second_run():
         assert not any(d.reason.count("measured again") for d in state.decisions)
 
 
+
+FUSED = {"optimizer.impl": "fused"}
+OPTIMIZER = [KnobSpace("compute", "optimizer.impl", "default", ("default", "fused"))]
+
+
+def test_a_huge_gain_on_an_unsettled_measurement_is_measured_again_and_the_lower_run_decides():
+    # the recorded case: fused at 12.22x on one window whose warm-up had not converged; measured again it was slower
+    table = [ok("baseline", {}, 1000, windows=8), ok("baseline#2", {}, 1020, windows=8),
+             ok("cand:optimizer.impl=fused", FUSED, 12220, ci=0.0, windows=1, warmup_converged=False)]
+    state = plan_greedy(OPTIMIZER, table)
+    assert state.decisions == [] and state.incumbent == {}
+    assert state.next.slot == "confirm:optimizer.impl=fused" and state.next.config == FUSED
+    table.append(ok("confirm:optimizer.impl=fused", FUSED, 980, windows=8))
+    state = plan_greedy(OPTIMIZER, table)
+    decision = state.decisions[-1]
+    assert decision.accepted_value is None and state.incumbent == {} and state.done
+    assert decision.best_samples_per_s == 980  # the lower run, not the mean 6,600 of a bogus and a real run
+    assert "warm-up did not converge" in decision.reason and "lower of two" in decision.reason
+
+
+def test_each_sign_of_an_unsettled_measurement_sends_a_clear_gain_to_a_second_run():
+    base = [ok("baseline", {}, 1000), ok("baseline#2", {}, 1020)]
+    for unsettled, said in ((dict(windows=3), "3 window(s)"), (dict(warmup_converged=False), "warm-up"),
+                            (dict(ci=0.2), "wider than the noise")):
+        state = plan_greedy(OPTIMIZER, [*base, ok("cand:optimizer.impl=fused", FUSED, 2000, **unsettled)])
+        assert state.next.slot == "confirm:optimizer.impl=fused" and not state.decisions, said
+        again = ok("confirm:optimizer.impl=fused", FUSED, 1900)
+        state = plan_greedy(OPTIMIZER, [*base, ok("cand:optimizer.impl=fused", FUSED, 2000, **unsettled), again])
+        decision = state.decisions[-1]
+        assert decision.accepted_value == "fused" and decision.best_samples_per_s == 1900 and said in decision.reason
+    settled = plan_greedy(OPTIMIZER, [*base, ok("cand:optimizer.impl=fused", FUSED, 2000, windows=6, warmup_converged=True)])
+    assert settled.decisions[-1].accepted_value == "fused" and settled.done  # a settled clear gain needs no second run
+
+
 DISTRIBUTED = [
     KnobSpace("distributed", "nproc_per_node", 1, (1, 2), companions={2: {"distributed.strategy": "ddp"}}),
     KnobSpace("distributed", "distributed.strategy", "none", ("none", "ddp", "fsdp")),

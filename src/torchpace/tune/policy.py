@@ -16,7 +16,12 @@ The tuning guides' loop, made honest:
    its two runs beats the incumbent by the noise of a mean of two (noise / sqrt 2). On a noisy host
    (15-20% between trial processes on a shared 2-core machine) one lucky run then decides less: the
    best of several values measured once is biased upward, and a value accepted on one run becomes
-   the figure the next knob is compared with.
+   the figure the next knob is compared with;
+5. a measurement that is not *settled* is never accepted on its own, however large its gain: its
+   warm-up did not converge, it has fewer windows than a CI needs (`MIN_WINDOWS_FOR_CI`), or its CI
+   is wider than the noise band. Such a value goes through step 4's second run, and an unsettled run
+   cannot raise the figure: the decision takes the lower of the two runs instead of their mean (a
+   12x "gain" on one window with an unconverged warm-up is then measured again, not taken).
 
 The noise is the median relative spread of the repeated measurements of one config taken close in
 time (the baseline pair and each confirmation's pairs); stage-boundary re-measurements track drift
@@ -33,6 +38,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
 from torchpace.tune.space import KnobSpace
 
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
@@ -56,6 +62,8 @@ class Record:
             half-width (None unless ok): samples/s, or 1 / p50 latency under `--objective latency`
             (see `torchpace.tune.objective`); the policy only compares these figures.
         guard_ok: the convergence guard's verdict (None: not checked).
+        warmup_converged: whether the bench's warm-up windows agreed before measuring (None: unknown).
+        windows: how many windows the figure is the median of (None: unknown).
     """
 
     slot: str
@@ -67,10 +75,23 @@ class Record:
     guard_ok: bool | None = None
     input_bound_frac: float | None = None
     verdict: str | None = None  # the profile's bottleneck verdict (baseline only), e.g. "input-bound"
+    warmup_converged: bool | None = None
+    windows: int | None = None
 
     @property
     def usable(self) -> bool:
         return self.state == COMPLETE and self.status == "ok" and self.guard_ok is not False and self.samples_per_s is not None
+
+    def unsettled(self, noise_frac: float) -> str | None:
+        """Why this measurement cannot be taken on its own (None when it can): an unconverged warm-up,
+        fewer windows than a CI needs, or a CI half-width wider than `noise_frac` (relative)."""
+        if self.warmup_converged is False:
+            return "its warm-up did not converge"
+        if self.windows is not None and self.windows < MIN_WINDOWS_FOR_CI:
+            return f"{self.windows} window(s), fewer than the {MIN_WINDOWS_FOR_CI} a CI needs"
+        if self.ci_rel is not None and self.ci_rel > noise_frac:
+            return f"its CI (±{self.ci_rel:.1%}) is wider than the noise ({noise_frac:.1%})"
+        return None
 
 
 @dataclass(frozen=True)
@@ -241,7 +262,8 @@ def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, measurements: list
     threshold = max(state.noise_frac, (best.ci_rel or 0.0) + inc_ci)
     gain = best.samples_per_s / inc_sps - 1
     low, high = _CONFIRM_BAND
-    if gain > high * threshold:
+    unsettled = best.unsettled(state.noise_frac)
+    if gain > high * threshold and unsettled is None:
         return _accept(state, proposal, [best], best.samples_per_s, inc_sps, threshold,
                        f"accepted: {gain:+.1%}, over twice the noise ({threshold:.1%})")
     if gain <= max(_NOISE_FLOOR, low * threshold):
@@ -249,13 +271,13 @@ def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, measurements: list
         _reject(state, proposal, best.samples_per_s, inc_sps, threshold,
                 f"rejected: best {knob.name}={proposal.value} gives {gain:+.1%}, {verdict}")
         return measurements
-    return _confirm(replay, proposal, best, measurements, gain, threshold)
+    return _confirm(replay, proposal, best, measurements, gain, threshold, unsettled)
 
 
 def _confirm(replay: _Replay, proposal: Proposal, first: Record, measurements: list[Record], first_gain: float,
-             first_threshold: float) -> list[Record]:
+             first_threshold: float, unsettled: str | None = None) -> list[Record]:
     """Measure the candidate once more (the incumbent first when its figure rests on one run), and decide
-    on the mean of the candidate's two runs."""
+    on the mean of the candidate's two runs, or on the lower of them when either run is unsettled."""
     state = replay.state
     knob = proposal.knob
     again = [Proposal(f"confirm:{knob}={proposal.value}", "candidate", proposal.config, proposal.stage, knob, proposal.value)]
@@ -267,19 +289,24 @@ def _confirm(replay: _Replay, proposal: Proposal, first: Record, measurements: l
             state.noise_spreads.append(_spread(measurements[-1], run))
             measurements = [*measurements, run]
     inc_sps, inc_ci = _estimate(measurements)
-    first_said = f"first run {first_gain:+.1%}, not clear against the noise ({first_threshold:.1%}), so measured again"
+    why = f"not settled ({unsettled})" if unsettled else f"not clear against the noise ({first_threshold:.1%})"
+    first_said = f"first run {first_gain:+.1%}, {why}, so measured again"
     if not cand_again.usable:
         _reject(state, proposal, first.samples_per_s, inc_sps, first_threshold,
                 f"rejected: {first_said}, and the second run failed ({cand_again.status})")
         return measurements
     state.noise_spreads.append(_spread(first, cand_again))
-    mean = statistics.fmean([first.samples_per_s, cand_again.samples_per_s])
+    runs = [first.samples_per_s, cand_again.samples_per_s]
     threshold = max(_NOISE_FLOOR, state.noise_frac / math.sqrt(2), (first.ci_rel or 0.0) + inc_ci)
-    gain = mean / inc_sps - 1
-    said = f"{first_said}: the mean of two gives {gain:+.1%} vs the noise of a mean of two ({threshold:.1%})"
+    if unsettled or cand_again.unsettled(state.noise_frac):
+        figure, of_two = min(runs), "the lower of two (a run was not settled)"
+    else:
+        figure, of_two = statistics.fmean(runs), "the mean of two"
+    gain = figure / inc_sps - 1
+    said = f"{first_said}: {of_two} gives {gain:+.1%} vs the noise of a mean of two ({threshold:.1%})"
     if gain > threshold:
-        return _accept(state, proposal, [first, cand_again], mean, inc_sps, threshold, f"accepted: {said}")
-    _reject(state, proposal, mean, inc_sps, threshold, f"rejected: {said}")
+        return _accept(state, proposal, [first, cand_again], figure, inc_sps, threshold, f"accepted: {said}")
+    _reject(state, proposal, figure, inc_sps, threshold, f"rejected: {said}")
     return measurements
 
 

@@ -136,4 +136,5 @@ def _record(trial, info: dict, baseline: dict) -> Record:
     figure = info["objective_value"] if "objective_value" in info else bench.get("samples_per_s")
     ci_rel = info["objective_ci_rel"] if "objective_ci_rel" in info else bench.get("ci_rel_halfwidth")
     return Record(info["slot"], dict(info.get("config", {})), state, status, figure,
-                  ci_rel, guard_ok, bench.get("input_bound_frac"), info.get("verdict"))
+                  ci_rel, guard_ok, bench.get("input_bound_frac"), info.get("verdict"),
+                  bench.get("warmup_converged"), bench.get("windows"))
