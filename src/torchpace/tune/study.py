@@ -1,57 +1,23 @@
-"""The study on Optuna: storage, torchpace metadata checks, and trial records for the policy.
+"""The study on Optuna: torchpace metadata checks, and trial records for the policy.
 
-Default storage is a SQLite file `.torchpace/studies.db` in the working directory; any Optuna RDB URL
-(e.g. PostgreSQL) lets several identical hosts work one study. Heartbeats mark the trials of a killed
-tuner as failed after a grace period, so `--resume` re-runs them and loses no finished trial.
+Where the study lives (a SQLite file `.torchpace/studies.db` by default, or a PostgreSQL server several
+identical hosts share) is `torchpace.tune.storage`. Heartbeats mark the trials of a killed tuner as
+failed after a grace period, so `--resume` (or another tuner on the study) re-runs them and loses no
+finished trial.
 """
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
 from typing import Any
 
 from torchpace.errors import UsageError
 from torchpace.tune.guard import check_trial_guard
 from torchpace.tune.policy import COMPLETE, RETRY, RUNNING, Record
+from torchpace.tune.storage import default_storage_url, open_storage  # noqa: F401  (where callers found them)
 
 STUDY_KIND = "torchpace.study"
 STUDY_SCHEMA_VERSION = 1
 ATTR = "torchpace"
-_HEARTBEAT_INTERVAL_S = 2
-_GRACE_PERIOD_S = 10  # a trial whose tuner sent no heartbeat for this long is failed (then re-run)
-_SQLITE_TIMEOUT_S = 60  # concurrent tuners on one SQLite file wait this long for its lock
-
-
-def default_storage_url(workdir: Path | None = None) -> str:
-    directory = (workdir or Path.cwd()) / ".torchpace"
-    directory.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{directory / 'studies.db'}"
-
-
-def open_storage(url: str):
-    """An Optuna RDBStorage with heartbeats; UsageError when the URL is not a usable database."""
-    import optuna
-    import sqlalchemy.exc
-
-    engine_kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        engine_kwargs = {"connect_args": {"timeout": _SQLITE_TIMEOUT_S}}
-        _make_sqlite_parent(url)
-    try:
-        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's words; we rely on them
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=_HEARTBEAT_INTERVAL_S,
-                                              grace_period=_GRACE_PERIOD_S)
-    except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError) as err:
-        raise UsageError(f"--storage {url!r} is not a usable Optuna database: {str(err).splitlines()[0]}") from None
-
-
-def _make_sqlite_parent(url: str) -> None:
-    """Create the directory of a `sqlite:///path/to/file.db` URL (the file SQLite creates itself)."""
-    path = url.partition(":///")[2].split("?")[0]
-    if path and path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
 def study_metadata(workload: str, host, strategy: str) -> dict[str, Any]:

@@ -1,0 +1,375 @@
+"""Where a study lives: the `--storage` URL, opening it safely, and its failures as one message.
+
+A study is Optuna's RDB storage: a local SQLite file by default, or a database server (PostgreSQL)
+that several identical hosts share. This module is the one place that turns a `--storage` URL into
+an open storage:
+
+- `resolve_storage_url`: the plain `postgresql://` (and `postgres://`) form names the installed driver
+  (psycopg 3, from `pip install torchpace[postgres]`, else psycopg2);
+- bounded waits: a server connection gives up after `connect_timeout` (default 10 s), an SQLite
+  lock after `timeout` (default 60 s); either can be set in the URL's query;
+- `check_storage`: refuses, before anything is written, a URL that cannot be reached (the URL named
+  with its password masked) and a database that holds tables other than Optuna's (an application's
+  database is never given Optuna's tables);
+- `storage_failures`: a database error while tuning (disk full, a lock held too long, a lost server)
+  becomes one `StorageFailed` message naming the cause, not a chain of tracebacks;
+- `assignment_lock`: tuners sharing a study take turns choosing their next trial, so no two of them
+  pick the same pending trial.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import importlib.util
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from torchpace.errors import TorchpaceError, UsageError
+
+_HEARTBEAT_INTERVAL_S = 2
+_GRACE_PERIOD_S = 10  # a trial whose tuner sent no heartbeat for this long is failed (then re-run)
+SQLITE_TIMEOUT_S = 60.0  # concurrent tuners on one SQLite file wait this long for its lock
+SERVER_CONNECT_TIMEOUT_S = 10  # a database server that does not answer within this is unreachable
+POSTGRES_DRIVERS = ("psycopg", "psycopg2")  # preferred first; `torchpace[postgres]` installs psycopg 3
+_LOCK_CLASS = 0x7470  # pg_advisory_xact_lock(class, study_id): "tp", torchpace's assignment lock
+STUDY_CORE_TABLES = frozenset({"studies", "trials", "version_info"})  # an Optuna storage has at least these
+_EXAMPLE_URLS = "e.g. sqlite:///path/studies.db or postgresql://user:password@host:5432/database"
+
+
+class StorageFailed(TorchpaceError):
+    """The study's database failed while it was in use (disk full, lock held too long, server gone). Exit 1."""
+
+
+def mask_url(url: str) -> str:
+    """`url` with any password masked (for messages and reports)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def sqlite_database(url: str) -> str | None:
+    """The file of an SQLite URL (None for other databases and for in-memory SQLite)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    return parsed.database if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") else None
+
+
+DEFAULT_STUDY_FILE = Path(".torchpace") / "studies.db"  # the default storage, relative to the working folder
+
+
+def default_storage_url(workdir: Path | None = None) -> str:
+    """`sqlite:///WORKDIR/.torchpace/studies.db` (the folder is created)."""
+    path = (workdir or Path.cwd()) / DEFAULT_STUDY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def resolve_storage_url(url: str, installed: Callable[[str], bool] | None = None) -> str:
+    """The URL SQLAlchemy opens: `postgresql://` and `postgres://` name the installed PostgreSQL driver.
+
+    Args:
+        url: the `--storage` URL as the user gave it.
+        installed: module name -> whether it can be imported (injected by tests).
+
+    Raises:
+        UsageError: not a database URL, or PostgreSQL without a driver (names `pip install torchpace[postgres]`).
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    installed = installed or (lambda name: importlib.util.find_spec(name) is not None)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UsageError(f"--storage {url!r} is not a database URL; {_EXAMPLE_URLS}") from None
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend not in ("postgresql", "postgres"):
+        return url
+    wanted = (driver,) if driver else POSTGRES_DRIVERS
+    found = next((name for name in wanted if installed(name)), None)
+    if found is None:
+        raise UsageError(f"--storage {mask_url(url)} needs a PostgreSQL driver ({' or '.join(wanted)}), and none is "
+                         "installed: pip install 'torchpace[postgres]'")
+    return parsed.set(drivername=f"postgresql+{found}").render_as_string(hide_password=False)
+
+
+def connect_args(url: str) -> dict[str, Any]:
+    """The DB-API connect arguments that bound every wait: SQLite's lock timeout, a server's connect timeout.
+
+    A value given in the URL's query (`?timeout=5`, `?connect_timeout=3`) wins over the default.
+    """
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return {} if "timeout" in parsed.query else {"timeout": SQLITE_TIMEOUT_S}
+    if backend == "postgresql" and parsed.get_driver_name() in POSTGRES_DRIVERS:
+        return {} if "connect_timeout" in parsed.query else {"connect_timeout": SERVER_CONNECT_TIMEOUT_S}
+    return {}
+
+
+def sqlite_timeout_s(url: str) -> float:
+    """How long a connection to this SQLite URL waits for a lock, seconds."""
+    from sqlalchemy.engine import make_url
+
+    return float(make_url(url).query.get("timeout", SQLITE_TIMEOUT_S))
+
+
+# ---- checks before anything is written ------------------------------------------------------------
+
+
+def optuna_tables() -> frozenset[str]:
+    """Every table Optuna's RDB storage creates (its schema, plus alembic's version table)."""
+    from optuna.storages._rdb import models
+
+    return frozenset(models.BaseModel.metadata.tables) | {"alembic_version"}
+
+
+def read_table_names(url: str) -> frozenset[str]:
+    """The tables of the database `url` names, read without writing anything.
+
+    Raises:
+        UsageError: the database cannot be read or reached (an SQLite file that is missing or not
+            SQLite; a server that refuses, times out, or has no such database), the URL's password masked.
+    """
+    database = sqlite_database(url)
+    if database is not None:
+        return _sqlite_tables(database, sqlite_timeout_s(url))
+    import sqlalchemy
+    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.pool import NullPool
+
+    resolved = resolve_storage_url(url)
+    engine = sqlalchemy.create_engine(resolved, connect_args=connect_args(resolved), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return frozenset(sqlalchemy.inspect(conn).get_table_names())
+    except SQLAlchemyError as err:
+        raise UsageError(describe_connect_error(url, err)) from None
+    finally:
+        engine.dispose()
+
+
+def _sqlite_tables(path: str, timeout_s: float) -> frozenset[str]:
+    from contextlib import closing
+
+    uri = f"{Path(path).resolve().as_uri()}?mode=ro"
+    try:
+        with closing(sqlite3.connect(uri, uri=True, timeout=timeout_s)) as conn:
+            return frozenset(row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    except sqlite3.DatabaseError as err:
+        raise UsageError(f"{path!r} is not a usable Optuna database: not a readable SQLite database ({err})") from None
+
+
+def check_storage(url: str, on_wait: Callable[[str], None] | None = None) -> None:
+    """Refuse, before anything is written, a storage that cannot be reached or that is another application's.
+
+    A database holding any table that is not Optuna's is refused: torchpace never adds its tables
+    to an application's database. A missing SQLite file is fine (it will be created).
+
+    Args:
+        url: the `--storage` URL.
+        on_wait: told a line when an SQLite file is locked by another process and the check waits for it.
+
+    Raises:
+        UsageError: as `read_table_names`, or the database holds tables that are not Optuna's.
+    """
+    resolved = resolve_storage_url(url)
+    database = sqlite_database(resolved)
+    if database is not None:
+        if not Path(database).exists():
+            return
+        say_if_locked(database, url, on_wait)
+    foreign = sorted(read_table_names(resolved) - optuna_tables())
+    if foreign:
+        shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
+        raise UsageError(f"--storage {mask_url(url)} holds tables that are not an Optuna study ({shown}): torchpace "
+                         "keeps studies in a database of their own and wrote nothing to this one; give a new SQLite "
+                         "file or an empty database")
+
+
+def say_if_locked(path: str, url: str, on_wait: Callable[[str], None] | None) -> None:
+    """Tell `on_wait` when another process holds the SQLite file's write lock (we are about to wait for it)."""
+    from contextlib import closing
+
+    if on_wait is None:
+        return
+    try:
+        with closing(sqlite3.connect(path, timeout=0, isolation_level=None)) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+    except sqlite3.OperationalError as err:
+        if "locked" in str(err):
+            on_wait(f"{mask_url(url)} is locked by another process: waiting up to {sqlite_timeout_s(url):g} s for it")
+        # any other error (not a database, unreadable) is reported by the read that follows
+
+
+# ---- opening -------------------------------------------------------------------------------------
+
+
+def open_storage(url: str, on_wait: Callable[[str], None] | None = None, read_only: bool = False):
+    """An Optuna RDBStorage with heartbeats and bounded waits.
+
+    Args:
+        url: the `--storage` URL (`postgresql://` names the installed driver).
+        on_wait: told a line when the storage is locked by another process and opening waits for it.
+        read_only: the caller only reads an existing study (a report): create no tables, skip the
+            foreign-table check (the caller checked that the database holds a study).
+
+    Raises:
+        UsageError: the URL is not a usable Optuna database (unreachable, refused, not Optuna's).
+    """
+    import warnings
+
+    import optuna
+    import sqlalchemy.exc
+
+    resolved = resolve_storage_url(url)
+    if not read_only:
+        check_storage(url, on_wait)
+        _make_sqlite_parent(resolved)
+    try:
+        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's words; we rely on them
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return _storage_class()(resolved, engine_kwargs={"connect_args": connect_args(resolved)},
+                                    heartbeat_interval=_HEARTBEAT_INTERVAL_S, grace_period=_GRACE_PERIOD_S,
+                                    skip_table_creation=read_only)
+    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, ValueError, ImportError) as err:
+        raise UsageError(f"--storage {mask_url(url)} is not a usable Optuna database: {root_cause_line(err, url)}") from None
+
+
+def _make_sqlite_parent(url: str) -> None:
+    """Create the directory of an SQLite URL's file (the file SQLite creates itself)."""
+    database = sqlite_database(url)
+    if database:
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _storage_class():
+    """Optuna's RDBStorage whose heartbeat thread keeps a database failure for the main thread instead of
+    printing a traceback (the main thread's next write meets the same failure and reports it once)."""
+    import optuna
+    import sqlalchemy.exc
+
+    class HeartbeatKeepingStorage(optuna.storages.RDBStorage):
+        heartbeat_failure: BaseException | None = None
+
+        def record_heartbeat(self, trial_id: int) -> None:
+            try:
+                super().record_heartbeat(trial_id)
+            except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as err:
+                self.heartbeat_failure = err
+
+    return HeartbeatKeepingStorage
+
+
+# ---- failures while in use ------------------------------------------------------------------------
+
+_CONNECT_HINTS = (
+    ("password authentication failed", "check the user name and password"),
+    ("does not exist", "create the database first (see `docs/fleet.md`: createdb)"),
+    ("timeout", "is the server running, and reachable from this host?"),
+    ("connection refused", "is the server running and listening on that host and port?"),
+    ("could not translate host name", "is the host name right?"),
+)
+_FAILURE_HINTS = (
+    ("disk is full", "free space on the disk that holds the database"),
+    ("no space left", "free space on the disk that holds the database"),
+    ("database is locked", "another process held its lock longer than the lock timeout (`?timeout=SECONDS` in an "
+                           "SQLite URL waits longer)"),
+    ("disk i/o error", "the disk that holds the database failed a read or write"),
+    ("read-only", "the database or its folder is read-only"),
+    ("server closed the connection", "the database server went away"),
+    ("terminating connection", "the database server went away"),
+)
+
+
+def root_cause_line(err: BaseException, url: str) -> str:
+    """The innermost cause of a (chained) database error, on one line, with the URL's password scrubbed."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    while err.__cause__ is not None:
+        err = err.__cause__
+    if isinstance(err, DBAPIError) and err.orig is not None:
+        err = err.orig
+    text = "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+    try:
+        password = make_url(url).password
+    except ArgumentError:
+        password = None
+    return text.replace(password, "***")[:400] if password else text[:400]
+
+
+def _hint(cause: str, hints: tuple[tuple[str, str], ...]) -> str:
+    return next((f"; {hint}" for pattern, hint in hints if pattern in cause.lower()), "")
+
+
+def describe_connect_error(url: str, err: BaseException) -> str:
+    """`--storage URL: cannot connect (cause); hint`, the password masked."""
+    cause = root_cause_line(err, url)
+    return f"--storage {mask_url(url)}: cannot connect ({cause}){_hint(cause, _CONNECT_HINTS)}"
+
+
+def describe_failure(url: str, err: BaseException) -> str:
+    """One line for a database failure in the middle of a tune: the storage, the cause, what to do."""
+    cause = root_cause_line(err, url)
+    return (f"the study storage {mask_url(url)} failed: {cause}{_hint(cause, _FAILURE_HINTS)}. Finished trials are "
+            "kept in the study: run again with --resume once it is fixed")
+
+
+@contextmanager
+def storage_failures(url: str) -> Iterator[None]:
+    """Turn a database error inside the block into one `StorageFailed` naming its cause (no chained tracebacks)."""
+    import optuna
+    import sqlalchemy.exc
+
+    try:
+        yield
+    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as err:
+        raise StorageFailed(describe_failure(url, err)) from None
+
+
+# ---- several tuners on one study ------------------------------------------------------------------
+
+
+@contextmanager
+def assignment_lock(storage, study_id: int) -> Iterator[None]:
+    """One tuner at a time reads a study's records and pins its next trial, so no two pick the same one.
+
+    PostgreSQL: a transaction-level advisory lock (released at commit, or by the server when the
+    holder's connection dies). SQLite: an exclusive `flock` on `FILE.lock` beside the database
+    (SQLite's own locks cannot span Optuna's separate connections). Other databases: no lock.
+    """
+    engine = getattr(getattr(storage, "_backend", storage), "engine", None)
+    if engine is not None and engine.dialect.name == "postgresql":
+        import sqlalchemy
+
+        with engine.begin() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:c, :s)"), {"c": _LOCK_CLASS, "s": study_id})
+            yield
+        return
+    database = sqlite_database(str(engine.url)) if engine is not None else None
+    if database is None:
+        yield
+        return
+    with open(f"{database}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
