@@ -1,11 +1,24 @@
-"""What `torchpace launch`'s sitecustomize hook does inside the script's process once torch is imported.
+"""What the launch hook does inside an unmodified script's process once torch is imported.
 
-GLOBAL knobs (`precision.matmul`, `backends.cudnn_benchmark`) take effect through the knobs' own
-`apply`, entered on an ExitStack that an atexit handler closes, so they hold for the whole script and
-are restored as it exits. LOADER knobs (`data.num_workers`, `data.pin_memory`, `data.prefetch_factor`,
-`data.persistent_workers`) become `DataLoader` defaults: an argument the script passes, by keyword or
-by position, is never changed. Knobs that touch the model, optimizer or step are not applied here;
-they need `torchpace.prepare()` in the script.
+One code path for `torchpace launch --config` and for every script-mode trial (`bench`/`tune`/`profile
+-- python train.py`), so a config runs exactly as it was measured. Each knob reaches the script the way
+its `script_reach` says:
+
+- `global` (`precision.matmul`, `backends.cudnn_benchmark`): the knob's own `apply`, entered on an
+  ExitStack that an atexit handler closes, so it holds for the whole script;
+- `loader` (`data.num_workers`, `data.pin_memory`, `data.prefetch_factor`, `data.persistent_workers`):
+  the value given to every `torch.utils.data.DataLoader`, **also where the script passes that argument
+  itself** (a hard-coded `num_workers=0` is the common case worth tuning); each change is reported once
+  per call site on stderr and in `REPORT` (which loader, which argument, old -> new). A loader whose
+  dataset cannot take a value (an IterableDataset that does not shard itself across workers) keeps the
+  script's arguments, by the knob's own rule;
+- `optimizer` (`optimizer.impl`): `foreach=`/`fused=` of every `torch.optim` optimizer built, also over
+  the script's own argument, where the class has that implementation and it builds on the parameters'
+  device (otherwise the script's arguments stand and `REPORT.not_applied` says why);
+- `autocast` (`precision.amp = bf16`): see `torchpace.launch.autocast`.
+
+`process` knobs (threads, allocator, NUMA) reached the process through its env before it started.
+Knobs without a `script_reach` need `torchpace.prepare()` in the script; the planner says so.
 """
 
 from __future__ import annotations
@@ -14,19 +27,66 @@ import atexit
 import contextlib
 import functools
 import inspect
+import os
+import sys
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
-from torchpace.knobs import Knob, KnobValue, Point, get_knob
+from torchpace.knobs import Knob, KnobValue, get_knob
 
-_PATCHED = "__torchpace_launch_defaults__"  # marks DataLoader.__init__ once it is wrapped
+_PATCHED = "__torchpace_launch_knobs__"  # marks a constructor once it is wrapped
 
 
-def apply_launch_config(values: Mapping[str, Any]) -> None:
-    """Validate `values` (knob name -> value) and apply the GLOBAL and LOADER knobs among them."""
+@dataclass
+class HookReport:
+    """What the hook did in this process (script-mode trials put it in their result).
+
+    Attributes:
+        overrides: one entry per change made to a script's DataLoader/optimizer arguments:
+            {"where": "train.py:41", "object": "DataLoader", "argument", "old", "new", "knob"}.
+        reached: knobs that took effect at least once (global knobs at import; loader knobs when a
+            DataLoader was built with them; optimizer.impl when an optimizer was; bf16 when a forward ran).
+        not_applied: knob -> why it could not take effect where it was met.
+    """
+
+    overrides: list[dict[str, Any]] = field(default_factory=list)
+    reached: set[str] = field(default_factory=set)
+    not_applied: dict[str, str] = field(default_factory=dict)
+    _announced: set[tuple] = field(default_factory=set)
+
+    def record_override(self, where: str, obj: str, argument: str, old: Any, new: Any, knob: str) -> None:
+        """Note one changed argument; say so on stderr the first time at this call site."""
+        key = (where, obj, argument, repr(old), repr(new))
+        if key in self._announced:
+            return
+        self._announced.add(key)
+        self.overrides.append({"where": where, "object": obj, "argument": argument, "old": old, "new": new, "knob": knob})
+        sys.stderr.write(f"torchpace: {obj} at {where}: {argument} {old!r} -> {new!r} ({knob})\n")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"overrides": list(self.overrides), "reached": sorted(self.reached), "not_applied": dict(self.not_applied)}
+
+
+REPORT = HookReport()
+
+
+def apply_launch_config(values: Mapping[str, Any]) -> HookReport:
+    """Validate `values` (knob name -> value) and apply each knob that reaches a script in-process."""
     knobs = [(get_knob(name), get_knob(name).validate(value)) for name, value in values.items()]
-    apply_global_knobs([(k, v) for k, v in knobs if k.point is Point.GLOBAL])
-    patch_dataloader_defaults([(k, v) for k, v in knobs if k.point is Point.LOADER])
+    by_reach: dict[str, list[tuple[Knob, KnobValue]]] = {}
+    for knob, value in knobs:
+        by_reach.setdefault(knob.script_reach or "prepare", []).append((knob, value))
+    apply_global_knobs(by_reach.get("global", []))
+    patch_dataloader(by_reach.get("loader", []))
+    for knob, value in by_reach.get("optimizer", []):
+        patch_optimizers(knob.name, str(value))
+    for knob, value in by_reach.get("autocast", []):
+        if knob.script_reason(value) is None and value != knob.default:
+            from torchpace.launch.autocast import install_outermost_autocast
+
+            install_outermost_autocast(str(value), REPORT, knob.name)
+    return REPORT
 
 
 def apply_global_knobs(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
@@ -36,11 +96,12 @@ def apply_global_knobs(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
     stack = contextlib.ExitStack()
     for knob, value in knobs:
         knob.apply(value, stack, None)
+        REPORT.reached.add(knob.name)
     atexit.register(stack.close)
 
 
-def patch_dataloader_defaults(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
-    """Make the LOADER knobs `torch.utils.data.DataLoader`'s defaults (subclasses included)."""
+def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
+    """Give every `torch.utils.data.DataLoader` (subclasses included) the LOADER knobs' values."""
     import torch.utils.data
 
     loader_cls = torch.utils.data.DataLoader
@@ -50,10 +111,16 @@ def patch_dataloader_defaults(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
     signature = inspect.signature(original)
 
     @functools.wraps(original)
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        explicit = signature.bind_partial(self, *args, **kwargs).arguments
-        kwargs.update(loader_defaults(_fitting(knobs, explicit.get("dataset")), explicit))
-        original(self, *args, **kwargs)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind_partial(self, *args, **kwargs)
+        fitting = _fitting(knobs, bound.arguments.get("dataset"))
+        changes = loader_overrides(fitting, bound.arguments, signature)
+        where = caller_site()
+        for name, (old, new, knob) in changes.items():
+            bound.arguments[name] = new
+            REPORT.record_override(where, type(self).__name__, name, old, new, knob)
+        REPORT.reached.update(knob.name for knob, _ in fitting)
+        original(*bound.args, **bound.kwargs)
 
     setattr(__init__, _PATCHED, tuple(knobs))
     loader_cls.__init__ = __init__
@@ -61,22 +128,108 @@ def patch_dataloader_defaults(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
 
 def _fitting(knobs: Sequence[tuple[Knob, KnobValue]], dataset: Any) -> list[tuple[Knob, KnobValue]]:
     """The knobs whose value can run with `dataset`, by the knobs' own rule (e.g. no workers for an
-    IterableDataset that would be read once per worker)."""
+    IterableDataset that would be read once per worker); the others are noted as not applied."""
     loader_only = SimpleNamespace(dataset=dataset)
-    return [(knob, value) for knob, value in knobs if knob.value_applies(value, None, loader_only) is None]
+    kept = []
+    for knob, value in knobs:
+        reason = knob.value_applies(value, None, loader_only)
+        if reason is None:
+            kept.append((knob, value))
+        else:
+            REPORT.not_applied.setdefault(knob.name, f"a DataLoader at {caller_site()}: {reason}")
+    return kept
 
 
-def loader_defaults(knobs: Sequence[tuple[Knob, KnobValue]], explicit: Mapping[str, Any]) -> dict[str, Any]:
-    """The DataLoader keyword arguments the knobs add to what the script passed (`explicit`).
+def loader_overrides(knobs: Sequence[tuple[Knob, KnobValue]], explicit: Mapping[str, Any],
+                     signature: inspect.Signature | None = None) -> dict[str, tuple[Any, Any, str]]:
+    """The DataLoader arguments the knobs change: name -> (the script's value, the knob's, knob name).
 
-    Each knob applies to the arguments so far, as in `prepare()`; only names the script did not pass
-    are kept, so `num_workers=0` passed explicitly also keeps the worker-only knobs away.
+    Each knob applies to the arguments so far, as in `prepare()` (so `prefetch_factor` follows a
+    `num_workers` that a knob raised from the script's 0). The script's value is what it passed, else
+    the DataLoader's default from `signature`.
     """
-    merged, added = dict(explicit), {}
+    merged = {k: v for k, v in explicit.items() if k != "self"}
+    changes: dict[str, tuple[Any, Any, str]] = {}
     for knob, value in knobs:
         scratch = dict(merged)
         knob.apply(value, scratch, None)
         for name, new in scratch.items():
-            if name not in explicit:
-                merged[name] = added[name] = new
-    return added
+            old = merged.get(name, _default_of(signature, name))
+            if name not in changes and old == new and type(old) is type(new):
+                continue
+            changes[name] = (changes[name][0] if name in changes else old, new, knob.name)
+            merged[name] = new
+    return {name: change for name, change in changes.items() if not _same(change[0], change[1])}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b and type(a) is type(b)
+
+
+def _default_of(signature: inspect.Signature | None, name: str) -> Any:
+    if signature is None or name not in signature.parameters:
+        return None
+    default = signature.parameters[name].default
+    return None if default is inspect.Parameter.empty else default
+
+
+def patch_optimizers(knob_name: str, impl: str) -> None:
+    """Build every torch.optim optimizer that has an `impl` (foreach/fused) implementation with it."""
+    import torch.optim
+
+    if impl == "default":
+        return
+    for cls in {c for c in vars(torch.optim).values() if isinstance(c, type) and issubclass(c, torch.optim.Optimizer)}:
+        original = cls.__init__
+        if getattr(original, _PATCHED, None) is not None or cls is torch.optim.Optimizer:
+            continue
+        signature = inspect.signature(original)
+        if impl in signature.parameters:
+            cls.__init__ = _with_impl(original, signature, knob_name, impl)
+
+
+def _with_impl(original, signature: inspect.Signature, knob_name: str, impl: str):
+    flags = {"foreach": impl == "foreach", "fused": impl == "fused"}
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind_partial(self, *args, **kwargs)
+        wanted = {k: v for k, v in flags.items() if k in signature.parameters}
+        changed = {k: (bound.arguments.get(k, _default_of(signature, k)), v) for k, v in wanted.items()
+                   if not _same(bound.arguments.get(k, _default_of(signature, k)), v)}
+        trial = signature.bind_partial(self, *args, **kwargs)
+        trial.arguments.update(wanted)
+        try:
+            original(*trial.args, **trial.kwargs)
+        except (RuntimeError, ValueError, TypeError) as err:  # this class or device has no such kernel
+            REPORT.not_applied.setdefault(knob_name, f"{type(self).__name__}({impl}=True) at {caller_site()}: {err}")
+            original(*bound.args, **bound.kwargs)
+            return
+        REPORT.reached.add(knob_name)
+        where = caller_site()
+        for name, (old, new) in changed.items():
+            REPORT.record_override(where, type(self).__name__, name, old, new, knob_name)
+
+    setattr(__init__, _PATCHED, impl)
+    return __init__
+
+
+def caller_site() -> str:
+    """`file.py:LINE` of the innermost frame outside torch, torchpace and the standard library."""
+    skip = tuple(os.path.dirname(os.path.dirname(m.__file__)) + os.sep for m in _library_modules())
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(skip) and not filename.startswith("<"):
+            shown = os.path.relpath(filename)
+            return f"{filename if shown.startswith('..') else shown}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "unknown"
+
+
+def _library_modules() -> list:
+    import torch
+
+    import torchpace
+
+    return [torch, torchpace, functools]

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 RESULT_KIND = "torchpace.bench"
 RESULT_SCHEMA_VERSION = 1
-_WARMUP_SHARE = 0.4  # warm-up may use up to this share of the time cap (compile can take ~20 s)
+WARMUP_SHARE = 0.4  # warm-up may use up to this share of the time cap (compile can take ~20 s)
 _MAIN_SHARE = 0.8  # the real-step measurement ends by this share; compute-only gets the rest
 
 
@@ -47,7 +47,7 @@ class _Phases:
     compute_end: float
 
 
-_TRAINING_PHASES = _Phases(_WARMUP_SHARE, _MAIN_SHARE, 1.0)
+_TRAINING_PHASES = _Phases(WARMUP_SHARE, _MAIN_SHARE, 1.0)
 # inference: throughput (real step) by half the cap, compute-only by 70%, batch-1 latency the rest
 _INFERENCE_PHASES = _Phases(0.25, 0.5, 0.7)
 
@@ -114,6 +114,14 @@ class BenchResult:
     # all of them (samples/s is the sum over ranks; step time the slowest rank's; peak memory the largest rank's)
     world_size: int = 1
     global_batch_size: int | None = None
+    # optimizer steps per second (median of the windows, with its CI); in script mode without a known
+    # batch size it is the measured figure and every samples_per_s* field is None
+    steps_per_s: float | None = None
+    steps_per_s_ci_low: float | None = None
+    steps_per_s_ci_high: float | None = None
+    # script mode (`bench -- python train.py`): the command, how steps and samples were counted, and
+    # what the launch hook changed in the script (see torchpace.script.hook)
+    script: dict[str, Any] | None = None
     kind: str = RESULT_KIND
     schema_version: int = RESULT_SCHEMA_VERSION
 
@@ -270,10 +278,32 @@ def _inference_fields(run: Prepared, latency: Latency | None, accuracy: dict[str
     return fields
 
 
-def _build_result(workload, config, run, real: Throughput, compute: Throughput | None, losses, peak_bytes, peak_kind, wall_s, host) -> BenchResult:
+def throughput_fields(real: Throughput, samples_known: bool = True) -> dict[str, Any]:
+    """The figures of a measured phase, named as in BenchResult (one definition for both bench modes).
+
+    The meter measured samples/s when `samples_known`, else steps/s; steps/s is always reported, as
+    the median over windows of steps per second with its own CI.
+    """
+    from torchpace.measure.stats import summarize
+
     summary = real.summary
+    steps = summarize([w.steps / w.elapsed_s for w in real.windows if w.elapsed_s > 0])
+    sample_fields = dict(samples_per_s=summary.median, samples_per_s_ci_low=summary.ci_low,
+                         samples_per_s_ci_high=summary.ci_high, samples_per_s_iqr=summary.iqr,
+                         window_samples_per_s=[w.samples_per_s for w in real.windows])
+    if not samples_known:
+        sample_fields = {name: None for name in sample_fields}
+        sample_fields["window_samples_per_s"] = []
+    return dict(**sample_fields, ci_rel_halfwidth=summary.ci_rel_halfwidth, noise_warning=summary.noisy,
+                step_time_s=real.step_time_s, windows=summary.n, measured_steps=real.measured_steps,
+                warmup_s=real.warmup_s, warmup_steps=real.warmup_steps, warmup_converged=real.warmup_converged,
+                stopped_by=real.stopped_by, steps_per_s=steps.median, steps_per_s_ci_low=steps.ci_low,
+                steps_per_s_ci_high=steps.ci_high)
+
+
+def _build_result(workload, config, run, real: Throughput, compute: Throughput | None, losses, peak_bytes, peak_kind, wall_s, host) -> BenchResult:
     compute_sps = compute.summary.median if compute else None
-    input_bound = max(0.0, 1.0 - summary.median / compute_sps) if compute_sps else None
+    input_bound = max(0.0, 1.0 - real.summary.median / compute_sps) if compute_sps else None
     loss_values = torch.stack(losses).tolist() if losses else []
     return BenchResult(
         workload=workload.name,
@@ -283,20 +313,7 @@ def _build_result(workload, config, run, real: Throughput, compute: Throughput |
         grad_accumulation=run.grad_accumulation,
         world_size=run.world_size,
         global_batch_size=(run.loader.batch_size or workload.batch_size) * run.world_size,
-        samples_per_s=summary.median,
-        samples_per_s_ci_low=summary.ci_low,
-        samples_per_s_ci_high=summary.ci_high,
-        samples_per_s_iqr=summary.iqr,
-        ci_rel_halfwidth=summary.ci_rel_halfwidth,
-        noise_warning=summary.noisy,
-        step_time_s=real.step_time_s,
-        windows=summary.n,
-        measured_steps=real.measured_steps,
-        window_samples_per_s=[w.samples_per_s for w in real.windows],
-        warmup_s=real.warmup_s,
-        warmup_steps=real.warmup_steps,
-        warmup_converged=real.warmup_converged,
-        stopped_by=real.stopped_by,
+        **throughput_fields(real),
         compute_only_samples_per_s=compute_sps,
         input_bound_frac=input_bound,
         peak_memory_bytes=peak_bytes,
@@ -305,3 +322,26 @@ def _build_result(workload, config, run, real: Throughput, compute: Throughput |
         wall_time_s=wall_s,
         host=host.summary(),
     )
+
+
+def build_script_bench(real: Throughput, *, samples_known: bool, device, losses: list[float], wall_s: float,
+                       measured_wait_s: float, batch_size: int | None, backwards_per_step: int,
+                       script: dict[str, Any]) -> dict[str, Any]:
+    """The BenchResult dict of a script measured from inside its process (`torchpace.script.hook`).
+
+    There is no compute-only ceiling for a script (its batches cannot be replayed), so
+    `input_bound_frac` is the measured share of window time spent inside the DataLoader iterator's
+    `__next__`, and `compute_only_samples_per_s` is None. `config` is left empty: the parent, which
+    planned the run, fills it in.
+    """
+    device = device if device is not None else torch.device("cpu")
+    elapsed_s = sum(w.elapsed_s for w in real.windows)
+    peak_bytes, peak_kind = read_peak_memory(device)
+    result = BenchResult(
+        workload=" ".join(script.get("command") or []) or "script", config={}, device=str(device),
+        batch_size=batch_size, grad_accumulation=max(1, backwards_per_step), world_size=1, global_batch_size=batch_size,
+        **throughput_fields(real, samples_known), compute_only_samples_per_s=None,
+        input_bound_frac=min(1.0, measured_wait_s / elapsed_s) if elapsed_s > 0 else None,
+        peak_memory_bytes=peak_bytes, peak_memory_kind=peak_kind, loss_values=losses, wall_time_s=wall_s,
+        host=probe_host().summary(), script=script)
+    return result.to_dict()

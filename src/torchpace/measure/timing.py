@@ -80,26 +80,106 @@ def time_window(step: Callable[[], int], steps: int, clock: Clock, sync: Callabl
     return Window(steps, samples, clock() - start)
 
 
-def _warm_up(step, clock, sync, options: TimingOptions, deadline: float) -> tuple[int, int, bool]:
-    """Warm up; returns (steps per window, warm-up steps, converged)."""
-    single = time_window(step, 1, clock, sync)  # the first step always runs: compile happens here
-    steps = 1
-    while steps < options.max_warmup_steps and clock() < deadline:
-        previous, single = single, time_window(step, 1, clock, sync)
-        steps += 1
+class WindowMeter:
+    """The measurement as a state machine driven by step events: one method, two drivers.
+
+    `measure_throughput` drives it by calling a step function (the Workload bench); a training script
+    drives it from inside its own process, one `record` per optimizer step (script mode, see
+    `torchpace.script.hook`). Either way the phases are the same:
+
+    1. ``single``: one-step windows until two consecutive ones agree within 3x `warmup_tolerance`,
+       `max_warmup_steps` or the warm-up deadline; the last one's time sizes the window.
+    2. ``warmup``: windows until two consecutive ones agree within `warmup_tolerance` (converged) or
+       the warm-up deadline passes (not converged).
+    3. ``measure``: windows until `min_windows` and the 95% CI of the median within `target_ci_rel`
+       (stopped by "ci"), or the deadline (stopped by "time"); then the phase is ``done``.
+
+    A window starts when `start()` or the previous window's bookkeeping returns, and ends after its
+    last step with one `sync()` and one clock reading.
+    """
+
+    def __init__(self, clock: Clock, sync: Callable[[], None], options: TimingOptions, warmup_deadline: float,
+                 deadline: float, on_window: Callable[[str, int, Summary | None], None] | None = None):
+        self.clock, self.sync, self.options = clock, sync, options
+        self.warmup_deadline, self.deadline, self.on_window = warmup_deadline, deadline, on_window
+        self.phase = "idle"
+        self.windows: list[Window] = []
+        self.summary: Summary | None = None
+        self.warmup_steps = 0
+        self.warmup_s = 0.0
+        self.warmup_converged = False
+        self.stopped_by = ""
+        self._per_window = 1
+        self._last: Window | None = None  # the previous single / warm-up window
+        self._steps = self._samples = 0
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+    def start(self) -> None:
+        """Begin: the first window (a single step) starts now."""
+        self.phase = "single"
+        self._begin = self._window_start = self.clock()
+
+    def record(self, samples: int) -> Window | None:
+        """One step that processed `samples` finished; returns the window it closed, if any."""
+        self._steps += 1
+        self._samples += samples
+        if self._steps < (1 if self.phase == "single" else self._per_window):
+            return None
+        self.sync()
+        window = Window(self._steps, self._samples, self.clock() - self._window_start)
+        self._steps = self._samples = 0
+        {"single": self._after_single, "warmup": self._after_warmup, "measure": self._after_measured}[self.phase](window)
+        self._window_start = self.clock()
+        return window
+
+    def _after_single(self, window: Window) -> None:
+        previous, self._last = self._last, window
+        self.warmup_steps += 1
         # single steps jitter more than windows: a looser test only to size the window
-        if windows_agree(single.elapsed_s, previous.elapsed_s, options.warmup_tolerance * 3):
-            break
-    step_s = max(single.elapsed_s, 1e-9)
-    per_window = max(1, min(_MAX_STEPS_PER_WINDOW, round(options.window_s / step_s)))
-    last = None
-    while clock() < deadline:
-        window = time_window(step, per_window, clock, sync)
-        steps += per_window
-        if last is not None and windows_agree(window.samples_per_s, last.samples_per_s, options.warmup_tolerance):
-            return per_window, steps, True
-        last = window
-    return per_window, steps, False
+        agreed = previous is not None and windows_agree(window.elapsed_s, previous.elapsed_s, self.options.warmup_tolerance * 3)
+        if agreed or self.warmup_steps >= self.options.max_warmup_steps or self.clock() >= self.warmup_deadline:
+            step_s = max(window.elapsed_s, 1e-9)
+            self._per_window = max(1, min(_MAX_STEPS_PER_WINDOW, round(self.options.window_s / step_s)))
+            self._last = None
+            self._enter("warmup" if self.clock() < self.warmup_deadline else "measure")
+
+    def _after_warmup(self, window: Window) -> None:
+        previous, self._last = self._last, window
+        self.warmup_steps += window.steps
+        if previous is not None and windows_agree(window.samples_per_s, previous.samples_per_s, self.options.warmup_tolerance):
+            self.warmup_converged = True
+            self._enter("measure")
+        elif self.clock() >= self.warmup_deadline:
+            self._enter("measure")
+
+    def _enter(self, phase: str) -> None:
+        self.phase = phase
+        if phase == "measure":
+            self.warmup_s = self.clock() - self._begin
+
+    def _after_measured(self, window: Window) -> None:
+        self.windows.append(window)
+        self.summary = summarize([w.samples_per_s for w in self.windows])
+        if self.on_window:
+            self.on_window("measure", len(self.windows), self.summary)
+        if len(self.windows) >= self.options.min_windows and self.summary.ci_rel_halfwidth <= self.options.target_ci_rel:
+            self.stopped_by, self.phase = "ci", "done"
+        elif self.clock() >= self.deadline:
+            self.stopped_by, self.phase = "time", "done"
+
+    def result(self, stopped_by: str | None = None) -> Throughput:
+        """The measurement so far (`stopped_by` overrides why it ended, e.g. the script ended first).
+
+        Raises:
+            ValueError: no window was measured yet.
+        """
+        if not self.windows or self.summary is None:
+            raise ValueError("no measured window yet")
+        return Throughput(tuple(self.windows), self.summary, self.warmup_s, self.warmup_steps, self.warmup_converged,
+                          stopped_by or self.stopped_by)
 
 
 def measure_throughput(
@@ -118,20 +198,8 @@ def measure_throughput(
         deadline: clock time after which no new window starts.
         on_window: progress callback (phase, windows so far, current summary).
     """
-    start = clock()
-    per_window, warmup_steps, converged = _warm_up(step, clock, sync, options, warmup_deadline)
-    warmup_s = clock() - start
-    windows: list[Window] = []
-    summary = None
-    while True:
-        windows.append(time_window(step, per_window, clock, sync))
-        summary = summarize([w.samples_per_s for w in windows])
-        if on_window:
-            on_window("measure", len(windows), summary)
-        if len(windows) >= options.min_windows and summary.ci_rel_halfwidth <= options.target_ci_rel:
-            stopped_by = "ci"
-            break
-        if clock() >= deadline:
-            stopped_by = "time"
-            break
-    return Throughput(tuple(windows), summary, warmup_s, warmup_steps, converged, stopped_by)
+    meter = WindowMeter(clock, sync, options, warmup_deadline, deadline, on_window)
+    meter.start()
+    while not meter.done:
+        meter.record(step())
+    return meter.result()

@@ -12,11 +12,16 @@ import os
 import sys
 
 _CONFIG_ENV = "TORCHPACE_LAUNCH_CONFIG"  # torchpace.launch.plan.CONFIG_ENV
+_MEASURE_ENV = "TORCHPACE_SCRIPT_MEASURE"  # torchpace.script.spec.MEASURE_ENV: a script-mode measurement
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _apply(raw):
-    """Apply the knobs in `raw` (JSON); a failure is reported and never breaks the script's import."""
+    """Apply the knobs in `raw` (JSON), then start a script-mode measurement when one is asked for.
+
+    A failure to apply the config is reported and never breaks the script's import; a measurement that
+    cannot start is reported too (the parent then finds no result and says the hook did not run).
+    """
     import json
 
     try:
@@ -25,9 +30,13 @@ def _apply(raw):
         sys.stderr.write(f"torchpace launch: cannot apply the config in this interpreter ({err})\n")
         return
     try:
-        apply_launch_config(json.loads(raw))
+        apply_launch_config(json.loads(raw or "{}"))
     except Exception as err:  # the script's `import torch` must still succeed; say what was skipped
         sys.stderr.write(f"torchpace launch: the config was not applied: {err!r}\n")
+    if os.environ.get(_MEASURE_ENV):
+        from torchpace.script.hook import install_from_env
+
+        install_from_env()
 
 
 class _ThenApply:
@@ -81,9 +90,11 @@ def _run_shadowed_sitecustomize():
 
 def _install():
     raw = os.environ.get(_CONFIG_ENV)
-    if raw and "torch" in sys.modules:
+    if not raw and not os.environ.get(_MEASURE_ENV):
+        return
+    if "torch" in sys.modules:
         _apply(raw)
-    elif raw:
+    else:
         sys.meta_path.insert(0, _TorchImportWatcher(raw))
 
 

@@ -1,0 +1,93 @@
+"""bf16 autocast around the forward of the outermost module an unmodified script calls.
+
+`precision.amp = bf16` reaches a script without a code change through torch's global module hooks:
+when a module with parameters is called and no other module's forward is running in this thread, a
+`torch.autocast(device_type, bfloat16)` is entered before its forward and exited after it, and its
+floating outputs are cast back to float32, so the script's loss and everything after the forward run
+as they did. Three hazards shape it:
+
+- autocast state is thread-local, so the depth of nested forwards is kept per thread;
+- autocast's cache of bf16 weight copies is cleared only when the outermost autocast exits: this one
+  exits at the end of each forward, so `optimizer.step()` never runs inside it and the next forward
+  never reads stale weights;
+- the exit hook is registered with `always_call=True`, so a forward that raises still exits autocast.
+
+Modules without parameters (a loss module such as `nn.CrossEntropyLoss`) are not wrapped: they are
+rarely the model, and autocast runs losses in float32 anyway. fp16 is not offered here: it needs a
+GradScaler around backward and step, which only `torchpace.prepare()` can place.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+_DTYPES = {"bf16": "bfloat16"}
+
+
+class OutermostAutocast:
+    """The pair of global forward hooks; `entered` counts forwards run under autocast."""
+
+    def __init__(self, dtype_name: str, on_enter=None):
+        import torch
+
+        self.dtype = getattr(torch, _DTYPES[dtype_name])
+        self.local = threading.local()
+        self.entered = 0
+        self.on_enter = on_enter
+
+    def before(self, module, args) -> None:
+        depth = getattr(self.local, "depth", 0)
+        self.local.depth = depth + 1
+        if depth == 0 and getattr(self.local, "open", None) is None:
+            device_type = _device_type(module)
+            if device_type is not None:
+                import torch
+
+                context = torch.autocast(device_type=device_type, dtype=self.dtype)
+                context.__enter__()
+                self.local.open = (module, context)
+                self.entered += 1
+                if self.on_enter is not None:
+                    self.on_enter()
+
+    def after(self, module, args, output) -> Any:
+        self.local.depth = max(0, getattr(self.local, "depth", 1) - 1)
+        opened = getattr(self.local, "open", None)
+        if opened is None or opened[0] is not module or self.local.depth:
+            return None
+        self.local.open = None
+        opened[1].__exit__(None, None, None)
+        return None if output is None else _to_float32(output, self.dtype)
+
+
+def _device_type(module) -> str | None:
+    """The device type of the module's first parameter, or None for a module without parameters."""
+    for parameter in module.parameters():
+        return parameter.device.type
+    return None
+
+
+def _to_float32(output: Any, dtype) -> Any:
+    """`output` with every tensor of `dtype` cast to float32 (tuples, lists and dicts followed)."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output.float() if output.dtype == dtype else output
+    if isinstance(output, tuple) and hasattr(output, "_fields"):  # namedtuple
+        return type(output)(*(_to_float32(o, dtype) for o in output))
+    if isinstance(output, (list, tuple)):
+        return type(output)(_to_float32(o, dtype) for o in output)
+    if isinstance(output, dict):
+        return type(output)({k: _to_float32(v, dtype) for k, v in output.items()})
+    return output
+
+
+def install_outermost_autocast(value: str, report, knob_name: str) -> OutermostAutocast:
+    """Register the hooks for the rest of the process; `report.reached` gets `knob_name` at the first forward."""
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+    hooks = OutermostAutocast(value, on_enter=lambda: report.reached.add(knob_name))
+    register_module_forward_pre_hook(hooks.before)
+    register_module_forward_hook(hooks.after, always_call=True)
+    return hooks

@@ -1,0 +1,51 @@
+"""What a script-mode measurement asks of the hook inside the script (pure, no torch).
+
+The parent passes a `ScriptMeasure` to the script's process as JSON in the `MEASURE_ENV` variable;
+the launch hook installs `torchpace.script.hook` with it when the script imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+MEASURE_ENV = "TORCHPACE_SCRIPT_MEASURE"
+GUARD_SEED = 0  # torch / random seeded with this at `import torch` (a seed the script sets later wins)
+
+
+@dataclass(frozen=True)
+class ScriptMeasure:
+    """How to measure a script from inside its process.
+
+    Attributes:
+        result_path: where the hook writes the trial result (JSON of `TrialResult`).
+        command: the user's command, for the result's `workload` name.
+        mode: `bench` (measure windows) or `profile` (trace a few steps with torch.profiler).
+        max_time_s: the measurement's time cap, counted from the end of the first step.
+        target_ci_rel: stop once the 95% CI of the median is within this relative half-width.
+        guard_steps: how many first step losses to return as the guard curve.
+        seed: seeds torch (and `random`, numpy when loaded) at `import torch`; None leaves them alone.
+        samples_per_step: samples in one step when the batches do not tell (None: from the DataLoader).
+        no_step_timeout_s: give up when no step was seen this long after `import torch`.
+        profile: profile mode only: {"trace_path", "wait", "warmup", "active"} (steps of each phase).
+    """
+
+    result_path: str
+    command: tuple[str, ...] = ()
+    mode: str = "bench"
+    max_time_s: float = 30.0
+    target_ci_rel: float = 0.02
+    guard_steps: int = 0
+    seed: int | None = GUARD_SEED
+    samples_per_step: int | None = None
+    no_step_timeout_s: float = 120.0
+    profile: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ScriptMeasure":
+        data = json.loads(text)
+        data["command"] = tuple(data.get("command", ()))
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
