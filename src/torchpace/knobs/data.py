@@ -13,6 +13,7 @@ def _is_iterable_dataset(workload) -> bool:
 
 class NumWorkersKnob(IntKnob):
     name = "data.num_workers"
+    script_reach = "loader"
     stage = "data"
     point = Point.LOADER
     default = 0
@@ -35,6 +36,7 @@ class NumWorkersKnob(IntKnob):
 
 class PinMemoryKnob(Knob):
     name = "data.pin_memory"
+    script_reach = "loader"
     stage = "data"
     point = Point.LOADER
     default = False
@@ -62,6 +64,7 @@ class _WorkerOptionKnob(Knob):
 
 class PrefetchFactorKnob(_WorkerOptionKnob, IntKnob):
     name = "data.prefetch_factor"
+    script_reach = "loader"
     stage = "data"
     point = Point.LOADER
     default = 2
@@ -79,6 +82,7 @@ class PrefetchFactorKnob(_WorkerOptionKnob, IntKnob):
 
 class PersistentWorkersKnob(_WorkerOptionKnob):
     name = "data.persistent_workers"
+    script_reach = "loader"
     stage = "data"
     point = Point.LOADER
     default = False
