@@ -40,6 +40,11 @@ class TrialSpec:
             on this many batches before measuring (0: no accuracy guard); beyond `accuracy_rtol`
             (relative to the largest reference output), `accuracy_atol` or `min_top1_agreement`,
             the trial ends as `guard` without being timed.
+        command: script mode: the user's command (`python train.py ARGS`); the trial launches it with
+            the config and measures it from inside (`torchpace.script`), and `workload` is only its label.
+        samples_per_step: script mode: samples in one step when its batches do not tell.
+        script_mode: script mode: `bench` (measure) or `profile` (trace a few steps).
+        script_profile: script mode, `profile`: the trace path and the profiler's step schedule.
     """
 
     workload: str
@@ -56,6 +61,10 @@ class TrialSpec:
     accuracy_atol: float = 1e-5
     min_top1_agreement: float = 0.99
     accuracy_enforce: bool = True  # False: report the accuracy figures, never reject (`torchpace bench`)
+    command: list[str] = field(default_factory=list)
+    samples_per_step: int | None = None
+    script_mode: str = "bench"
+    script_profile: dict[str, Any] = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
