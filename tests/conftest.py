@@ -124,3 +124,17 @@ def own_leftovers(request):
         return found
 
     return find
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A throw-away PostgreSQL server for the session (tests/_postgres.py): Debian's server is installed
+    with apt-get when missing and root; elsewhere without its binaries the test is skipped, saying why."""
+    from _postgres import ThrowawayPostgres, install_server
+
+    missing = install_server()
+    if missing:
+        pytest.skip(missing)
+    server = ThrowawayPostgres.start()
+    yield server
+    server.stop()

@@ -15,13 +15,13 @@ functions are pure. Everything returned is frozen data.
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
 from torchpace.errors import UsageError
+from torchpace.tune.storage import mask_url, sqlite_database  # noqa: F401  (mask_url: report/__init__ imports it here)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BENCH_KIND = "torchpace.bench"  # torchpace.measure.bench.RESULT_KIND (that module imports torch)
@@ -96,13 +96,12 @@ def load_report_data(path: str | None, *, storage: str | None = None, study: str
     if (path is None) == (storage is None):
         raise UsageError(f"give STUDY_OR_RESULT or --storage URL (one of them): {EXPECTED}")
     if storage is not None:
-        database = sqlite_database(storage)
-        if database:
-            check_optuna_file(database)  # else Optuna would create an empty database there
+        check_holds_study(storage, mask_url(storage))  # else Optuna would create an empty study storage there
         return load_study(storage, study, mask_url(storage))
     if read_input_kind(path) == "sqlite":
-        check_optuna_file(path)
-        return load_study(f"sqlite:///{Path(path).resolve()}", study, str(path))
+        url = f"sqlite:///{Path(path).resolve()}"
+        check_holds_study(url, repr(str(path)))
+        return load_study(url, study, str(path))
     if study is not None:
         raise UsageError(f"--study {study!r} applies to a study storage, and {path!r} is a JSON result")
     return build_result_data(read_result_json(path), str(path))
@@ -150,26 +149,24 @@ def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
 # ---- studies ---------------------------------------------------------------------------------------
 
 
-def check_optuna_file(path: str | Path) -> None:
-    """UsageError unless the SQLite file holds Optuna's tables (read-only: never creates them)."""
-    uri = f"{Path(path).resolve().as_uri()}?mode=ro"
-    try:
-        with sqlite3.connect(uri, uri=True) as conn:
-            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.DatabaseError as err:
-        raise UsageError(f"{str(path)!r} is not a readable SQLite database ({err}); expected {EXPECTED}") from None
-    if not {"studies", "trials", "version_info"} <= tables:
-        raise UsageError(f"{str(path)!r} is an SQLite database but holds no Optuna study; expected {EXPECTED}")
+def check_holds_study(url: str, source: str) -> None:
+    """UsageError unless the database holds Optuna's tables (read without writing: never creates them)."""
+    from torchpace.tune.storage import STUDY_CORE_TABLES, read_table_names
+
+    if not STUDY_CORE_TABLES <= read_table_names(url):
+        kind = "an SQLite database" if sqlite_database(url) else "a database"
+        raise UsageError(f"{source} is {kind} but holds no Optuna study; expected {EXPECTED}")
 
 
 def load_study(url: str, name: str | None, source: str) -> ReportData:
     """Read a torchpace study from Optuna storage `url` into ReportData."""
     import optuna
 
-    from torchpace.tune.study import ATTR, open_storage
+    from torchpace.tune.storage import open_storage
+    from torchpace.tune.study import ATTR
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    storage = open_storage(url)
+    storage = open_storage(url, read_only=True)
     summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
     candidates = [(s.study_name, s.user_attrs.get(ATTR), s.datetime_start, index) for index, s in enumerate(summaries)]
     chosen, note = pick_study(candidates, name, source)
@@ -273,26 +270,3 @@ def build_tune_data(outcome: Mapping[str, Any], host: Mapping[str, Any] | None, 
     """ReportData of a tune outcome (`TuneOutcome.to_dict()`; pure)."""
     return ReportData("study", source, str(outcome.get("workload", "?")), dict(outcome.get("best_config") or {}),
                       host=host or None, tune=outcome, config_path=config_path or outcome.get("out_path"), note=note)
-
-
-def sqlite_database(url: str) -> str | None:
-    """The file of an SQLite URL (None for other databases and for in-memory SQLite)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return None
-    return parsed.database if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") else None
-
-
-def mask_url(url: str) -> str:
-    """`url` with any password masked (a report gets attached to tickets)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url

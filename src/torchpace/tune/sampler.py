@@ -18,6 +18,7 @@ from optuna.samplers import BaseSampler
 
 from torchpace.tune.policy import GreedyState, Proposal, plan_greedy
 from torchpace.tune.space import KnobSpace
+from torchpace.tune.storage import assignment_lock
 from torchpace.tune.study import ATTR, build_records, trial_info
 
 
@@ -34,14 +35,16 @@ class GreedySampler(BaseSampler):
         return plan_greedy(self.space, build_records(trials), self.conflicts)
 
     def assign(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> GreedyState:
-        """Pin the next proposal (or wait/done) on `trial`."""
-        state = self.plan(study, exclude_number=trial.number)
-        proposal: Proposal | None = state.next
-        info: dict[str, Any] = {"action": "run" if proposal else ("wait" if state.waiting else "done")}
-        if proposal:
-            info.update(slot=proposal.slot, kind=proposal.kind, stage=proposal.stage, knob=proposal.knob,
-                        value=proposal.value, config=proposal.config)
-        study._storage.set_trial_system_attr(trial._trial_id, ATTR, info)
+        """Pin the next proposal (or wait/done) on `trial`; tuners sharing the study take turns here, so
+        each sees the others' pins and no two take the same pending trial."""
+        with assignment_lock(study._storage, study._study_id):
+            state = self.plan(study, exclude_number=trial.number)
+            proposal: Proposal | None = state.next
+            info: dict[str, Any] = {"action": "run" if proposal else ("wait" if state.waiting else "done")}
+            if proposal:
+                info.update(slot=proposal.slot, kind=proposal.kind, stage=proposal.stage, knob=proposal.knob,
+                            value=proposal.value, config=proposal.config)
+            study._storage.set_trial_system_attr(trial._trial_id, ATTR, info)
         return state
 
     def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:

@@ -171,6 +171,9 @@ def _sqlite_tables(path: str, timeout_s: float) -> frozenset[str]:
         with closing(sqlite3.connect(uri, uri=True, timeout=timeout_s)) as conn:
             return frozenset(row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
     except sqlite3.DatabaseError as err:
+        if "locked" in str(err):
+            raise StorageFailed(f"{path!r} stayed locked by another process for {timeout_s:g} s (database is locked); "
+                                "try again when it is free, or wait longer with ?timeout=SECONDS in the URL") from None
         raise UsageError(f"{path!r} is not a usable Optuna database: not a readable SQLite database ({err})") from None
 
 
@@ -220,14 +223,12 @@ def say_if_locked(path: str, url: str, on_wait: Callable[[str], None] | None) ->
 # ---- opening -------------------------------------------------------------------------------------
 
 
-def open_storage(url: str, on_wait: Callable[[str], None] | None = None, read_only: bool = False):
-    """An Optuna RDBStorage with heartbeats and bounded waits.
+def open_storage(url: str, read_only: bool = False):
+    """An Optuna RDBStorage with heartbeats and bounded waits (callers run `check_storage` first).
 
     Args:
         url: the `--storage` URL (`postgresql://` names the installed driver).
-        on_wait: told a line when the storage is locked by another process and opening waits for it.
-        read_only: the caller only reads an existing study (a report): create no tables, skip the
-            foreign-table check (the caller checked that the database holds a study).
+        read_only: the caller only reads an existing study (a report): create no tables.
 
     Raises:
         UsageError: the URL is not a usable Optuna database (unreachable, refused, not Optuna's).
@@ -239,7 +240,6 @@ def open_storage(url: str, on_wait: Callable[[str], None] | None = None, read_on
 
     resolved = resolve_storage_url(url)
     if not read_only:
-        check_storage(url, on_wait)
         _make_sqlite_parent(resolved)
     try:
         with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's words; we rely on them

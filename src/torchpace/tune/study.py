@@ -55,7 +55,10 @@ def open_study(storage, name: str, meta: dict[str, Any], resume: bool, sampler):
         return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     if resume:
         raise UsageError(f"--resume: no study named {name!r} in this storage (known: {', '.join(existing) or 'none'})")
-    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize")
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize")
+    except optuna.exceptions.DuplicatedStudyError:
+        raise UsageError(f"another tuner created study {name!r} a moment ago: pass --resume to work on it too") from None
     study.set_user_attr(ATTR, meta)
     return study
 
