@@ -103,6 +103,12 @@ def _report(outcome, as_json: bool) -> None:
         render_outcome(make_console(), outcome.to_dict())
 
 
+def _say_notices(kind, **data):
+    """Events every user sees on stderr, with or without the progress bar (e.g. waiting for a locked storage)."""
+    if kind == "notice":
+        click.echo(f"torchpace: {data['message']}", err=True)
+
+
 class _progress:
     """Rich progress over the budget on stderr: stage, knob=value, trial, best so far, budget left."""
 
@@ -113,7 +119,7 @@ class _progress:
 
     def __enter__(self):
         if not self.enabled:
-            return lambda kind, **data: None
+            return _say_notices
         import time
 
         from rich.console import Console
@@ -129,6 +135,8 @@ class _progress:
     def on_event(self, kind, **data):
         import time
 
+        if kind == "notice":
+            return _say_notices(kind, **data)
         info = data.get("info") or {}
         what = info.get("knob") and f"{info['stage']}: {info['knob']}={info['value']}" or info.get("slot", "")
         if kind == "trial_done" and (data["result"].get("bench") or {}).get("samples_per_s"):

@@ -136,7 +136,8 @@ class Tuner:
     def __init__(self, options: TuneOptions, host, on_event: Callable[..., None] | None = None):
         import optuna
 
-        from torchpace.tune.study import default_storage_url, open_storage, open_study, study_metadata
+        from torchpace.tune.storage import check_storage, default_storage_url, open_storage, storage_failures
+        from torchpace.tune.study import open_study, study_metadata
         from torchpace.workload import DEFAULT_WORKLOAD, load_workload
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # torchpace renders its own progress
@@ -145,6 +146,9 @@ class Tuner:
             raise UsageError(f"--strategy {options.strategy!r} is not valid; valid strategies: {', '.join(STRATEGIES)}")
         self.options, self.host = options, host
         self.on_event = on_event or (lambda kind, **data: None)
+        self.storage_url = options.storage or default_storage_url()
+        # before the workload is built: a storage that cannot be used is refused with nothing started or written
+        check_storage(self.storage_url, on_wait=lambda message: self.on_event("notice", message=message))
         self.spec = options.workload or DEFAULT_WORKLOAD
         workload = load_workload(self.spec)
         self.workload_name = workload.name
@@ -156,29 +160,47 @@ class Tuner:
         self.space = build_space(host, workload, only=options.knobs, objective=options.objective)
         self.conflicts = make_conflicts(self.space)
         self.sampler = make_sampler(options.strategy, self.space, self.conflicts, options.seed)
-        self.storage_url = options.storage or default_storage_url()
         suffix = "-latency" if options.objective == "latency" else ""
         self.study_name = options.study or f"torchpace-{self.workload_name}{suffix}"
         meta = {**study_metadata(self.spec, host, options.strategy), "objective": options.objective}
-        self.study = open_study(open_storage(self.storage_url), self.study_name, meta, options.resume, self.sampler)
+        with storage_failures(self.storage_url):
+            self.study = open_study(open_storage(self.storage_url), self.study_name, meta, options.resume, self.sampler)
         self.deadline = time.monotonic() + options.budget_s
 
     # ---- the loop -------------------------------------------------------------------------------
     def run(self) -> TuneOutcome:
         """Run trials until the strategy is done, the budget or trial cap is reached, or Ctrl-C."""
-        self._enqueue_baseline()
+        from torchpace.tune.storage import StorageFailed, storage_failures
+
         stopped = "done"
         try:
-            if not self._search_done():
-                self.study.optimize(self._objective, n_trials=self.options.max_trials, timeout=self.options.budget_s,
-                                    catch=(_TrialFailed,), callbacks=[self._after_trial])
-                stopped = "done" if self._search_done() else self._why_stopped()
+            with storage_failures(self.storage_url):
+                self._enqueue_baseline()
+                if not self._search_done():
+                    self.study.optimize(self._objective, n_trials=self.options.max_trials, timeout=self.options.budget_s,
+                                        catch=(_TrialFailed,), callbacks=[self._after_trial])
+                    stopped = "done" if self._search_done() else self._why_stopped()
         except KeyboardInterrupt:
             stopped = "interrupted"
             raise
+        except StorageFailed:
+            stopped = "storage failed"
+            raise
         finally:
-            self.outcome = self._finish(stopped)
+            self.outcome = self._finish_after(stopped)
         return self.outcome
+
+    def _finish_after(self, stopped: str) -> TuneOutcome | None:
+        """`_finish`; after a storage failure, the best so far only if the storage can still be read (else None)."""
+        if stopped != "storage failed":
+            return self._finish(stopped)
+        from torchpace.tune.storage import StorageFailed, storage_failures
+
+        try:
+            with storage_failures(self.storage_url):
+                return self._finish(stopped)
+        except StorageFailed:
+            return None  # the failure already raised names the cause; a second message would only repeat it
 
     def _why_stopped(self) -> str:
         if time.monotonic() >= self.deadline:
