@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.torchpace-installed
 
-.PHONY: install demo test bench bench-tune bench-data bench-inference bench-distributed clean
+.PHONY: install demo test docs bench bench-tune bench-data bench-inference bench-distributed gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,3 +48,8 @@ bench-distributed: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .torchpace build src/*.egg-info
+# On a CUDA host: doctor, bench, a short tune of language and vision, profile, monitor (NVML), in
+# under 8 minutes, one table at the end. Exit 77 (skipped) on a host without CUDA.
+gpu-check: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
+

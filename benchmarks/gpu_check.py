@@ -1,0 +1,230 @@
+"""`make gpu-check`: every verb once on a CUDA host, in under 8 minutes, with one table at the end.
+
+What it runs (each step is the real `torchpace` command line in its own process, with a time cap):
+
+1. `doctor --json`: the host's findings (NVML GPU facts, CUDA/cuDNN/NCCL versions, pinned memory);
+2. `bench` of `language` and `vision` at the defaults on `--device cuda`;
+3. a short `tune` of each, restricted to the GPU knobs: AMP fp16/bf16, TF32 (`precision.matmul`),
+   `backends.cudnn_benchmark`, `compile.mode`, pinned memory (`data.pin_memory`);
+4. `profile` of `vision` (the trace, its verdict and the GPU-idle share);
+5. `monitor` of a few seconds of CUDA matmuls, with NVML: the CSV must hold GPU utilisation.
+
+Each row of the table is one step: its headline figure, `ok` or `FAIL` with the reason, and its
+seconds. A step that would start after the time box is `skipped`, never silently dropped.
+
+Exit codes: 0 every step ok; 1 a step failed; 2 bad arguments; 77 no CUDA device here. 77 is the
+"skipped" code of the automake and meson test harnesses: a CI job on a CPU runner that calls
+`make gpu-check` reads it as "not applicable here", distinct from a pass (0) and a failure (1).
+
+Usage:
+    python benchmarks/gpu_check.py [--minutes 8] [--keep DIR] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+EXIT_NO_CUDA = 77  # automake/meson "skipped": see the module docstring
+_BENCH_TIME_S = "20"
+_TUNE_BUDGET = "90s"
+_TRIAL_TIME_S = "4"
+_GPU_KNOBS = ("precision.amp", "precision.matmul", "backends.cudnn_benchmark", "compile.mode", "data.pin_memory")
+_MONITOR_LOAD = ("import time, torch\n"
+                 "x = torch.randn(4096, 4096, device='cuda')\n"
+                 "end = time.monotonic() + 6\n"
+                 "while time.monotonic() < end:\n"
+                 "    x = (x @ x).tanh()\n"
+                 "torch.cuda.synchronize()\n")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of the check: a name, its argv after `torchpace`, a time cap, and how to read its output."""
+
+    name: str
+    args: tuple[str, ...]
+    cap_s: float
+    read: Callable[[dict[str, Any], Path], str]  # (the command's JSON, the work dir) -> the headline figure
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one step gave: `ok`, `FAIL` or `skipped`, the headline figure or the reason, and its wall time."""
+
+    name: str
+    status: str
+    detail: str
+    wall_s: float
+
+
+# ---- reading each verb's JSON (pure) ----------------------------------------------------------------
+
+
+def read_doctor(doc: dict[str, Any], _: Path) -> str:
+    findings = doc.get("findings", [])
+    counts = {s: sum(1 for f in findings if f.get("severity") == s) for s in ("fail", "warn")}
+    gpus = next((f.get("evidence") for f in findings if "gpu" in str(f.get("id", "")).lower()), "no GPU finding")
+    return f"{counts['fail']} fail, {counts['warn']} warn; {gpus}"[:110]
+
+
+def read_bench(doc: dict[str, Any], _: Path) -> str:
+    if doc.get("device", "").split(":")[0] != "cuda":
+        raise ValueError(f"measured on {doc.get('device')!r}, not cuda")
+    return (f"{doc['samples_per_s']:,.0f} samples/s ±{doc['ci_rel_halfwidth']:.1%}, "
+            f"input-bound {doc.get('input_bound_frac') or 0:.0%}, peak {doc['peak_memory_bytes'] / 2**30:.2f} GiB")
+
+
+def read_tune(doc: dict[str, Any], _: Path) -> str:
+    if doc.get("failed_baseline"):
+        raise ValueError(doc["failed_baseline"])
+    failed = [f"{t['slot']}: {t['status']}" for t in doc.get("trials", []) if t.get("status") not in ("ok", "running")]
+    config = ", ".join(f"{k}={v}" for k, v in (doc.get("best_config") or {}).items()) or "defaults"
+    speedup = doc.get("speedup")
+    figure = f"{speedup:.2f}x" if speedup is not None else "-"
+    return f"{figure} with {config}; {len(doc.get('trials', []))} trials" + (f"; failed: {', '.join(failed)}" if failed else "")
+
+
+def read_profile(doc: dict[str, Any], _: Path) -> str:
+    verdict = (doc.get("verdict") or {}).get("kind", "?")
+    idle = next((f.get("evidence") for f in doc.get("findings", []) if f.get("id") == "profile.gpu_idle"), "no GPU-idle finding")
+    if doc.get("device", "").split(":")[0] != "cuda":
+        raise ValueError(f"profiled on {doc.get('device')!r}, not cuda")
+    return f"verdict {verdict}; {idle}"[:110]
+
+
+def read_monitor(doc: dict[str, Any], workdir: Path) -> str:
+    import csv
+
+    with open(workdir / "monitor.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    util_columns = [c for c in (rows[0] if rows else {}) if c.startswith("gpu") and "util" in c]
+    if not util_columns:
+        raise ValueError(f"the CSV has no GPU utilisation column (NVML not read?); columns: {list(rows[0]) if rows else 'none'}")
+    peak = max(float(r[c]) for r in rows for c in util_columns if r[c] not in ("", None))
+    if peak <= 0:
+        raise ValueError("NVML read 0% GPU utilisation through a matmul loop")
+    return f"{len(rows)} samples, peak GPU utilisation {peak:.0f}% ({util_columns[0]}); exit {doc.get('exit_code', '?')}"
+
+
+# ---- the plan and the run ---------------------------------------------------------------------------
+
+
+def plan_steps(workdir: Path) -> list[Step]:
+    """The commands of the check, in order (pure). Their caps add up to under 8 minutes."""
+    steps = [Step("doctor", ("doctor", "--json"), 45, read_doctor)]
+    for workload in ("language", "vision"):
+        steps.append(Step(f"bench {workload}", ("bench", workload, "--device", "cuda", "--max-time", _BENCH_TIME_S, "--json"),
+                          50, read_bench))
+    for workload in ("language", "vision"):
+        knobs = [arg for knob in _GPU_KNOBS for arg in ("--knob", knob)]
+        steps.append(Step(f"tune {workload}", ("tune", workload, "--budget", _TUNE_BUDGET, "--trial-time", _TRIAL_TIME_S,
+                                               "--guard-steps", "10", *knobs, "--storage", f"sqlite:///{workdir / 'studies.db'}",
+                                               "--study", f"gpu-check-{workload}", "--out", str(workdir / f"{workload}.toml"),
+                                               "--json"), 115, read_tune))
+    steps.append(Step("profile vision", ("profile", "vision", "--device", "cuda", "--trace", str(workdir / "vision.json.gz"),
+                                         "--json"), 60, read_profile))
+    steps.append(Step("monitor (NVML)", ("monitor", "--interval", "0.5", "--csv", str(workdir / "monitor.csv"), "--no-live",
+                                         "--json", "--", sys.executable, "-c", _MONITOR_LOAD), 30, read_monitor))
+    return steps
+
+
+Runner = Callable[[list[str], float, Path], subprocess.CompletedProcess]
+
+
+def run_command(argv: list[str], timeout_s: float, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
+
+
+def run_step(step: Step, workdir: Path, runner: Runner) -> Outcome:
+    """Run one step and read its JSON; every way it can go wrong is a FAIL row with the reason."""
+    start = time.monotonic()
+    argv = [sys.executable, "-m", "torchpace", *step.args]
+    try:
+        done = runner(argv, step.cap_s, workdir)
+    except subprocess.TimeoutExpired:
+        return Outcome(step.name, "FAIL", f"no answer within {step.cap_s:.0f} s", time.monotonic() - start)
+    wall_s = time.monotonic() - start
+    if done.returncode != 0 and step.name != "doctor":  # doctor exits 1 on a failed finding: that is a figure
+        last = (done.stderr.strip().splitlines() or [""])[-1]
+        return Outcome(step.name, "FAIL", f"exit {done.returncode}: {last}"[:140], wall_s)
+    try:
+        return Outcome(step.name, "ok", step.read(json.loads(done.stdout), workdir), wall_s)
+    except (ValueError, KeyError, TypeError, OSError, IndexError) as err:  # json.JSONDecodeError is a ValueError
+        return Outcome(step.name, "FAIL", f"{type(err).__name__}: {err}"[:140], wall_s)
+
+
+def run_check(steps: list[Step], workdir: Path, time_box_s: float, runner: Runner = run_command,
+              clock: Callable[[], float] = time.monotonic) -> list[Outcome]:
+    """Run `steps` in order; a step whose cap would end past the time box is skipped, with the reason."""
+    deadline = clock() + time_box_s
+    outcomes = []
+    for step in steps:
+        if clock() + step.cap_s > deadline:
+            outcomes.append(Outcome(step.name, "skipped", f"would pass the {time_box_s / 60:.0f}-minute time box", 0.0))
+            continue
+        outcomes.append(run_step(step, workdir, runner))
+    return outcomes
+
+
+def render_table(outcomes: list[Outcome]) -> str:
+    """One line per step: name, status, seconds, figure or reason (pure)."""
+    width = max(len(o.name) for o in outcomes)
+    lines = [f"{'step':<{width}}  {'status':<7}  {'s':>5}  figure or reason", "-" * (width + 40)]
+    lines += [f"{o.name:<{width}}  {o.status:<7}  {o.wall_s:5.0f}  {o.detail}" for o in outcomes]
+    failed = sum(o.status != "ok" for o in outcomes)
+    lines.append(f"{len(outcomes) - failed} of {len(outcomes)} steps ok, {sum(o.wall_s for o in outcomes):.0f} s in all")
+    return "\n".join(lines)
+
+
+def cuda_absent_reason() -> str | None:
+    """Why this host cannot run the check (None on a CUDA host)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+    return (f"no CUDA device here: torch {torch.__version__} ({build}) sees no GPU. make gpu-check runs on a CUDA "
+            f"host (with a CUDA build of torch: make TORCH_SPEC=... install); nothing was run")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=8.0, help="time box for every step together (default 8)")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the studies, configs, trace and CSV in DIR")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    args = parser.parse_args(argv)
+    if not 0 < args.minutes < 60:
+        parser.error(f"--minutes {args.minutes} is not valid: give a number of minutes above 0 and below 60")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="torchpace-gpu-check-") as tmp:
+        workdir = args.keep or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        steps = plan_steps(workdir.resolve())
+        if args.dry_run:
+            print("\n".join(f"{s.name}: torchpace {shlex.join(s.args)}  (cap {s.cap_s:.0f} s)".replace("\n", "\\n")
+                            for s in steps))
+            return 0
+        reason = cuda_absent_reason()
+        if reason:
+            print(f"gpu-check: {reason} (exit {EXIT_NO_CUDA}: skipped)", file=sys.stderr)
+            return EXIT_NO_CUDA
+        outcomes = run_check(steps, workdir.resolve(), args.minutes * 60)
+    print(render_table(outcomes))
+    return 0 if all(o.status == "ok" for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

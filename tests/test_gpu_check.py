@@ -1,0 +1,86 @@
+"""`benchmarks/gpu_check.py` (`make gpu-check`): what can be checked on a host without CUDA.
+
+The CUDA run itself needs a GPU; here: the documented exit code without one, and the table built
+from each verb's JSON through an injected command runner and clock.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("gpu_check", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu_check = _load()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA: the check would run")
+def test_without_cuda_it_says_so_and_exits_77():
+    done = subprocess.run([sys.executable, str(_SCRIPT)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == gpu_check.EXIT_NO_CUDA == 77
+    assert "no CUDA device here" in done.stderr and "nothing was run" in done.stderr
+
+
+def _answers(workdir: Path) -> dict[str, subprocess.CompletedProcess]:
+    """What each verb printed on a CUDA host, as the runner returns it (the tune of vision failed)."""
+    (workdir / "monitor.csv").write_text("t_s,cpu_pct,gpu0_util_pct\n0.5,40,97\n1.0,42,99\n")
+    docs = {
+        "doctor": {"findings": [{"id": "gpu.nvml", "severity": "ok", "evidence": "1 x NVIDIA H200, driver 570"},
+                                {"id": "host.governor", "severity": "warn", "evidence": "powersave"}]},
+        "bench": {"device": "cuda:0", "samples_per_s": 51234.0, "ci_rel_halfwidth": 0.012, "input_bound_frac": 0.02,
+                  "peak_memory_bytes": 3 * 2**30},
+        "tune": {"failed_baseline": None, "speedup": 2.5, "best_config": {"precision.amp": "bf16"},
+                 "trials": [{"slot": "baseline", "status": "ok"}, {"slot": "cand:compile.mode=default", "status": "timeout"}]},
+        "profile": {"device": "cuda:0", "verdict": {"kind": "input-bound"},
+                    "findings": [{"id": "profile.gpu_idle", "evidence": "GPU idle 41% of the step"}]},
+        "monitor": {"exit_code": 0},
+    }
+    return {verb: subprocess.CompletedProcess([], 0, json.dumps(doc), "") for verb, doc in docs.items()}
+
+
+def test_the_table_has_one_row_per_step_with_its_figure_failure_or_skip(tmp_path):
+    answers = _answers(tmp_path)
+    ran = []
+
+    def runner(argv, timeout_s, cwd):
+        ran.append(argv[3:5])
+        if argv[3:5] == ["profile", "vision"]:
+            return subprocess.CompletedProcess(argv, 1, "", "Traceback...\nRuntimeError: CUPTI_ERROR_NOT_INITIALIZED\n")
+        return answers[argv[3]]
+
+    now = iter(range(0, 10_000, 50))  # every clock reading is 50 s later
+    outcomes = gpu_check.run_check(gpu_check.plan_steps(tmp_path), tmp_path, 6 * 60, runner, clock=lambda: next(now))
+    table = gpu_check.render_table(outcomes)
+    by_name = {o.name: o for o in outcomes}
+    assert by_name["bench language"].status == "ok" and "51,234 samples/s ±1.2%" in by_name["bench language"].detail
+    assert by_name["tune language"].detail.startswith("2.50x with precision.amp=bf16")
+    assert "cand:compile.mode=default: timeout" in by_name["tune language"].detail
+    assert by_name["profile vision"].status == "FAIL" and "exit 1: RuntimeError: CUPTI" in by_name["profile vision"].detail
+    assert by_name["doctor"].detail.startswith("0 fail, 1 warn; 1 x NVIDIA H200")
+    # steps whose cap would end past the 6-minute box are skipped, not dropped
+    assert [by_name[n].status for n in ("tune vision", "monitor (NVML)")] == ["skipped", "skipped"]
+    assert ["tune", "vision"] not in ran and ["monitor", "--interval"] not in ran
+    assert len(table.splitlines()) == len(outcomes) + 3 and "steps ok" in table.splitlines()[-1]
+
+
+def test_monitor_needs_nvml_figures_in_the_csv(tmp_path):
+    _answers(tmp_path)
+    assert gpu_check.read_monitor({"exit_code": 0}, tmp_path).startswith("2 samples, peak GPU utilisation 99%")
+    (tmp_path / "monitor.csv").write_text("t_s,cpu_pct\n0.5,40\n")
+    with pytest.raises(ValueError, match="no GPU utilisation column"):
+        gpu_check.read_monitor({"exit_code": 0}, tmp_path)
