@@ -46,10 +46,10 @@ bench-inference: $(STAMP)
 bench-distributed: $(STAMP)
 	$(BIN)/python benchmarks/bench_distributed.py
 
-clean:
-	rm -rf $(VENV) .torchpace build src/*.egg-info
 # On a CUDA host: doctor, bench, a short tune of language and vision, profile, monitor (NVML), in
 # under 8 minutes, one table at the end. Exit 77 (skipped) on a host without CUDA.
 gpu-check: $(STAMP)
 	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
 
+clean:
+	rm -rf $(VENV) .torchpace build src/*.egg-info
