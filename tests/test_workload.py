@@ -39,9 +39,27 @@ def test_exception_in_user_code_carries_their_traceback():
     assert "workloads.py" in err.value.user_traceback
 
 
-def test_batch_size_must_be_positive():
-    with pytest.raises(UsageError, match="batch_size"):
-        Workload(model=None, dataset=None, batch_size=0)
+@pytest.mark.parametrize("name, message", [
+    ("model_not_a_module", "Workload.model is a function; expected a torch.nn.Module"),
+    ("model_without_parameters", "Workload.model has no trainable parameters"),
+    ("dataset_none", "Workload.dataset is None"),
+    ("dataset_empty", "Workload.dataset is empty"),
+    ("dataset_smaller_than_a_batch", "Workload.dataset has 10 samples, fewer than one batch (batch_size 32)"),
+    ("batch_size_zero", "Workload.batch_size is 0; expected a positive int"),
+    ("batch_size_float", "Workload.batch_size is 32.0; expected a positive int"),
+])
+def test_a_workload_of_the_wrong_shape_is_a_usage_error_naming_the_field(name, message):
+    with pytest.raises(UsageError) as err:
+        load_workload(f"{FIXTURES / 'workloads.py'}:{name}")
+    assert message in str(err.value) and name in str(err.value)
+
+
+def test_sys_exit_while_building_is_reported_as_the_workloads_own_exit(tmp_path):
+    planted = tmp_path / "exits.py"
+    planted.write_text("import sys\ndef build():\n    sys.exit(4)\n")
+    with pytest.raises(UserCodeError) as err:
+        load_workload(f"{planted}:build")
+    assert "sys.exit(4)" in str(err.value) and "exits.py" in err.value.user_traceback
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_WORKLOADS))

@@ -93,6 +93,21 @@ class RunConfig(Mapping[str, Any]):
         return doc
 
 
+def check_on_host(config: RunConfig, host: Any) -> None:
+    """UsageError naming knob, value and reason for a set knob this host cannot run, whatever the
+    workload: beyond the host's limits (e.g. more DataLoader workers than its cores allow), hardware
+    it lacks (fp16 without CUDA), or values that conflict. `prepare()` checks the workload on top."""
+    from torchpace.knobs import get_knob
+
+    values = config.full_values()
+    for name, value in config.values.items():
+        knob = get_knob(name)
+        if value != knob.default:
+            reason = knob.host_reason(value, host) or knob.conflicts(values)
+            if reason:
+                raise UsageError(f"knob {name!r} = {value!r} does not apply here: {reason}")
+
+
 def _drop_none(table: Mapping[str, Any]) -> dict[str, Any]:
     """TOML has no null: leave unknown values out."""
     return {k: (_drop_none(v) if isinstance(v, Mapping) else v) for k, v in table.items() if v is not None}
@@ -135,9 +150,12 @@ def load_config(path: str | Path) -> RunConfig:
     """Read a torchpace TOML config. Errors name the file and the line or key that is wrong."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise UsageError(f"cannot read config {str(path)!r}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(f"config {str(path)!r} is not UTF-8 text (byte {err.object[err.start]:#04x} at offset "
+                         f"{err.start}); a torchpace config is a TOML file, which is UTF-8") from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -182,4 +200,7 @@ def resolve_config(config: "RunConfig | Mapping[str, Any] | str | Path | None") 
         return config
     if isinstance(config, (str, Path)):
         return load_config(config)
+    if not isinstance(config, Mapping):
+        raise UsageError(f"config {config!r} is a {type(config).__name__}; expected a RunConfig, a dict of knob "
+                         "values, the path of a torchpace.toml, or None")
     return RunConfig(dict(config))

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from torchpace.errors import UsageError, UserCodeError
 
@@ -61,13 +63,65 @@ class Workload:
     seed: int = 0
     name: str = ""
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise UsageError(f"Workload.batch_size must be a positive int, got {self.batch_size!r}")
-
     @property
     def is_training(self) -> bool:
         return self.loss is not None
+
+
+_CALLABLES = ("loss", "optimizer", "forward", "scheduler", "collate_fn", "evaluate")
+
+
+def check_workload(workload: Any, spec: str = "") -> None:
+    """UsageError naming the field when a Workload has the wrong shape: a model that is not a Module
+    (or, to train, has no parameters), no dataset, an empty one or one smaller than one batch, a
+    batch size that is not a positive int, or a hook that is not callable."""
+    where = f"workload {spec!r}: " if spec else ""
+    if not isinstance(workload, Workload):
+        raise UsageError(f"{where}expected a torchpace.Workload, got {type(workload).__name__}")
+    for reason in (_model_problem(workload), _batch_size_problem(workload), _dataset_problem(workload)):
+        if reason:
+            raise UsageError(f"{where}{reason}")
+    for name in _CALLABLES:
+        if getattr(workload, name) is not None and not callable(getattr(workload, name)):
+            raise UsageError(f"{where}Workload.{name} is a {type(getattr(workload, name)).__name__}; expected a "
+                             "function or None")
+
+
+def _model_problem(workload: Workload) -> str | None:
+    import torch
+
+    if not isinstance(workload.model, torch.nn.Module):
+        return f"Workload.model is a {type(workload.model).__name__}; expected a torch.nn.Module"
+    if workload.is_training and not any(p.requires_grad for p in workload.model.parameters()):
+        return "Workload.model has no trainable parameters, so there is nothing to train (loss=None makes it inference)"
+    return None
+
+
+def _batch_size_problem(workload: Workload) -> str | None:
+    size = workload.batch_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        return f"Workload.batch_size is {size!r}; expected a positive int (samples in one optimizer step)"
+    return None
+
+
+def _dataset_problem(workload: Workload) -> str | None:
+    import torch.utils.data
+
+    dataset = workload.dataset
+    if dataset is None:
+        return "Workload.dataset is None; expected a map-style or iterable torch Dataset"
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        return None
+    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+        return (f"Workload.dataset is a {type(dataset).__name__}; expected a map-style Dataset "
+                "(__getitem__ and __len__) or an IterableDataset")
+    size = _run_user_code("taking len(Workload.dataset)", len, dataset)
+    if size == 0:
+        return "Workload.dataset is empty (len 0)"
+    if workload.is_training and size < workload.batch_size:
+        return (f"Workload.dataset has {size} samples, fewer than one batch (batch_size {workload.batch_size}): "
+                "training drops an incomplete batch, so no step could run")
+    return None
 
 
 def _resolve_spec(spec: str) -> tuple[str, str]:
@@ -103,18 +157,44 @@ def _import_target(spec: str, target: str) -> Any:
 
 
 def _run_user_code(where: str, func: Callable, *args: Any) -> Any:
-    """Call user code; an exception inside it becomes a UserCodeError carrying its traceback."""
+    """Call user code; an exception inside it (or an exit) becomes a UserCodeError carrying its traceback."""
+    with exits_as_errors(where):
+        try:
+            return func(*args)
+        except Exception as err:  # the user's code may raise anything: it is reported, not swallowed
+            raise UserCodeError(where, "".join(traceback.format_exception(err))) from err
+
+
+@contextmanager
+def exits_as_errors(where: str) -> Iterator[None]:
+    """Within the block, `sys.exit(n)` and `os._exit(n)` called by the workload in THIS process become a
+    UserCodeError (exit 1 with a message) instead of ending torchpace silently with the workload's code.
+
+    `os._exit` is replaced only for the block and acts as before in forked children (DataLoader
+    workers, whose exits the loader reports itself)."""
+    real_exit, owner = os._exit, os.getpid()
+
+    def exit_here(code: int) -> None:
+        if os.getpid() != owner:
+            real_exit(code)
+        raise SystemExit(code)
+
+    os._exit = exit_here
     try:
-        return func(*args)
-    except Exception as err:  # the user's code may raise anything: it is reported, not swallowed
-        raise UserCodeError(where, "".join(traceback.format_exception(err))) from err
+        yield
+    except SystemExit as err:
+        raise UserCodeError(f"{where}: it called sys.exit({err.code!r}) or os._exit({err.code!r})",
+                            "".join(traceback.format_exception(err))) from None
+    finally:
+        os._exit = real_exit
 
 
 def load_workload(spec: str | None = None) -> Workload:
     """Resolve `spec` and call its function to build a fresh Workload.
 
     Raises:
-        UsageError: the spec does not resolve, or the function returns something else.
+        UsageError: the spec does not resolve, the function returns something else, or a Workload
+            of the wrong shape (`check_workload`).
         UserCodeError: the user's module or function raised.
     """
     spec = spec or DEFAULT_WORKLOAD
@@ -129,6 +209,7 @@ def load_workload(spec: str | None = None) -> Workload:
             f"workload spec {spec!r}: {func_name}() returned {type(workload).__name__}, "
             "expected a torchpace.Workload"
         )
+    check_workload(workload, spec)
     if not workload.name:
         workload.name = spec
     return workload

@@ -49,8 +49,12 @@ def test_inference_step_returns_outputs_without_grad(host):
 
 def test_global_state_is_restored_when_prepare_fails(host):
     before = torch.get_num_threads()
-    broken = Workload(model="not a module", dataset=tiny_mlp().dataset, loss=lambda o, b: o)
-    with pytest.raises(AttributeError):
+    class CannotMove(nn.Linear):
+        def to(self, *args, **kwargs):
+            raise RuntimeError("planted: this model cannot move")
+
+    broken = Workload(model=CannotMove(8, 4), dataset=tiny_mlp().dataset, loss=lambda o, b: o.sum())
+    with pytest.raises(RuntimeError, match="planted"):
         prepare(broken, {"threads.intra_op": 1}, host=host)
     assert torch.get_num_threads() == before
 
@@ -76,3 +80,28 @@ def test_fp16_unscales_before_clipping(host):
         assert torch.isfinite(loss)
         norm = torch.nn.utils.get_total_norm([p.grad for p in run.model.parameters()])
         assert norm <= 0.5 * 1.01  # true (unscaled) gradients were clipped
+
+
+def test_step_after_the_with_block_is_refused_with_a_reason(host):
+    with prepare(tiny_mlp(), host=host) as run:
+        batch = next(iter(run.loader))
+        run.step(batch)
+    from torchpace.errors import UsageError
+
+    with pytest.raises(UsageError, match="after the `with prepare"):
+        run.step(batch)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda host: prepare(tiny_mlp(), 42, host=host), "config 42 is a int; expected a RunConfig"),
+    (lambda host: prepare(tiny_mlp(), model=nn.Linear(8, 4), host=host), "got a Workload and also model="),
+    (lambda host: prepare(model=nn.Linear(8, 4), host=host), "missing part(s) ['dataset']"),
+    (lambda host: prepare(model=nn.Linear(8, 4), datset=[1], host=host), "unknown part(s) ['datset']"),
+    (lambda host: prepare("tabular", host=host), "expected a torchpace.Workload, got str"),
+])
+def test_prepare_misuse_is_a_usage_error_that_says_what_to_pass(host, call, message):
+    from torchpace.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
+        call(host)
+    assert message in str(err.value)

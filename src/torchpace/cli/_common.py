@@ -1,14 +1,19 @@
-"""What every verb shares: error-to-exit-code mapping, JSON output, the Rich console."""
+"""What every verb shares: error-to-exit-code mapping, JSON output, the Rich console, and the one
+check every verb that writes makes before it starts (`check_outputs`)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 import click
 
-from torchpace.errors import TorchpaceError, UserCodeError
+from torchpace.errors import TorchpaceError, UsageError, UserCodeError
+
+PathLike = str | os.PathLike
 
 
 def run_cli(group: click.Group, argv: list[str] | None) -> int:
@@ -65,4 +70,116 @@ def output_result(payload: dict[str, Any], out_path: str | None, as_json: bool, 
         render(make_console(), payload)
 
 
-__all__ = ["run_cli", "json_option", "emit_json", "make_console", "output_result"]
+def check_outputs(outputs: Mapping[str, PathLike | None], inputs: Iterable[tuple[str, PathLike | None]] = (),
+                  input_dirs: Iterable[tuple[str, PathLike | None]] = (), out_dirs: Iterable[str] = ()) -> None:
+    """UsageError (exit 2) before any work when an output of this run could destroy data or cannot be written.
+
+    The rule: no output is an input of the same run (the same file, through a symlink or a hard link
+    too: same device and inode), none lies inside an input folder, no two outputs are one file, and
+    each can be written.
+
+    Args:
+        outputs: option name (e.g. "--out") -> path this run writes (None: not asked for).
+        inputs: (what it is, e.g. "the workload file", its path) for each file this run reads.
+        input_dirs: (what it is, its path) for each folder this run reads (nothing is written inside).
+        out_dirs: the option names in `outputs` that name a folder (created when missing).
+    """
+    given = {name: Path(path) for name, path in outputs.items() if path is not None}
+    inputs, input_dirs = list(inputs), list(input_dirs)
+    for name, path in given.items():
+        _check_not_an_input(name, path, inputs, input_dirs)
+        _check_can_write(name, path, is_dir=name in out_dirs)
+    seen: dict[Path, str] = {}
+    for name, path in given.items():
+        other = seen.setdefault(path.resolve(), name)
+        if other != name:
+            raise UsageError(f"{other} and {name} are both {str(path)!r}: one would overwrite the other; "
+                             "choose another path for one of them")
+
+
+def _check_not_an_input(name: str, path: Path, inputs: list[tuple[str, PathLike | None]],
+                        input_dirs: list[tuple[str, PathLike | None]]) -> None:
+    for what, source in inputs:
+        if source is not None and is_same_file(path, Path(source)):
+            raise UsageError(f"{name} {str(path)!r} is {what} {str(source)!r}: writing it would destroy "
+                             "that input; choose another path")
+    for what, folder in input_dirs:
+        if folder is not None and path.resolve().is_relative_to(Path(folder).resolve()):
+            raise UsageError(f"{name} {str(path)!r} is inside {what} {str(folder)!r}, which this run reads; "
+                             "choose a path outside it")
+
+
+def is_same_file(a: Path, b: Path) -> bool:
+    """True when `a` and `b` are one file: the same path after symlinks, or the same inode (hard links)."""
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+def _check_can_write(name: str, path: Path, is_dir: bool) -> None:
+    """UsageError when `path` cannot be written: a file's folder must exist and be writable; a folder
+    must be writable, or the nearest folder above it that exists must be."""
+    if is_dir:
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"{name} {str(path)!r} is a file, and a folder is needed here")
+        existing = next(p for p in (path.resolve(), *path.resolve().parents) if p.exists())
+        ok = existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+    else:
+        if path.is_dir():
+            raise UsageError(f"{name} {str(path)!r} is a folder, and a file name is needed here")
+        parent = path.resolve().parent
+        ok = parent.is_dir() and os.access(parent, os.W_OK | os.X_OK) and (not path.exists() or os.access(path, os.W_OK))
+    if not ok:
+        raise UsageError(f"{name} {str(path)!r} cannot be written (is the folder there, and writable?)")
+
+
+def check_knob_limit(option: str, knob: str, value: Any, host: Any) -> None:
+    """UsageError when an integer `option` sets `knob` beyond what this host allows (the knob's own
+    limit, e.g. DataLoader workers per core); None and named values such as "auto" pass."""
+    from torchpace.knobs import get_knob
+
+    reason = isinstance(value, int) and get_knob(knob).host_reason(value, host)
+    if reason:
+        raise UsageError(f"{option} {value}: {reason}")
+
+
+def workload_file(spec: str | None) -> Path | None:
+    """The Python file a workload spec reads (`file.py:fn`, or a module's source), else None.
+
+    A built-in name or a module that cannot be found reads no file of the user's (`load_workload`
+    reports a spec that does not resolve)."""
+    from torchpace.workload import BUILTIN_WORKLOADS
+
+    if not spec or spec in BUILTIN_WORKLOADS:
+        return None
+    target = spec.rpartition(":")[0]
+    if target.endswith(".py") or "/" in target:
+        return Path(target)
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(target)
+    except (ImportError, ValueError):  # a parent package that does not import: load_workload says so
+        return None
+    return Path(found.origin) if found is not None and found.origin and os.path.isfile(found.origin) else None
+
+
+def study_file(storage: str | None) -> Path | None:
+    """The SQLite file a study lives in: `--storage`'s, or tune's default file when None (None for a
+    server database)."""
+    from torchpace.tune.storage import DEFAULT_STUDY_FILE, sqlite_database
+
+    if storage is None:
+        return DEFAULT_STUDY_FILE
+    database = sqlite_database(storage)
+    return Path(database) if database else None
+
+
+def command_files(command: Iterable[str]) -> list[tuple[str, Path]]:
+    """The existing files a command line names (`train.py`, `--data=x.csv`), as inputs of its run."""
+    parts = [part for arg in command for part in (arg, arg.partition("=")[2])]
+    return [("a file the command names", Path(part)) for part in parts if part and os.path.isfile(part)]
+
+
+__all__ = ["run_cli", "json_option", "emit_json", "make_console", "output_result", "check_outputs",
+           "is_same_file", "check_knob_limit", "workload_file", "study_file", "command_files"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from torchpace.errors import UsageError
@@ -27,19 +29,46 @@ def build_config(config_path: str | None, assignments: tuple[str, ...]):
     return base.with_values(**parse_assignments(list(assignments)))
 
 
-def positive_seconds(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    if value is not None and value <= 0:
-        raise click.BadParameter(f"must be > 0 seconds, got {value}")
+class FiniteFloat(click.FloatRange):
+    """A float option that must be a finite number within its range: `inf` and `nan` are refused
+    (click's FloatRange lets `nan` through every bound, and `inf` past an open upper end)."""
+
+    name = "finite float"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number; valid: a number with {self._describe_range()}", param, ctx)
+        return number
+
+
+SECONDS = FiniteFloat(min=0, min_open=True)  # every duration option: finite and > 0
+
+
+def device_option(func):
+    """`--device`: a torch device this host has (checked when parsed: exit 2 naming what is valid)."""
+    return click.option("--device", default=None, callback=_check_device,
+                        help="torch device (default: cuda when available, else cpu).")(func)
+
+
+def _check_device(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    import torch
+
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        raise click.BadParameter(f"{value!r} is not a torch device; valid: cpu, cuda, cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise click.BadParameter(f"{value!r}: this host has no CUDA device; use cpu")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise click.BadParameter(f"{value!r}: this host has {torch.cuda.device_count()} CUDA device(s)")
     return value
 
 
-def check_writable(path: str | None, what: str) -> None:
-    """UsageError (exit 2) now, before any work, when `path` cannot be written."""
-    import os
-    from pathlib import Path
+def workload_inputs(workload: str | None, config_path: str | None = None) -> list[tuple[str, object]]:
+    """The files a workload verb reads (the workload's Python file, the config), for `check_outputs`."""
+    from torchpace.cli._common import workload_file
 
-    if path is None:
-        return
-    parent = Path(path).resolve().parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK) or (Path(path).exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"{what} {path!r} cannot be written (is the directory there and writable?)")
+    return [("the workload file", workload_file(workload)), ("the config", config_path)]

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import click
 
-from torchpace.cli._common import json_option, output_result
-from torchpace.cli._options import build_config, check_writable, config_options, positive_seconds, workload_argument
+from torchpace.cli._common import check_outputs, json_option, output_result
+from torchpace.cli._options import SECONDS, build_config, config_options, device_option, workload_argument, workload_inputs
 
 
 @click.command("bench")
 @workload_argument
 @config_options
-@click.option("--max-time", "max_time_s", type=float, default=60.0, show_default=True, callback=positive_seconds,
+@click.option("--max-time", "max_time_s", type=SECONDS, default=60.0, show_default=True,
               help="Time cap in seconds (warm-up + measurement).")
-@click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")
+@device_option
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Also save the JSON result here.")
 @click.option("--accuracy-batches", type=click.IntRange(min=0), default=4, show_default=True,
               help="Inference workloads: report the outputs' distance from the fp32 eager reference on this many batches (0: skip).")
@@ -26,9 +26,9 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     """
     from torchpace.host import probe_host
     from torchpace.measure.bench import BenchOptions
-    from torchpace.measure.run import bench_workload
+    from torchpace.measure.run import bench_workload, nonfinite_loss_message
 
-    check_writable(out_path, "--out")
+    check_outputs({"--out": out_path}, workload_inputs(workload, config_path))
     config = build_config(config_path, assignments)
     options = BenchOptions(max_time_s=max_time_s)
     host = probe_host()
@@ -37,4 +37,8 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     from torchpace.measure.render import render_bench
 
     output_result(result.to_dict(), out_path, as_json, render_bench)
+    problem = nonfinite_loss_message(result.loss_values)
+    if problem:
+        click.echo(f"torchpace: error: {problem}", err=True)
+        return 1
     return 0

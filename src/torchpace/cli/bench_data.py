@@ -8,8 +8,8 @@ from typing import Iterator
 
 import click
 
-from torchpace.cli._common import json_option, make_console, output_result
-from torchpace.cli._options import check_writable, positive_seconds
+from torchpace.cli._common import check_knob_limit, check_outputs, json_option, make_console, output_result
+from torchpace.cli._options import SECONDS
 
 _DECODERS = ("pillow", "simplejpeg", "turbojpeg", "torchvision", "torchvision-cuda")
 
@@ -39,7 +39,7 @@ def _progress_bar(enabled: bool) -> Iterator:
 @click.option("--num-workers", "num_workers", multiple=True, type=click.IntRange(min=0),
               help="DataLoader workers for the loader figures (repeatable; default: 0 and the usable cores).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Loader batch size.")
-@click.option("--max-time", "max_time_s", type=float, default=3.0, show_default=True, callback=positive_seconds,
+@click.option("--max-time", "max_time_s", type=SECONDS, default=3.0, show_default=True,
               help="Time cap of EACH measurement, seconds.")
 @click.option("--shards", default="auto", show_default=True, metavar="auto|none|DIR",
               help="Shards to measure for an image folder: auto = its shards in the cache (written on first use), "
@@ -59,12 +59,17 @@ def command(path, decoders, num_workers, batch_size, max_time_s, shards, cold, o
     from torchpace.data.bench import DataBenchOptions, run_data_bench
     from torchpace.host import probe_host
 
-    check_writable(out_path, "--out")
+    check_outputs({"--out": out_path}, input_dirs=[("the folder measured", path),
+                                                   ("the shard folder", None if shards in ("auto", "none") else shards)])
+    host = probe_host()
+    for count in num_workers:
+        check_knob_limit("--num-workers", "data.num_workers", count, host)
     options = DataBenchOptions(decoders=tuple(decoders), num_workers=tuple(num_workers), batch_size=batch_size,
                                max_time_s=max_time_s, shards=shards, cold=cold)
     with _progress_bar(not as_json) as on_progress:
-        result = run_data_bench(path, options, on_progress=on_progress, host=probe_host().summary())
+        result = run_data_bench(path, options, on_progress=on_progress, host=host.summary())
     from torchpace.data.render import render_data_bench
 
     output_result(result.to_dict(), out_path, as_json, render_data_bench)
     return 0
+

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from torchpace.cli._common import emit_json, json_option, make_console
+from torchpace.cli._common import check_outputs, command_files, emit_json, json_option, make_console
+from torchpace.cli._options import SECONDS
 
 
 def plan_view(no_live: bool, stdout_tty: bool, stderr_tty: bool) -> tuple[bool, tuple[bool, bool]]:
@@ -29,7 +30,7 @@ def plan_view(no_live: bool, stdout_tty: bool, stderr_tty: bool) -> tuple[bool, 
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
     short_help="Run a command and watch GPU/CPU/memory/IO live, with symptom alerts.",
 )
-@click.option("--interval", "interval_s", type=click.FloatRange(min=0, min_open=True), default=1.0,
+@click.option("--interval", "interval_s", type=SECONDS, default=1.0,
               show_default=True, help="Seconds between samples (> 0).")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), default=None,
               help="Write one row per sample to this CSV file (columns and units: docs/guide/monitor.md).")
@@ -50,6 +51,7 @@ def command(interval_s: float, csv_path: Path | None, tensorboard_dir: Path | No
     running when it exits is stopped. Exit codes: CMD's own; 127 when CMD does not exist,
     126 when it cannot be executed, 2 for bad options (nothing is started then).
     """
+    check_outputs({"--csv": csv_path, "--tensorboard": tensorboard_dir}, command_files(cmd), out_dirs=["--tensorboard"])
     from torchpace.monitor.live import LiveView, PlainView, render_summary
     from torchpace.monitor.run import MonitorOptions, build_summary, probe_cores, run_monitor
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from torchpace.cli._common import emit_json, json_option, make_console
-from torchpace.cli._options import build_config, check_writable, config_options, workload_argument
+from torchpace.cli._common import check_outputs, emit_json, json_option, make_console
+from torchpace.cli._options import build_config, config_options, device_option, workload_argument, workload_inputs
 
 DEFAULT_TRACE = "torchpace-profile.json.gz"
 
@@ -25,7 +25,7 @@ def _at_least_one(ctx: click.Context, param: click.Parameter, value: int) -> int
               help="Where to write the Chrome/Perfetto trace (gzip-compressed when it ends in .gz).")
 @click.option("--python-steps", type=click.IntRange(min=0), default=3, show_default=True,
               help="Steps run under cProfile for the Python-overhead analysis (0 skips it).")
-@click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")
+@device_option
 @json_option
 def command(workload, config_path, assignments, steps, trace_path, python_steps, device, as_json):
     """Explain why WORKLOAD is slow (default: the built-in `tabular`).
@@ -35,7 +35,7 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
     do, and the knobs `torchpace tune` would try first. WORKLOAD is `pkg.module:function`,
     `path/to/file.py:function`, or one of vision, language, tabular, inference.
     """
-    check_writable(trace_path, "--trace")
+    check_outputs({"--trace": trace_path}, workload_inputs(workload, config_path))
     config = build_config(config_path, assignments)
     from torchpace.knobs.distributed import nproc_of
     from torchpace.runtime.distributed import RankEnv

@@ -8,12 +8,9 @@ torch are imported only when the command runs, so `torchpace report --help` stay
 
 from __future__ import annotations
 
-import os
-
 import click
 
-from torchpace.cli._options import check_writable
-from torchpace.errors import UsageError
+from torchpace.cli._common import check_outputs, study_file
 
 DEFAULT_OUT = "torchpace-report.html"
 
@@ -30,12 +27,14 @@ DEFAULT_OUT = "torchpace-report.html"
 def command(source, out_path, study_name, storage, with_doctor):
     """Write an HTML report of a tune study, a bench result or a profile result.
 
-    STUDY_OR_RESULT is the SQLite file `torchpace tune` writes (.torchpace/studies.db), a JSON
-    file from `torchpace bench --out FILE`, or the output of `torchpace profile --json`. The
-    report is one file with inline charts and styles: no network, nothing else to ship.
+    STUDY_OR_RESULT is the SQLite file `torchpace tune` writes (default: .torchpace/studies.db
+    here, when it exists), a JSON file from `torchpace bench --out FILE`, or the output of
+    `torchpace profile --json`. The report is one file with inline charts and styles: no
+    network, nothing else to ship.
     """
-    check_writable(out_path, "--out")
-    _check_not_the_input(source, out_path)
+    if source is None and storage is None:
+        source = _default_study()
+    check_outputs({"--out": out_path}, [("the input", source), ("the study storage", storage and study_file(storage))])
     from torchpace.report import write_report
     from torchpace.report.load import load_report_data
 
@@ -47,7 +46,8 @@ def command(source, out_path, study_name, storage, with_doctor):
     return 0
 
 
-def _check_not_the_input(source: str | None, out_path: str) -> None:
-    """UsageError when the report would overwrite the study or result it reads."""
-    if source is not None and os.path.exists(source) and os.path.exists(out_path) and os.path.samefile(source, out_path):
-        raise UsageError(f"--out {out_path!r} is the input file itself; choose another output path")
+def _default_study() -> str | None:
+    """The study `torchpace tune` writes in this folder by default, when it is there."""
+    from torchpace.tune.storage import DEFAULT_STUDY_FILE
+
+    return str(DEFAULT_STUDY_FILE) if DEFAULT_STUDY_FILE.is_file() else None

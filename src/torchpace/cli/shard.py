@@ -8,7 +8,7 @@ from typing import Iterator
 
 import click
 
-from torchpace.cli._common import emit_json, json_option, make_console
+from torchpace.cli._common import check_outputs, emit_json, json_option, make_console
 
 
 @contextmanager
@@ -60,6 +60,7 @@ def command(src_dir, out_dir, shard_size, shuffle, seed, overwrite, as_json):
     from torchpace.data.scan import scan_folder
     from torchpace.data.shards import check_out_dir, write_shards
 
+    check_outputs({"--out": out_dir}, out_dirs=["--out"])
     index = scan_folder(src_dir)
     check_out_dir(index.root, Path(out_dir), overwrite)
     with _progress_bar(not as_json, len(index.samples)) as on_progress:

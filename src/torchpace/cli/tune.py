@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from torchpace.cli._common import emit_json, json_option, make_console
-from torchpace.cli._options import check_writable, workload_argument
+from torchpace.cli._common import check_outputs, emit_json, study_file, json_option, make_console
+from torchpace.cli._options import SECONDS, FiniteFloat, workload_argument, workload_inputs
 from torchpace.errors import UsageError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
@@ -34,13 +34,13 @@ def parse_duration_s(text: str) -> float:
 @click.option("--out", "out_path", default="torchpace.toml", show_default=True, type=click.Path(dir_okay=False))
 @click.option("--guard-steps", type=click.IntRange(min=0), default=30, show_default=True,
               help="Seeded steps compared against the baseline's loss curve (0: no guard).")
-@click.option("--trial-time", type=float, default=20.0, show_default=True, help="Measurement cap per trial, seconds.")
+@click.option("--trial-time", type=SECONDS, default=20.0, show_default=True, help="Measurement cap per trial, seconds.")
 @click.option("--knob", "knob_names", multiple=True, help="Tune only these knobs (repeatable).")
 @click.option("--objective", type=click.Choice(["throughput", "latency"]), default="throughput", show_default=True,
               help="Maximise samples/s at the batch size, or minimise batch-1 p50 latency (inference workloads).")
-@click.option("--accuracy-rtol", type=click.FloatRange(min=0), default=0.05, show_default=True,
+@click.option("--accuracy-rtol", type=FiniteFloat(min=0), default=0.05, show_default=True,
               help="Inference: max output error vs the fp32 eager reference, relative to its largest output.")
-@click.option("--min-top1", "min_top1", type=click.FloatRange(0, 1), default=0.99, show_default=True,
+@click.option("--min-top1", "min_top1", type=FiniteFloat(0, 1), default=0.99, show_default=True,
               help="Inference classifiers: least share of samples whose top-1 class matches the fp32 reference.")
 @click.option("--export", "export_path", type=click.Path(dir_okay=False), default=None,
               help="Inference: write the tuned model here (torch.export .pt2; TorchScript where export fails).")
@@ -59,11 +59,8 @@ def command(workload, budget, max_trials, strategy, storage, study_name, resume,
     from torchpace.tune.tuner import TuneOptions, Tuner
 
     budget_s = parse_duration_s(budget)
-    check_writable(out_path, "--out")
-    check_writable(export_path, "--export")
-    check_writable(report_path, "--report")
-    if trial_time <= 0:
-        raise UsageError(f"--trial-time must be > 0 seconds, got {trial_time}")
+    check_outputs({"--out": out_path, "--export": export_path, "--report": report_path},
+                  [*workload_inputs(workload), ("the study storage", study_file(storage))])
     knobs = frozenset(get_knob(name).name for name in knob_names) or None
     options = TuneOptions(workload=workload, budget_s=budget_s, max_trials=max_trials, strategy=strategy, storage=storage,
                           study=study_name, resume=resume, out=Path(out_path), guard_steps=guard_steps,

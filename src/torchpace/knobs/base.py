@@ -90,7 +90,8 @@ class Knob:
     def candidates(self, host: "HostFacts", workload: "Workload") -> list[KnobValue]:
         """Values worth trying here, the default first."""
         values = list(self.choices or [self.default])
-        return [self.default] + [v for v in values if v != self.default and self.value_applies(v, host, workload) is None]
+        return [self.default] + [v for v in values if v != self.default and self.host_reason(v, host) is None
+                                 and self.value_applies(v, host, workload) is None]
 
     def value_applies(self, value: KnobValue, host: "HostFacts", workload: "Workload") -> str | None:
         """None when this particular value can run here, else why not (e.g. fp16 needs CUDA)."""
@@ -111,6 +112,12 @@ class Knob:
 
     def child_env(self, value: KnobValue, host: "HostFacts", env: dict[str, str]) -> None:
         """Write process-level settings for a child process into `env` (never os.environ)."""
+    def host_reason(self, value: KnobValue, host: "HostFacts") -> str | None:
+        """None when `value` is within what this host allows whatever the workload, else why not
+        (e.g. more DataLoader workers than the host's cores can run). Needs no workload, so every
+        verb checks it, `launch` included."""
+        return None
+
 
     def child_command_prefix(self, value: KnobValue, host: "HostFacts") -> list[str]:
         """argv to put before a child's command (e.g. numactl binding); empty for most knobs."""
@@ -156,6 +163,16 @@ class IntKnob(Knob):
             return value
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             value = int(value)
+    def host_limit(self, host: "HostFacts") -> tuple[int, str] | None:
+        """(the largest value this host allows, the rule that sets it), or None for no host bound."""
+        return None
+
+    def host_reason(self, value: KnobValue, host: "HostFacts") -> str | None:
+        limit = self.host_limit(host)
+        if limit is not None and isinstance(value, int) and value > limit[0]:
+            return f"{value} is more than this host allows: at most {limit[0]} ({limit[1]})"
+        return None
+
         if isinstance(value, int) and not isinstance(value, bool) and value >= self.minimum:
             return value
         names = "".join(f" or {n!r}" for n in self.named)

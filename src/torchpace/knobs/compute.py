@@ -26,7 +26,7 @@ class AmpKnob(Knob):
     choices = ("off", "bf16", "fp16")
     help = "autocast forward and loss in bf16 or fp16 (fp16 with a GradScaler)."
 
-    def value_applies(self, value, host, workload):
+    def host_reason(self, value, host):
         if value == "fp16" and not host.cuda_available:
             return "fp16 autocast with GradScaler needs CUDA; this host has no CUDA device"
         if value == "bf16":
@@ -37,8 +37,8 @@ class AmpKnob(Knob):
         return None
 
     def applies(self, host, workload):
-        if self.value_applies("bf16", host, workload) and self.value_applies("fp16", host, workload):
-            return self.value_applies("bf16", host, workload)
+        if self.host_reason("bf16", host) and self.host_reason("fp16", host):
+            return self.host_reason("bf16", host)
         return None
 
     def apply(self, value, target, ctx):
@@ -127,7 +127,7 @@ class CompileKnob(Knob):
             return "torch.compile on CPU needs a C compiler (gcc or clang); none found"
         return None
 
-    def value_applies(self, value, host, workload):
+    def host_reason(self, value, host):
         if value == "reduce-overhead" and not host.cuda_available:
             return "reduce-overhead uses CUDA graphs; no CUDA device here"
         return None

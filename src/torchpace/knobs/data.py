@@ -18,6 +18,11 @@ class NumWorkersKnob(IntKnob):
     point = Point.LOADER
     default = 0
     help = "DataLoader worker processes (0 loads in the training process)."
+    per_core = 4  # decoding workers wait on I/O, so a few per core can pay; beyond that they only cost memory
+
+    def host_limit(self, host):
+        cores = max(1, host.usable_cores)
+        return self.per_core * cores, f"{self.per_core} workers per usable core, {cores} usable core(s)"
 
     def candidates(self, host, workload):
         counts = [0, 1, 2, 4, 8, 16]

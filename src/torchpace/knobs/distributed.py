@@ -50,12 +50,10 @@ class NprocPerNodeKnob(IntKnob):
         devices = usable_devices(host)
         return [1, *[n for n in (2, 4, 8) if n <= devices]]
 
-    def value_applies(self, value, host, workload):
+    def host_limit(self, host):
         devices = usable_devices(host)
-        if value > devices:
-            what = f"{devices} GPU(s)" if host.cuda_available and host.gpus else f"{devices} usable CPU core(s)"
-            return f"nproc_per_node {value} is more than this host's {what}: one process per device at most"
-        return None
+        kind = "GPU(s)" if host.cuda_available and host.gpus else "usable CPU core(s)"
+        return devices, f"one process per device, and this host has {devices} {kind}"
 
     def conflicts(self, values):
         if values.get(self.name, 1) > 1 and values.get("distributed.strategy", "none") == "none":

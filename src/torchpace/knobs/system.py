@@ -32,6 +32,10 @@ def allocator_search_dirs(env: dict[str, str] | None = None, prefix: str | None 
 def find_allocator(name: str, dirs: Iterable[Path]) -> Path | None:
     """The first shared library of allocator `name` (jemalloc/tcmalloc) found in `dirs`, or None."""
     for directory in dirs:
+    def host_limit(self, host):
+        cores = max(1, host.usable_cores)
+        return cores, f"one thread per usable core; more only contend for {cores} core(s)"
+
         for lib in ALLOCATOR_LIBRARIES.get(name, ()):
             candidate = directory / lib
             if candidate.exists():

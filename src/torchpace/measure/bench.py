@@ -27,7 +27,7 @@ from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_m
 from torchpace.measure.timing import Clock, Throughput, TimingOptions, measure_throughput
 from torchpace.runtime import Prepared, prepare
 from torchpace.runtime.batch import batch_len
-from torchpace.workload import Workload
+from torchpace.workload import Workload, exits_as_errors
 
 if TYPE_CHECKING:
     from torchpace.inference.latency import Latency
@@ -241,8 +241,9 @@ def run_bench(
             start = clock()
         reset_peak_memory(run.device)
         try:
-            checked = accuracy(run) if accuracy is not None else None
-            real, compute, latency = _measure_all(run, clock, options, start, losses, on_window)
+            with exits_as_errors("running the workload's training step"):
+                checked = accuracy(run) if accuracy is not None else None
+                real, compute, latency = _measure_all(run, clock, options, start, losses, on_window)
         except TorchpaceError:
             raise
         except Exception as err:  # the user's model/loss/data raised: report it as theirs

@@ -4,6 +4,7 @@ process-level knobs (allocator, NUMA, thread env vars) this process is not alrea
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from contextlib import contextmanager
@@ -90,6 +91,17 @@ def _bench_in_trial(spec, config: RunConfig, options: BenchOptions, host: HostFa
         raise UserCodeError(f"running the workload in a trial process ({result.status})",
                             result.error + "\n" + result.stderr_tail)
     return BenchResult(**result.bench)
+
+
+def nonfinite_loss_message(losses: list[float]) -> str | None:
+    """Why a bench's figures measure a run that diverged (a NaN or infinite loss), or None."""
+    from torchpace.trial.protocol import is_nonfinite
+
+    if not is_nonfinite(losses):
+        return None
+    first = next(i for i, value in enumerate(losses) if not math.isfinite(value))
+    return (f"the loss was {losses[first]} at loss value {first + 1} of {len(losses)}: these figures time a run that "
+            "diverged; check the learning rate, the data and precision knobs (precision.amp)")
 
 
 def save_result(payload: dict, path: str | Path) -> Path:

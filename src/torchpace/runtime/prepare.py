@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
 import torch
 
-from torchpace.config import RunConfig, resolve_config
+from torchpace.config import RunConfig, check_on_host, resolve_config
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts, probe_host
 from torchpace.knobs import REGISTRY, ApplyContext, Point
 from torchpace.runtime.batch import batch_len, split_batch, to_device
-from torchpace.workload import Workload
+from torchpace.workload import Workload, check_workload
 
 
 @dataclass
@@ -65,6 +65,7 @@ class Prepared:
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
     dist: Any = None  # torchpace.runtime.distributed.Dist for a distributed config
     _scaler: Any = field(default=None, repr=False)
+    _closed: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.options.grad_scaler:
@@ -92,6 +93,9 @@ class Prepared:
 
     def step_on_device(self, batch: Any) -> torch.Tensor:
         """`step` for a batch already on the device (how compute-only throughput is measured)."""
+        if self._closed:
+            raise UsageError("step() after the `with prepare(...)` block ended: the block restored the global torch "
+                             "state this config set; step inside the block, or call prepare() again")
         if not self.workload.is_training:
             return self._infer(batch)
         self.optimizer.zero_grad(set_to_none=True)
@@ -149,8 +153,9 @@ class Prepared:
         return contextlib.nullcontext()
 
     def close(self) -> None:
-        """Restore the global torch state this config changed."""
+        """Restore the global torch state this config changed; step() is refused afterwards."""
         self._stack.close()
+        self._closed = True
 
     def __enter__(self) -> "Prepared":
         return self
@@ -160,13 +165,14 @@ class Prepared:
 
 
 def check_config(config: RunConfig, host: HostFacts, workload: Workload) -> None:
-    """Raise UsageError for a set knob that does not apply here, or values that conflict."""
-    values = config.full_values()
+    """Raise UsageError for a set knob that does not apply here (to this host: `check_on_host`; to
+    this workload), or values that conflict."""
+    check_on_host(config, host)
     for name, value in config.values.items():
         knob = REGISTRY[name]
         if value == knob.default:
             continue
-        reason = knob.applies(host, workload) or knob.value_applies(value, host, workload) or knob.conflicts(values)
+        reason = knob.applies(host, workload) or knob.value_applies(value, host, workload)
         if reason:
             raise UsageError(f"knob {name!r} = {value!r} does not apply here: {reason}")
 
@@ -219,9 +225,10 @@ def prepare(
         Prepared (also a context manager that restores global torch state on exit).
 
     Raises:
-        UsageError: a knob does not apply here or values conflict.
+        UsageError: a knob does not apply here or values conflict; a Workload of the wrong shape;
+            both a workload and parts, or a config that is none of the accepted kinds.
     """
-    workload = workload if workload is not None else Workload(**parts)
+    workload = _workload_from(workload, parts)
     config = resolve_config(config)
     host = host or probe_host()
     check_config(config, host, workload)
@@ -266,6 +273,23 @@ def prepare(
         warnings.warn(f"process-level knobs {prepared.needs_launch} take effect only in a new process: "
                       "use `torchpace launch --config ...`", stacklevel=2)
     return prepared
+
+
+def _workload_from(workload: Any, parts: dict[str, Any]) -> Workload:
+    """`workload`, or a Workload built from `parts`, checked (`check_workload`); UsageError for both or neither."""
+    if workload is not None and parts:
+        raise UsageError(f"prepare() got a Workload and also {', '.join(f'{k}=' for k in parts)}: pass either a "
+                         "Workload or its parts (model=, dataset=, loss=, ...), not both")
+    if workload is None:
+        names = [f.name for f in fields(Workload)]
+        unknown = [name for name in parts if name not in names]
+        missing = [name for name in ("model", "dataset") if name not in parts]
+        if unknown or missing:
+            raise UsageError(f"prepare(): unknown part(s) {unknown}, missing part(s) {missing}; a Workload's "
+                             f"parts are {', '.join(names)} (model and dataset are required)")
+        workload = Workload(**parts)
+    check_workload(workload)
+    return workload
 
 
 def _build_optimizer(workload: Workload, model: torch.nn.Module, knobs: list, values: dict, ctx: ApplyContext):

@@ -373,3 +373,24 @@ def assignment_lock(storage, study_id: int) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def copy_study(name: str, from_url: str, to_url: str) -> None:
+    """Copy study `name` with all its trials from one storage to another (e.g. a host's SQLite file into
+    the PostgreSQL database a fleet shares); `tune --resume` then goes on from it there.
+
+    Raises:
+        UsageError: either storage is unusable, the source has no such study, or the target already has one.
+    """
+    import optuna
+
+    check_storage(from_url)
+    check_storage(to_url)
+    target = open_storage(to_url)
+    if name in optuna.get_all_study_names(target):
+        raise UsageError(f"{mask_url(to_url)} already has a study {name!r}: delete it there or copy to another database")
+    with storage_failures(to_url):
+        try:
+            optuna.copy_study(from_study_name=name, from_storage=open_storage(from_url, read_only=True), to_storage=target)
+        except KeyError:
+            raise UsageError(f"{mask_url(from_url)} has no study {name!r}") from None

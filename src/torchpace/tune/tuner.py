@@ -191,16 +191,17 @@ class Tuner:
         return self.outcome
 
     def _finish_after(self, stopped: str) -> TuneOutcome | None:
-        """`_finish`; after a storage failure, the best so far only if the storage can still be read (else None)."""
-        if stopped != "storage failed":
-            return self._finish(stopped)
+        """`_finish`, its storage failure as one message; after a storage failure already raised, the best
+        so far only if the storage can still be read (else None: a second message would only repeat it)."""
         from torchpace.tune.storage import StorageFailed, storage_failures
 
         try:
             with storage_failures(self.storage_url):
                 return self._finish(stopped)
         except StorageFailed:
-            return None  # the failure already raised names the cause; a second message would only repeat it
+            if stopped == "storage failed":
+                return None
+            raise
 
     def _why_stopped(self) -> str:
         if time.monotonic() >= self.deadline:

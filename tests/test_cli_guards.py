@@ -1,0 +1,126 @@
+"""Bad input across every verb, in real subprocesses: no output may destroy an input, every float
+option is finite, every knob value fits this host; each refusal is exit 2 before anything runs."""
+
+import os
+import shutil
+
+import pytest
+
+from _support import FIXTURES
+
+WORKLOAD_SRC = FIXTURES / "workloads.py"
+
+
+@pytest.fixture
+def workload_copy(tmp_path):
+    """A copy of the fixture workloads in tmp_path, a symlink and a hard link to it; returns the copy."""
+    copy = tmp_path / "w.py"
+    shutil.copy(WORKLOAD_SRC, copy)
+    (tmp_path / "link.py").symlink_to(copy)
+    os.link(copy, tmp_path / "hard.py")
+    return copy
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "w.py:tiny_mlp", "--out", "w.py"], "--out 'w.py' is the workload file"),
+    (["bench", "w.py:tiny_mlp", "--out", "link.py"], "--out 'link.py' is the workload file 'w.py'"),
+    (["bench", "w.py:tiny_mlp", "--out", "hard.py"], "--out 'hard.py' is the workload file 'w.py'"),
+    (["profile", "w.py:tiny_mlp", "--trace", "w.py"], "--trace 'w.py' is the workload file"),
+    (["tune", "w.py:tiny_mlp", "--out", "hard.py"], "--out 'hard.py' is the workload file"),
+    (["tune", "w.py:tiny_mlp", "--export", "link.py"], "--export 'link.py' is the workload file"),
+    (["tune", "tabular", "--out", "a.toml", "--report", "./a.toml"], "--out and --report are both"),
+    (["monitor", "--csv", "w.py", "--", "python", "w.py"], "--csv 'w.py' is a file the command names"),
+    (["monitor", "--tensorboard", "hard.py", "--", "python", "--x=w.py"], "is a file the command names"),
+    (["report", "w.py", "--out", "link.py"], "--out 'link.py' is the input 'w.py'"),
+    (["bench-data", ".", "--out", "sub/r.json"], "inside the folder measured"),
+])
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(cli_run, workload_copy, tmp_path, args, message):
+    (tmp_path / "sub").mkdir()
+    before = workload_copy.read_bytes()
+    done = cli_run(*args)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "choose another path" in done.stderr or "choose a path outside" in done.stderr
+    assert workload_copy.read_bytes() == before
+
+
+def test_tune_out_naming_its_own_study_is_refused_and_the_study_kept(cli_run, tmp_path):
+    study = tmp_path / "s.db"
+    study.write_bytes(b"SQLite format 3\x00 planted")
+    for storage, out in ((None, ".torchpace/studies.db"), (f"sqlite:///{study}", str(study))):
+        if storage is None:
+            (tmp_path / ".torchpace").mkdir()
+            shutil.copy(study, tmp_path / out)
+        done = cli_run("tune", "tabular", "--out", out, *(["--storage", storage] if storage else []))
+        assert done.returncode == 2 and "is the study storage" in done.stderr, done.stderr
+        assert (tmp_path / out).read_bytes() == study.read_bytes()
+
+
+def test_monitor_csv_naming_the_script_does_not_run_or_truncate_it(cli_run, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("open('ran', 'w').write('yes')\n")
+    done = cli_run("monitor", "--no-live", "--csv", "job.py", "--", "python", "job.py")
+    assert done.returncode == 2, done.stderr
+    assert script.read_text().startswith("open(") and not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["bench", "--max-time", "nan"], ["bench", "--max-time", "inf"], ["bench", "--max-time", "-1"],
+    ["tune", "--trial-time", "nan"], ["tune", "--trial-time", "inf"], ["tune", "--min-top1", "nan"],
+    ["tune", "--accuracy-rtol", "inf"], ["bench-data", ".", "--max-time", "nan"],
+    ["monitor", "--interval", "nan", "--", "true"], ["monitor", "--interval", "inf", "--", "true"],
+])
+def test_every_float_option_is_finite(cli_run, args):
+    done = cli_run(*args)
+    assert done.returncode == 2, done.stderr
+    assert "not a finite number" in done.stderr or "x>0" in done.stderr
+
+
+@pytest.mark.parametrize("name, field", [
+    ("model_not_a_module", "Workload.model"), ("dataset_none", "Workload.dataset"),
+    ("dataset_smaller_than_a_batch", "Workload.dataset"), ("batch_size_zero", "Workload.batch_size"),
+])
+def test_a_workload_of_the_wrong_shape_exits_2_naming_the_field(cli_run, name, field):
+    done = cli_run("bench", f"{WORKLOAD_SRC}:{name}", "--max-time", "1")
+    assert done.returncode == 2, done.stderr
+    assert field in done.stderr and "YOUR code" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("name, said", [("sys_exit_in_getitem", "sys.exit(3)"), ("os_exit_in_getitem", "os._exit(3)"),
+                                        ("nan_loss", "the loss was nan")])
+def test_a_workload_that_exits_or_diverges_in_bench_exits_1_with_a_message(cli_run, name, said):
+    done = cli_run("bench", f"{WORKLOAD_SRC}:{name}", "--max-time", "3")
+    assert done.returncode == 1, done.stderr
+    assert said in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "--set", "data.num_workers=9999"], "'data.num_workers' = 9999 does not apply here: 9999 is more than "
+                                                  "this host allows: at most"),
+    (["bench", "--set", "threads.intra_op=4096"], "'threads.intra_op' = 4096 does not apply here"),
+    (["profile", "--set", "data.num_workers=9999"], "9999 is more than this host allows"),
+    (["bench-data", ".", "--num-workers", "9999"], "--num-workers 9999: 9999 is more than this host allows"),
+    (["launch", "--dry-run", "--nproc-per-node", "4096", "--", "job.py"], "--nproc-per-node 4096: 4096 is more than"),
+    (["launch", "--dry-run", "--omp-threads", "4096", "--", "job.py"], "--omp-threads 4096: 4096 is more than"),
+    (["launch", "--dry-run", "--config", "c.toml", "--", "job.py"], "'precision.amp' = 'fp16' does not apply here"),
+    (["launch", "--dry-run", "--config", "w.toml", "--", "job.py"], "'data.num_workers' = 9999 does not apply here"),
+])
+def test_knob_values_beyond_the_host_exit_2_naming_knob_value_and_limit(cli_run, tmp_path, args, message):
+    import torch
+
+    if torch.cuda.is_available() and "c.toml" in args:
+        pytest.skip("fp16 applies on a CUDA host")
+    (tmp_path / "job.py").write_text("print('ran')\n")
+    (tmp_path / "c.toml").write_text('schema_version = 1\n[knobs]\n"precision.amp" = "fp16"\n')
+    (tmp_path / "w.toml").write_text('schema_version = 1\n[knobs]\n"data.num_workers" = 9999\n')
+    done = cli_run(*args)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "ran" not in done.stdout
+
+
+def test_config_that_is_not_utf8_and_a_bogus_device_exit_2(cli_run, tmp_path):
+    (tmp_path / "bad.toml").write_bytes(b"\xff\xfeschema_version = 1\n")
+    done = cli_run("bench", "--config", "bad.toml")
+    assert done.returncode == 2 and "is not UTF-8 text" in done.stderr, done.stderr
+    done = cli_run("bench", "--device", "bogus")
+    assert done.returncode == 2 and "'bogus' is not a torch device; valid: cpu, cuda" in done.stderr, done.stderr

@@ -1,0 +1,203 @@
+"""One study worked by several tuner processes on a real PostgreSQL server (the `postgres` session fixture).
+
+Each tuner is a real `torchpace tune` process, as one per host would be; they share only the database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import optuna
+import psutil
+import pytest
+
+from torchpace.errors import UsageError
+from torchpace.tune.storage import open_storage
+from torchpace.tune.study import ATTR, open_study, study_metadata
+from torchpace.tune.tuner import TuneOptions, Tuner
+
+from _support import fixture_workload
+
+STUDY = "fleet"
+_KNOBS = ("data.num_workers", "optimizer.impl")
+_RUN_TIMEOUT_S = 900
+_BAD_URL_LIMIT_S = 15
+
+
+def _tune_cmd(url, out, *extra, study=STUDY):
+    knobs = [arg for name in _KNOBS for arg in ("--knob", name)]
+    return [sys.executable, "-m", "torchpace", "tune", fixture_workload("tiny_mlp"), "--storage", url, "--study", study,
+            "--out", str(out), "--trial-time", "1", "--guard-steps", "6", *knobs, "--json", *extra]
+
+
+def _start_workers(url, tmp_path, count):
+    """The first tuner creates the study; the others join it with --resume once it exists."""
+    first = subprocess.Popen(_tune_cmd(url, tmp_path / "w0.toml"), cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not _study_exists(url) and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.3)
+    assert _study_exists(url), first.stderr.read() if first.poll() is not None else "the study never appeared"
+    others = [subprocess.Popen(_tune_cmd(url, tmp_path / f"w{i}.toml", "--resume"), cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for i in range(1, count)]
+    return [first, *others]
+
+
+def _study_exists(url) -> bool:
+    """Whether the study is in the database yet (read without creating Optuna's tables under the tuners)."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as conn:
+            if "studies" not in sqlalchemy.inspect(conn).get_table_names():
+                return False
+            return conn.execute(sqlalchemy.text("SELECT 1 FROM studies WHERE study_name = :n"), {"n": STUDY}).first() is not None
+    finally:
+        engine.dispose()
+
+
+def _trials(url):
+    storage = url.replace("postgresql://", "postgresql+psycopg://")
+    return optuna.load_study(study_name=STUDY, storage=storage).get_trials(deepcopy=False)
+
+
+def _measured_slots(trials):
+    """Slots of trials that ran to a verdict (a trial lost with its tuner is not a measurement)."""
+    infos = [{**t.system_attrs.get(ATTR, {}), **t.user_attrs.get(ATTR, {})} for t in trials]
+    return [i["slot"] for i in infos if i.get("status") not in (None, "lost", "budget")]
+
+
+def _wait_all(procs):
+    outputs = [p.communicate(timeout=_RUN_TIMEOUT_S) for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(procs), [err[-2000:] for _, err in outputs]
+    return [json.loads(out) for out, _ in outputs]
+
+
+@pytest.mark.timeout(_RUN_TIMEOUT_S + 120)
+def test_three_tuners_share_one_postgres_study(postgres, tmp_path):
+    url = postgres.create_database("three").replace("postgresql+psycopg://", "postgresql://")  # the plain form
+    outcomes = _wait_all(_start_workers(url, tmp_path, 3))
+    trials = _trials(url)
+    workers = {t.system_attrs.get(ATTR, {}).get("worker") for t in trials} - {None}
+    assert len(workers) >= 2, workers
+    slots = _measured_slots(trials)
+    assert len(slots) == len(set(slots)), f"a slot was measured twice: {sorted(slots)}"
+    assert all(o["stopped"] == "done" for o in outcomes)
+    tomls = [(tmp_path / f"w{i}.toml").read_text() for i in range(3)]
+    assert tomls[0] == tomls[1] == tomls[2]  # every worker replays the same records to the same result
+
+
+@pytest.mark.timeout(_RUN_TIMEOUT_S + 120)
+def test_a_worker_killed_mid_trial_loses_nothing_and_its_trial_is_run_again(postgres, tmp_path):
+    url = postgres.create_database("killed")
+    procs = _start_workers(url, tmp_path, 3)
+    victim = procs[2]
+    trial_child, deadline = [], time.monotonic() + 300
+    while not trial_child and time.monotonic() < deadline and victim.poll() is None:
+        time.sleep(0.2)
+        trial_child = [c for c in psutil.Process(victim.pid).children(recursive=True)
+                       if "torchpace.trial" in " ".join(c.cmdline())]
+    assert trial_child, "the third worker never started a trial"
+    children = psutil.Process(victim.pid).children(recursive=True)
+    finished_before = {t.number for t in _trials(url) if t.state.is_finished()}
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    _, alive = psutil.wait_procs(children, timeout=15)
+    assert alive == [], "trial processes outlived their killed tuner"
+    _wait_all(procs[:2])
+    trials = _trials(url)
+    assert finished_before <= {t.number for t in trials if t.state.is_finished()}  # nothing finished was lost
+    killed = [t for t in trials if t.system_attrs.get(ATTR, {}).get("worker", "").endswith(f":{victim.pid}")
+              and t.state == optuna.trial.TrialState.FAIL and "status" not in t.user_attrs.get(ATTR, {})]
+    assert killed, "the killed worker's trial was not failed after the heartbeat grace"
+    slot = killed[-1].system_attrs[ATTR]["slot"]
+    assert slot in _measured_slots(trials), f"{slot} was not run again"
+    slots = _measured_slots(trials)
+    assert len(slots) == len(set(slots))
+
+
+def test_a_host_with_another_fingerprint_is_refused_naming_both(postgres, host):
+    url = postgres.create_database("fingerprint")
+    spec = fixture_workload("tiny_mlp")
+    open_study(open_storage(url), STUDY, {**study_metadata(spec, host, "greedy"), "objective": "throughput"}, False, None)
+    other = dataclasses.replace(host, cpu_model="Some Other CPU")
+    with pytest.raises(UsageError) as err:
+        Tuner(TuneOptions(workload=spec, storage=url, study=STUDY, resume=True, knobs=frozenset(_KNOBS)), other)
+    assert host.fingerprint() in str(err.value) and other.fingerprint() in str(err.value)
+
+
+# ---- URLs that cannot be used ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def silent_server():
+    """A loopback port that accepts connections and never answers (a server that hangs)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted, stop = [], threading.Event()
+
+    def accept():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    listener.close()
+
+
+def _bad_urls(postgres, silent_port):
+    from _postgres import free_port
+
+    return {"wrong password": (postgres.url(password="not-the-password"), "password authentication failed"),
+            "missing database": (postgres.url("no_such_db"), 'database "no_such_db" does not exist'),
+            "nothing listening": (f"postgresql://postgres:tp-secret@127.0.0.1:{free_port()}/x", "refused"),
+            "a server that never answers": (f"postgresql://postgres:tp-secret@127.0.0.1:{silent_port}/x?connect_timeout=3",
+                                            "timeout")}
+
+
+@pytest.mark.parametrize("verb", ["tune", "report"])
+def test_bad_urls_exit_2_naming_the_masked_url_quickly(postgres, silent_server, cli_run, tmp_path, verb):
+    for case, (url, cause) in _bad_urls(postgres, silent_server).items():
+        argv = (["tune", fixture_workload("tiny_mlp"), "--storage", url, "--out", str(tmp_path / "t.toml")]
+                if verb == "tune" else ["report", "--storage", url, "-o", str(tmp_path / "r.html")])
+        start = time.monotonic()
+        done = cli_run(*argv, timeout=60)
+        took_s = time.monotonic() - start
+        assert done.returncode == 2, (case, done.stderr[-1500:])
+        assert "Traceback" not in done.stderr and "tp-secret" not in done.stderr, (case, done.stderr)
+        assert "***@127.0.0.1" in done.stderr and cause in done.stderr, (case, done.stderr)
+        assert took_s < _BAD_URL_LIMIT_S, (case, took_s)
+    assert not (tmp_path / "t.toml").exists() and not (tmp_path / "r.html").exists()
+
+
+# ---- a database that is not a study ------------------------------------------------------------------
+
+
+def test_an_application_database_on_postgres_is_refused_and_left_untouched(postgres, cli_run, tmp_path):
+    import sqlalchemy
+
+    url = postgres.create_database("app")
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE customers (id integer primary key, name text)"))
+    done = cli_run("tune", fixture_workload("tiny_mlp"), "--storage", url, "--out", str(tmp_path / "t.toml"))
+    assert done.returncode == 2 and "customers" in done.stderr and "not an Optuna study" in done.stderr, done.stderr
+    assert sqlalchemy.inspect(engine).get_table_names() == ["customers"]
+    engine.dispose()
