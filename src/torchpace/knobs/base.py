@@ -97,6 +97,12 @@ class Knob:
         """None when this particular value can run here, else why not (e.g. fp16 needs CUDA)."""
         return None
 
+    def host_reason(self, value: KnobValue, host: "HostFacts") -> str | None:
+        """None when `value` is within what this host allows whatever the workload, else why not
+        (e.g. more DataLoader workers than the host's cores can run). Needs no workload, so every
+        verb checks it, `launch` included."""
+        return None
+
     def conflicts(self, values: dict[str, KnobValue]) -> str | None:
         """None when `values[self.name]` fits with the other knobs' values, else why not."""
         return None
@@ -112,12 +118,6 @@ class Knob:
 
     def child_env(self, value: KnobValue, host: "HostFacts", env: dict[str, str]) -> None:
         """Write process-level settings for a child process into `env` (never os.environ)."""
-    def host_reason(self, value: KnobValue, host: "HostFacts") -> str | None:
-        """None when `value` is within what this host allows whatever the workload, else why not
-        (e.g. more DataLoader workers than the host's cores can run). Needs no workload, so every
-        verb checks it, `launch` included."""
-        return None
-
 
     def child_command_prefix(self, value: KnobValue, host: "HostFacts") -> list[str]:
         """argv to put before a child's command (e.g. numactl binding); empty for most knobs."""
@@ -158,11 +158,6 @@ class IntKnob(Knob):
     minimum: ClassVar[int] = 0
     named: ClassVar[tuple[str, ...]] = ()
 
-    def validate(self, value: Any) -> KnobValue:
-        if isinstance(value, str) and value in self.named:
-            return value
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value)
     def host_limit(self, host: "HostFacts") -> tuple[int, str] | None:
         """(the largest value this host allows, the rule that sets it), or None for no host bound."""
         return None
@@ -173,6 +168,11 @@ class IntKnob(Knob):
             return f"{value} is more than this host allows: at most {limit[0]} ({limit[1]})"
         return None
 
+    def validate(self, value: Any) -> KnobValue:
+        if isinstance(value, str) and value in self.named:
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)
         if isinstance(value, int) and not isinstance(value, bool) and value >= self.minimum:
             return value
         names = "".join(f" or {n!r}" for n in self.named)

@@ -32,10 +32,6 @@ def allocator_search_dirs(env: dict[str, str] | None = None, prefix: str | None 
 def find_allocator(name: str, dirs: Iterable[Path]) -> Path | None:
     """The first shared library of allocator `name` (jemalloc/tcmalloc) found in `dirs`, or None."""
     for directory in dirs:
-    def host_limit(self, host):
-        cores = max(1, host.usable_cores)
-        return cores, f"one thread per usable core; more only contend for {cores} core(s)"
-
         for lib in ALLOCATOR_LIBRARIES.get(name, ()):
             candidate = directory / lib
             if candidate.exists():
@@ -71,6 +67,10 @@ class IntraOpThreadsKnob(IntKnob):
     named = ("auto",)
     minimum = 1
     help = "torch intra-op threads (torch.set_num_threads; OMP_NUM_THREADS for child processes)."
+
+    def host_limit(self, host):
+        cores = max(1, host.usable_cores)
+        return cores, f"one thread per usable core; more only contend for {cores} core(s)"
 
     def candidates(self, host, workload):
         counts = sorted({1, max(1, host.usable_cores // 2), host.usable_cores})
