@@ -29,6 +29,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The reference pages (docs/reference/) and the "where is X" index of docs/architecture.md, from the code.
+docs: $(STAMP)
+	$(BIN)/python -m torchpace.docs_gen
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_measurement.py
 	$(BIN)/python benchmarks/bench_monitor.py --duration 30
