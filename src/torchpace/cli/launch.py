@@ -57,6 +57,17 @@ def build_options(command: tuple[str, ...], config_path: str | None, **given: ob
     return LaunchOptions(script, args, config, config_path or "config", **given)
 
 
+def check_here(config, given: dict, host) -> None:
+    """UsageError (exit 2, nothing started) for a config knob this host cannot run, as `bench` checks
+    it, or --nproc-per-node / --omp-threads beyond what the host allows (the knobs' own limits)."""
+    from torchpace.cli._common import check_knob_limit
+    from torchpace.config import check_on_host
+
+    check_on_host(config, host)
+    check_knob_limit("--nproc-per-node", "nproc_per_node", given.get("nproc_per_node"), host)
+    check_knob_limit("--omp-threads", "threads.intra_op", given.get("omp_threads"), host)
+
+
 @click.command("launch", epilog=_EPILOG, context_settings={"allow_interspersed_args": False,
                                                             "help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
@@ -91,7 +102,9 @@ def command(command, config_path, dry_run, as_json, **given):
         raise UsageError("--json prints the plan, so it goes with --dry-run")
     options = build_options(command, config_path, **given)
     base_env = dict(os.environ)
-    plan = plan_launch(options, probe_launch_host(), base_env, probe_launch_facts(base_env))
+    host = probe_launch_host()
+    check_here(options.config, given, host)
+    plan = plan_launch(options, host, base_env, probe_launch_facts(base_env))
     if dry_run:
         if as_json:
             emit_json(plan_to_dict(plan, base_env))
