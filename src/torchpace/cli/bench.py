@@ -1,4 +1,4 @@
-"""`torchpace bench [WORKLOAD]`: measure the training step (samples/s with a 95% CI)."""
+"""`torchpace bench [WORKLOAD | -- python train.py ARGS]`: measure the training step (samples/s with a 95% CI)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import click
 
 from torchpace.cli._common import check_outputs, json_option, output_result
 from torchpace.cli._options import SECONDS, build_config, config_options, device_option, workload_argument, workload_inputs
+from torchpace.cli._script import ScriptVerb, samples_per_step_option, script_command, script_inputs
 
 
-@click.command("bench")
+@click.command("bench", cls=ScriptVerb)
 @workload_argument
 @config_options
 @click.option("--max-time", "max_time_s", type=SECONDS, default=60.0, show_default=True,
@@ -17,23 +18,33 @@ from torchpace.cli._options import SECONDS, build_config, config_options, device
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Also save the JSON result here.")
 @click.option("--accuracy-batches", type=click.IntRange(min=0), default=4, show_default=True,
               help="Inference workloads: report the outputs' distance from the fp32 eager reference on this many batches (0: skip).")
+@samples_per_step_option
 @json_option
-def command(workload, config_path, assignments, max_time_s, device, out_path, accuracy_batches, as_json):
-    """Measure WORKLOAD's real training step (default: the built-in `tabular`).
+def command(workload, config_path, assignments, max_time_s, device, out_path, accuracy_batches, samples_per_step, as_json):
+    """Measure WORKLOAD's real training step (default: the built-in `tabular`), or an unmodified
+    training script given after `--` (`torchpace bench -- python train.py ARGS`).
 
     WORKLOAD is `pkg.module:function`, `path/to/file.py:function`, or one of
-    vision, language, tabular, inference.
+    vision, language, tabular, inference. A script is measured inside its own process: a step is
+    one optimizer step (or one backward() without an optimizer), samples come from its DataLoader.
     """
     from torchpace.host import probe_host
     from torchpace.measure.bench import BenchOptions
     from torchpace.measure.run import bench_workload, nonfinite_loss_message
 
-    check_outputs({"--out": out_path}, workload_inputs(workload, config_path))
+    command_argv = script_command(workload)
+    inputs = script_inputs(command_argv, config_path) if command_argv else workload_inputs(workload, config_path)
+    check_outputs({"--out": out_path}, inputs)
     config = build_config(config_path, assignments)
-    options = BenchOptions(max_time_s=max_time_s)
     host = probe_host()
-    result = bench_workload(workload, config, options, host=host, device=device, show_progress=not as_json,
-                            accuracy_batches=accuracy_batches)
+    if command_argv:
+        from torchpace.script.run import bench_script
+
+        result = bench_script(command_argv, config, max_time_s, host, samples_per_step=samples_per_step,
+                              show_progress=not as_json)
+    else:
+        result = bench_workload(workload, config, BenchOptions(max_time_s=max_time_s), host=host, device=device,
+                                show_progress=not as_json, accuracy_batches=accuracy_batches)
     from torchpace.measure.render import render_bench
 
     output_result(result.to_dict(), out_path, as_json, render_bench)

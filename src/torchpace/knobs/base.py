@@ -7,11 +7,19 @@ Lifecycle, in the order torchpace calls it:
 3. `conflicts(values)` -> None, or why this value cannot go with the other knobs' values;
 4. `candidates(host, workload)` -> the values a tuner should try, the default first; `companions(value)`
    and `pointless(values)` tell the tuner what must go with a value and which configs cannot gain;
-5. `child_env(value, host, env)` and `child_command_prefix(value, host)` for process-level knobs:
-   they shape a child process's env dict and argv, never torchpace's own;
+5. process-level knobs (point ENV, and `threads.intra_op` as OMP_NUM_THREADS) take effect in a child
+   process: `torchpace.launch.plan.plan_child` (the one planner of trials, bench, profile and launch)
+   turns their values into the child's env and argv, never torchpace's own; `in_effect(value, host)`
+   says whether this process already runs with them;
 6. `apply(value, target, ctx)` inside `prepare()`, at exactly the knob's `point`.
 
-`apply` targets by point: ENV -> nothing in-process (see child_env); GLOBAL -> an ExitStack to enter
+Script mode (an unmodified `train.py`, see `torchpace.script`): `script_reach` says how a knob reaches
+a script it cannot edit — `process` (the child's env/argv), `global` (torch state set at import),
+`loader` (DataLoader arguments), `optimizer` (optimizer constructor arguments), `autocast` (around the
+outermost module's forward) — or None when only `prepare()` can apply it; `script_reason(value)`
+says why a particular value cannot reach a script (e.g. fp16 needs a GradScaler in the loop).
+
+`apply` targets by point: ENV -> nothing in-process (see plan_child); GLOBAL -> an ExitStack to enter
 a set-and-restore context on; DATASET -> the dataset, returns the (possibly new) dataset the
 loader reads (e.g. another decoder or file format); LOADER -> the DataLoader kwargs dict; MODEL -> the model, returns the
 (possibly new) model; OPTIMIZER -> the optimizer, returns the (possibly new) optimizer; STEP -> the
@@ -68,6 +76,13 @@ class Knob:
     choices: ClassVar[tuple[KnobValue, ...] | None] = None
     help: ClassVar[str] = ""
     training_only: ClassVar[bool] = False
+    script_reach: ClassVar[str | None] = None  # how it reaches an unmodified script; None: prepare() only
+
+    def script_reason(self, value: KnobValue) -> str | None:
+        """None when `value` reaches an unmodified script through the launch hook, else why not."""
+        if self.script_reach is None:
+            return f"{self.name} changes the model or the training step: it needs torchpace.prepare() in the script"
+        return None
 
     def validate(self, value: Any) -> KnobValue:
         """Return `value` normalised, or raise UsageError naming the knob and the valid values."""
@@ -116,20 +131,10 @@ class Knob:
         """Why a tuner need not try `values` (it runs, but cannot gain), or None."""
         return None
 
-    def child_env(self, value: KnobValue, host: "HostFacts", env: dict[str, str]) -> None:
-        """Write process-level settings for a child process into `env` (never os.environ)."""
-
-    def child_command_prefix(self, value: KnobValue, host: "HostFacts") -> list[str]:
-        """argv to put before a child's command (e.g. numactl binding); empty for most knobs."""
-        return []
-
     def in_effect(self, value: KnobValue, host: "HostFacts") -> bool:
-        """True when this process already runs with `value`'s process-level settings."""
-        import os
-
-        wanted: dict[str, str] = {}
-        self.child_env(value, host, wanted)
-        return all(os.environ.get(k, "") == v or v in os.environ.get(k, "").split(":") for k, v in wanted.items())
+        """True when this process already runs with `value`'s process-level settings (always, for a
+        knob that has none)."""
+        return True
 
     def apply(self, value: KnobValue, target: Any, ctx: ApplyContext) -> Any:
         """Take effect on `target` (see the module docstring for each point); return the target."""

@@ -20,11 +20,18 @@ def _cuda_bf16_supported() -> bool:
 
 class AmpKnob(Knob):
     name = "precision.amp"
+    script_reach = "autocast"
     stage = "compute"
     point = Point.STEP
     default = "off"
     choices = ("off", "bf16", "fp16")
     help = "autocast forward and loss in bf16 or fp16 (fp16 with a GradScaler)."
+
+    def script_reason(self, value):
+        if value == "fp16":
+            return ("fp16 autocast needs a GradScaler around backward() and step(), which only the training loop can "
+                    "place: use torchpace.prepare() in the script (bf16 needs no scaler and reaches a script unchanged)")
+        return None
 
     def host_reason(self, value, host):
         if value == "fp16" and not host.cuda_available:
@@ -52,6 +59,7 @@ class AmpKnob(Knob):
 
 class MatmulPrecisionKnob(Knob):
     name = "precision.matmul"
+    script_reach = "global"
     stage = "compute"
     point = Point.GLOBAL
     default = "highest"
@@ -72,6 +80,7 @@ class MatmulPrecisionKnob(Knob):
 
 class CudnnBenchmarkKnob(Knob):
     name = "backends.cudnn_benchmark"
+    script_reach = "global"
     stage = "compute"
     point = Point.GLOBAL
     default = False
@@ -81,7 +90,7 @@ class CudnnBenchmarkKnob(Knob):
     def applies(self, host, workload):
         if not host.cuda_available:
             return "cuDNN autotuning needs a CUDA device"
-        if not _has_module(workload.model, ("Conv1d", "Conv2d", "Conv3d")):
+        if workload.model is not None and not _has_module(workload.model, ("Conv1d", "Conv2d", "Conv3d")):
             return "the model has no convolution layers"
         return None
 
@@ -148,6 +157,7 @@ class CompileKnob(Knob):
 
 class OptimizerImplKnob(Knob):
     name = "optimizer.impl"
+    script_reach = "optimizer"
     stage = "compute"
     point = Point.OPTIMIZER
     default = "default"

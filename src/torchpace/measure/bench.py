@@ -23,6 +23,7 @@ import torch
 from torchpace.config import RunConfig, resolve_config
 from torchpace.errors import TorchpaceError, UserCodeError
 from torchpace.host import HostFacts, probe_host
+from torchpace.measure.contention import measure_other_load
 from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_memory
 from torchpace.measure.timing import Clock, Throughput, TimingOptions, measure_throughput
 from torchpace.runtime import Prepared, prepare
@@ -119,6 +120,10 @@ class BenchResult:
     steps_per_s: float | None = None
     steps_per_s_ci_low: float | None = None
     steps_per_s_ci_high: float | None = None
+    window_steps_per_s: list[float] = field(default_factory=list)
+    # cores that processes outside torchpace's own tree kept busy while this was measured
+    # (torchpace.measure.contention; None when unreadable)
+    other_load_cores: float | None = None
     # script mode (`bench -- python train.py`): the command, how steps and samples were counted, and
     # what the launch hook changed in the script (see torchpace.script.hook)
     script: dict[str, Any] | None = None
@@ -217,12 +222,15 @@ def run_bench(
     clock: Clock = time.perf_counter,
     on_window: Callable | None = None,
     accuracy: Callable[[Prepared], dict[str, Any]] | None = None,
+    own_root_pid: int | None = None,
 ) -> BenchResult:
     """Measure `workload` under `config`. See the module docstring for what is timed.
 
     Args:
         accuracy: called with the prepared run before anything is timed (e.g. an
             `torchpace.inference.accuracy.AccuracyGuard`); its dict is the result's `accuracy`.
+        own_root_pid: the root of torchpace's own process tree, whose CPU use is not "other load"
+            (default this process; a trial process passes the tuner that started it).
 
     Raises:
         UsageError: the config does not apply here.
@@ -241,7 +249,7 @@ def run_bench(
             start = clock()
         reset_peak_memory(run.device)
         try:
-            with exits_as_errors("running the workload's training step"):
+            with exits_as_errors("running the workload's training step"), measure_other_load(own_root_pid) as load:
                 checked = accuracy(run) if accuracy is not None else None
                 real, compute, latency = _measure_all(run, clock, options, start, losses, on_window)
         except TorchpaceError:
@@ -252,6 +260,7 @@ def run_bench(
         if run.dist is not None:
             peak_bytes = int(run.dist.max(peak_bytes))
         result = _build_result(workload, config, run, real, compute, losses, peak_bytes, peak_kind, clock() - start, host)
+        result = replace(result, other_load_cores=load.cores)
         return replace(result, **_inference_fields(run, latency, checked)) if not workload.is_training else result
 
 
@@ -288,7 +297,8 @@ def throughput_fields(real: Throughput, samples_known: bool = True) -> dict[str,
     from torchpace.measure.stats import summarize
 
     summary = real.summary
-    steps = summarize([w.steps / w.elapsed_s for w in real.windows if w.elapsed_s > 0])
+    step_rates = [w.steps / w.elapsed_s for w in real.windows if w.elapsed_s > 0]
+    steps = summarize(step_rates)
     sample_fields = dict(samples_per_s=summary.median, samples_per_s_ci_low=summary.ci_low,
                          samples_per_s_ci_high=summary.ci_high, samples_per_s_iqr=summary.iqr,
                          window_samples_per_s=[w.samples_per_s for w in real.windows])
@@ -299,7 +309,7 @@ def throughput_fields(real: Throughput, samples_known: bool = True) -> dict[str,
                 step_time_s=real.step_time_s, windows=summary.n, measured_steps=real.measured_steps,
                 warmup_s=real.warmup_s, warmup_steps=real.warmup_steps, warmup_converged=real.warmup_converged,
                 stopped_by=real.stopped_by, steps_per_s=steps.median, steps_per_s_ci_low=steps.ci_low,
-                steps_per_s_ci_high=steps.ci_high)
+                steps_per_s_ci_high=steps.ci_high, window_steps_per_s=step_rates)
 
 
 def _build_result(workload, config, run, real: Throughput, compute: Throughput | None, losses, peak_bytes, peak_kind, wall_s, host) -> BenchResult:
@@ -326,13 +336,13 @@ def _build_result(workload, config, run, real: Throughput, compute: Throughput |
 
 
 def build_script_bench(real: Throughput, *, samples_known: bool, device, losses: list[float], wall_s: float,
-                       measured_wait_s: float, batch_size: int | None, backwards_per_step: int,
+                       measured_wait_s: float | None, batch_size: int | None, backwards_per_step: int,
                        script: dict[str, Any]) -> dict[str, Any]:
     """The BenchResult dict of a script measured from inside its process (`torchpace.script.hook`).
 
     There is no compute-only ceiling for a script (its batches cannot be replayed), so
     `input_bound_frac` is the measured share of window time spent inside the DataLoader iterator's
-    `__next__`, and `compute_only_samples_per_s` is None. `config` is left empty: the parent, which
+    `__next__` (None when the script read no DataLoader), and `compute_only_samples_per_s` is None. `config` is left empty: the parent, which
     planned the run, fills it in.
     """
     device = device if device is not None else torch.device("cpu")
@@ -342,7 +352,7 @@ def build_script_bench(real: Throughput, *, samples_known: bool, device, losses:
         workload=" ".join(script.get("command") or []) or "script", config={}, device=str(device),
         batch_size=batch_size, grad_accumulation=max(1, backwards_per_step), world_size=1, global_batch_size=batch_size,
         **throughput_fields(real, samples_known), compute_only_samples_per_s=None,
-        input_bound_frac=min(1.0, measured_wait_s / elapsed_s) if elapsed_s > 0 else None,
+        input_bound_frac=min(1.0, measured_wait_s / elapsed_s) if elapsed_s > 0 and measured_wait_s is not None else None,
         peak_memory_bytes=peak_bytes, peak_memory_kind=peak_kind, loss_values=losses, wall_time_s=wall_s,
         host=probe_host().summary(), script=script)
     return result.to_dict()

@@ -16,15 +16,27 @@ def format_bytes(n: float | None, missing: str = "-") -> str:
     return f"{n:.1f} TiB"
 
 
+def throughput_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    """The measured figure's rows: samples/s, or steps/s when the samples per step are unknown (script mode)."""
+    if r.get("samples_per_s") is None:
+        ci = f"[{r['steps_per_s_ci_low']:,.2f}, {r['steps_per_s_ci_high']:,.2f}] (±{r['ci_rel_halfwidth']:.1%})"
+        return [("steps/s (median)", f"{r['steps_per_s']:,.2f}  (samples per step unknown: no DataLoader batch seen; "
+                                     "--samples-per-step N gives samples/s)"),
+                ("95% CI of median", ci)]
+    ci = f"[{r['samples_per_s_ci_low']:,.1f}, {r['samples_per_s_ci_high']:,.1f}] (±{r['ci_rel_halfwidth']:.1%})"
+    rows = [("samples/s (median)", f"{r['samples_per_s']:,.1f}"), ("95% CI of median", ci),
+            ("IQR", f"{r['samples_per_s_iqr']:,.1f} ({r['samples_per_s_iqr'] / r['samples_per_s']:.1%} of median)")]
+    if r.get("steps_per_s") is not None:
+        rows.append(("steps/s", f"{r['steps_per_s']:,.2f}"))
+    return rows
+
+
 def bench_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) rows of the bench table."""
-    ci = f"[{r['samples_per_s_ci_low']:,.1f}, {r['samples_per_s_ci_high']:,.1f}] (±{r['ci_rel_halfwidth']:.1%})"
-    rows = [
-        ("samples/s (median)", f"{r['samples_per_s']:,.1f}"),
-        ("95% CI of median", ci),
-        ("IQR", f"{r['samples_per_s_iqr']:,.1f} ({r['samples_per_s_iqr'] / r['samples_per_s']:.1%} of median)"),
-        ("step time", f"{r['step_time_s'] * 1000:.2f} ms  (batch {r['batch_size']}"
-                      + (f", {r['grad_accumulation']} micro-batches" if r["grad_accumulation"] > 1 else "") + ")"),
+    batch = "batch unknown" if r.get("batch_size") is None else f"batch {r['batch_size']}"
+    micro = f", {r['grad_accumulation']} {'backward() calls' if r.get('script') else 'micro-batches'}"
+    rows = throughput_rows(r) + [
+        ("step time", f"{r['step_time_s'] * 1000:.2f} ms  ({batch}" + (micro if r["grad_accumulation"] > 1 else "") + ")"),
     ]
     if r.get("world_size", 1) > 1:
         rows.append(("processes", f"{r['world_size']} ranks x batch {r['batch_size']} = global batch {r['global_batch_size']}  "
@@ -32,14 +44,33 @@ def bench_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     if r.get("compute_only_samples_per_s"):
         rows += [("compute-only samples/s", f"{r['compute_only_samples_per_s']:,.1f}  (one batch pre-staged on {r['device']})"),
                  ("input-bound", f"{r['input_bound_frac']:.1%} of the step waits for data")]
+    elif r.get("script") and r.get("input_bound_frac") is not None:
+        rows.append(("input-bound", f"{r['input_bound_frac']:.1%} of the step is spent in the DataLoader's __next__"))
     rows += [
         ("peak memory", f"{format_bytes(r['peak_memory_bytes'])}  ({r['peak_memory_kind']})"),
         ("windows / steps", f"{r['windows']} / {r['measured_steps']}  (stopped by {r['stopped_by']})"),
         ("warm-up", f"{r['warmup_s']:.1f} s, {r['warmup_steps']} steps" + ("" if r["warmup_converged"] else "  (did not settle)")),
     ]
+    if r.get("other_load_cores") is not None:
+        rows.append(("other load", f"{r['other_load_cores']:.1f} cores used by processes outside torchpace meanwhile"))
     if r.get("loss_values"):
         rows.append(("loss", f"{r['loss_values'][0]:.4g} -> {r['loss_values'][-1]:.4g} over {len(r['loss_values'])} steps"))
-    return rows + inference_rows(r)
+    return rows + script_rows(r.get("script")) + inference_rows(r)
+
+
+def script_rows(script: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Script mode: how steps were counted, and every argument the config changed in the script."""
+    if not script:
+        return []
+    step = ("one optimizer step()" if script.get("step_source") == "optimizer"
+            else "one backward() (no torch.optim optimizer was built)")
+    rows = [("a step is", step)]
+    if script.get("ended_early"):
+        rows.append(("note", "the script ended before the measurement did: these are the windows it gave"))
+    for change in script.get("overrides") or ():
+        rows.append(("changed", f"{change['object']} at {change['where']}: {change['argument']} "
+                                f"{change['old']!r} -> {change['new']!r} ({change['knob']})"))
+    return rows
 
 
 def format_latency(seconds: float | None) -> str:
@@ -74,6 +105,23 @@ def render_bench(console, r: dict[str, Any]) -> None:
     for label, value in bench_rows(r):
         table.add_row(label, value)
     console.print(table)
-    if r["noise_warning"]:
-        console.print(f"[yellow]warning:[/] noisy measurement: IQR is {r['samples_per_s_iqr'] / r['samples_per_s']:.0%} "
-                      "of the median (>10%). Other load on this host? Re-run, or raise --max-time.")
+    iqr_frac = r["samples_per_s_iqr"] / r["samples_per_s"] if r.get("samples_per_s") else None
+    for warning in noise_warnings(r["noise_warning"], iqr_frac, "windows", "raise --max-time", r.get("other_load_cores"),
+                                  (r.get("host") or {}).get("usable_cores")):
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+def noise_warnings(noisy: bool, iqr_frac: float | None, what: str, remedy: str, other_load_cores: float | None,
+                   usable_cores: int | None) -> list[str]:
+    """The warnings beside a measured figure, for bench, profile and the report alike: a spread over 10%
+    of the median (`measure.stats`), and other processes' CPU use when material (`measure.contention`)."""
+    from torchpace.measure.contention import contention_note
+
+    warnings = []
+    if noisy:
+        spread = f"{iqr_frac:.0%} of the median (over 10%)" if iqr_frac is not None else "over 10% of the median"
+        warnings.append(f"noisy measurement: the IQR of the {what} is {spread}. Other load on this host? Re-run, or {remedy}.")
+    note = contention_note(other_load_cores, usable_cores or 1)
+    if note:
+        warnings.append(note + ".")
+    return warnings

@@ -57,7 +57,7 @@ class ScriptProbe:
         self.backwards_per_step: list[int] = []
         self.pending_samples = 0
         self.batches_seen = 0
-        self.last_batch_size: int | None = None
+        self.last_step_samples: int | None = None
         self.wait_s = 0.0
         self._wait_mark = 0.0
         self.measured_wait_s = 0.0
@@ -93,7 +93,6 @@ class ScriptProbe:
             return
         self.pending_samples += size
         self.batches_seen += 1
-        self.last_batch_size = size
 
     def on_step(self) -> None:
         """One step of the script ended: feed the meter; finish when it is done."""
@@ -104,6 +103,8 @@ class ScriptProbe:
         samples, self.pending_samples = self.pending_samples, 0
         if self.spec.samples_per_step:
             samples = self.spec.samples_per_step
+        if samples:
+            self.last_step_samples = samples
         if self.meter is None:
             self._start_meter()
             return
@@ -198,7 +199,7 @@ class ScriptProbe:
                                      "dataloader" if self.samples_known else None), **hook}
         return build_script_bench(
             real, samples_known=self.samples_known, device=self.device, losses=losses, wall_s=wall_s,
-            measured_wait_s=self.measured_wait_s, batch_size=self.spec.samples_per_step or self.last_batch_size,
+            measured_wait_s=self.measured_wait_s if self.batches_seen else None, batch_size=self.last_step_samples if self.samples_known else None,
             backwards_per_step=per_step[len(per_step) // 2] if per_step else 1, script=script)
 
     def on_exit(self) -> None:

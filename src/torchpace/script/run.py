@@ -29,8 +29,8 @@ from torchpace.trial.protocol import CRASH, INVALID, TrialResult, TrialSpec, cla
 _NO_STEP_MARGIN_S = 10.0  # the hook's "no step" verdict comes this long before the parent's timeout
 _BENCH_TIMEOUT_MARGIN_S = 120.0  # start-up (imports, data) beyond the measurement's own cap
 _IN_PROCESS_REACH = ("loader", "optimizer", "autocast")  # knobs that must meet something in the script
-_WHAT_IT_MEETS = {"loader": "a torch.utils.data.DataLoader", "optimizer": "a torch.optim optimizer",
-                  "autocast": "a forward of a module with parameters"}
+_WHAT_IT_MISSED = {"loader": "it built no torch.utils.data.DataLoader", "optimizer": "it built no torch.optim optimizer",
+                   "autocast": "it called no module with parameters"}
 
 
 def script_target(label: str) -> SimpleNamespace:
@@ -66,7 +66,7 @@ def plan_script_launch(command: Sequence[str], config: RunConfig, host: HostFact
     from torchpace.launch.plan import ChildOptions, plan_child
     from torchpace.launch.probe import probe_launch_facts
 
-    facts = probe_launch_facts(base_env)
+    facts = probe_launch_facts()
     options = ChildOptions(command=parse_python_command(command), facts=facts, config_name="the trial's config",
                            config_over_env=True)
     plan = plan_child(config, host, base_env, options)
@@ -104,7 +104,7 @@ def unreached_knobs(config: Mapping[str, Any], script: Mapping[str, Any]) -> dic
         reach = REGISTRY[name].script_reach
         if reach not in _IN_PROCESS_REACH or name in reached:
             continue
-        why[name] = not_applied.get(name) or f"the script never reached it (it met no {_WHAT_IT_MEETS[reach]})"
+        why[name] = not_applied.get(name) or f"never took effect in the script: {_WHAT_IT_MISSED[reach]}"
     return why
 
 

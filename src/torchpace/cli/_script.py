@@ -1,0 +1,52 @@
+"""What `bench`, `tune` and `profile` share for script mode: WORKLOAD or `-- python train.py ARGS`.
+
+Click would hand the words after `--` to the WORKLOAD argument, so a verb built with `ScriptVerb` sets
+them aside before click parses (`script_command(ctx)` returns them). A WORKLOAD and a command together,
+or a `--` with nothing after it, is a UsageError (exit 2).
+"""
+
+from __future__ import annotations
+
+import click
+
+from torchpace.errors import UsageError
+
+_META = "torchpace.script_command"
+
+
+class ScriptVerb(click.Command):
+    """A click command whose arguments after `--` are the user's command, untouched by click."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[_META] = list(args[cut + 1:])
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+def script_command(workload: str | None) -> list[str] | None:
+    """The command after `--` (None without `--`); UsageError when it is empty or comes with a WORKLOAD."""
+    command = click.get_current_context().meta.get(_META)
+    if command is None:
+        return None
+    if not command:
+        raise UsageError("nothing after `--`: give the training command, e.g. `-- python train.py ARGS`")
+    if workload is not None:
+        raise UsageError(f"give either a WORKLOAD ({workload!r}) or a command after `--` "
+                         f"({' '.join(command)!r}), not both")
+    return command
+
+
+def script_inputs(command: list[str], config_path: str | None) -> list[tuple[str, object]]:
+    """The files a script-mode run reads (the script, the config), for `check_outputs`."""
+    from torchpace.launch.command import parse_python_command
+
+    return [("the script", parse_python_command(command).script), ("the config", config_path)]
+
+
+def samples_per_step_option(func):
+    """`--samples-per-step N`: samples in one step of a script whose batches do not tell."""
+    return click.option("--samples-per-step", type=click.IntRange(min=1), default=None,
+                        help="Script mode: samples in one optimizer step, when the script's DataLoader batches do not "
+                             "tell (default: the leading dimension of each batch; else figures are steps/s).")(func)

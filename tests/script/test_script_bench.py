@@ -1,0 +1,138 @@
+"""`torchpace bench -- python SCRIPT`: unmodified fixture scripts measured from inside their own process.
+
+Each fixture under scripts/ is a plain training script. The figures are checked against the scripts'
+own timestamps (one line per step, written by the script itself, not by torchpace), reconstructed
+over the very windows the hook measured, so the check is exact up to the hook's own bookkeeping and
+does not depend on how busy the host is.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchpace.config import RunConfig
+from torchpace.script.run import script_trial_spec
+from torchpace.trial import run_trial
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _bench_json(cli_run, *args, max_time="4"):
+    result = cli_run("bench", "--max-time", max_time, "--json", *args, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def _assert_windows_match_stamps(bench: dict, stamps_path: Path) -> None:
+    """The measured windows took as long as the same steps timed by the script's own clock.
+
+    The meter starts at the end of step 1 (the script's stamp 0), then `warmup_steps` steps, then
+    windows of equal size; the hook ends the process inside the last step, so that window has no end
+    stamp and is left out. The windows are compared in sum: a step boundary that the host delays
+    moves time from one window to the next, not out of the sum.
+    """
+    stamps = [float(line) for line in stamps_path.read_text().split()]
+    size = bench["measured_steps"] // bench["windows"]
+    first = bench["warmup_steps"]
+    complete = min(bench["windows"], (len(stamps) - 1 - first) // size)
+    assert complete >= 2
+    inside_s = sum(size / rate for rate in bench["window_steps_per_s"][:complete])
+    outside_s = stamps[first + complete * size] - stamps[first]
+    assert inside_s == pytest.approx(outside_s, rel=0.05)
+
+
+@pytest.mark.slow
+def test_hand_written_loop_counts_backward_calls_as_steps(cli_run, tmp_path):
+    stamps = tmp_path / "stamps.txt"
+    bench = _bench_json(cli_run, "--", "python", str(SCRIPTS / "manual_sgd.py"), str(stamps))
+    assert bench["script"]["step_source"] == "backward"
+    assert bench["samples_per_s"] is None and bench["script"]["samples_source"] is None  # no DataLoader: steps/s only
+    assert bench["input_bound_frac"] is None
+    _assert_windows_match_stamps(bench, stamps)
+    assert bench["steps_per_s"] == pytest.approx(statistics.median(bench["window_steps_per_s"]))
+    assert bench["steps_per_s_ci_low"] <= bench["steps_per_s"] <= bench["steps_per_s_ci_high"]
+    assert len(bench["loss_values"]) >= bench["measured_steps"] and bench["loss_values"][-1] < bench["loss_values"][0]
+
+
+@pytest.mark.slow
+def test_dataloader_and_adamw_loop_counts_optimizer_steps_and_samples(cli_run, tmp_path):
+    stamps = tmp_path / "stamps.txt"
+    bench = _bench_json(cli_run, "--", "python", str(SCRIPTS / "loader_adamw.py"), "--work", "2", "--stamps", str(stamps))
+    assert bench["script"]["step_source"] == "optimizer" and bench["script"]["samples_source"] == "dataloader"
+    assert bench["batch_size"] == 32 and bench["grad_accumulation"] == 1
+    assert bench["samples_per_s"] == pytest.approx(32 * bench["steps_per_s"], rel=1e-9)  # every batch holds 32
+    _assert_windows_match_stamps(bench, stamps)
+    assert bench["steps_per_s"] == pytest.approx(statistics.median(bench["window_steps_per_s"]))
+    assert 0.0 < bench["input_bound_frac"] < 1.0  # the loader does its FFTs in this process
+    assert bench["compute_only_samples_per_s"] is None
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_counts_optimizer_steps(cli_run, tmp_path):
+    stamps = tmp_path / "stamps.txt"
+    bench = _bench_json(cli_run, "--", "python", str(SCRIPTS / "grad_accum.py"), str(stamps))
+    assert bench["grad_accumulation"] == 4  # backward() calls per optimizer step
+    assert bench["batch_size"] == 32  # 4 batches of 8 per optimizer step
+    assert bench["samples_per_s"] == pytest.approx(32 * bench["steps_per_s"], rel=1e-9)
+    _assert_windows_match_stamps(bench, stamps)
+    assert bench["steps_per_s"] == pytest.approx(statistics.median(bench["window_steps_per_s"]))
+
+
+@pytest.mark.slow
+def test_knobs_override_the_scripts_explicit_arguments_and_say_so(cli_run, tmp_path):
+    report = tmp_path / "seen.json"
+    bench = _bench_json(cli_run, "--set", "data.num_workers=2", "--set", "optimizer.impl=fused", "--",
+                        "python", str(SCRIPTS / "explicit_args.py"), str(report))
+    seen = json.loads(report.read_text())
+    assert seen["num_workers"] == 2 and seen["fused"] is True and seen["batch_size"] == 16
+    changes = {(c["argument"], repr(c["old"]), repr(c["new"])) for c in bench["script"]["overrides"]}
+    assert ("num_workers", "0", "2") in changes and ("fused", "False", "True") in changes
+    assert all(c["where"].endswith(tuple(f"explicit_args.py:{n}" for n in range(1, 40))) for c in bench["script"]["overrides"])
+    assert bench["config"] == {"data.num_workers": 2, "optimizer.impl": "fused"}
+
+
+@pytest.mark.slow
+def test_a_crash_in_a_dataloader_worker_is_the_scripts_failure(cli_run):
+    result = cli_run("bench", "--max-time", "4", "--", "python", str(SCRIPTS / "worker_crash.py"), timeout=240)
+    assert result.returncode == 1
+    assert "the script" in result.stderr and "not torchpace" in result.stderr
+    assert "is corrupt (raised by the script's own dataset)" in result.stderr
+
+
+def test_a_script_that_never_steps_times_out_naming_what_was_looked_for(host, tmp_path):
+    spec = script_trial_spec([sys.executable, str(SCRIPTS / "never_steps.py")], RunConfig(), 4.0)
+    result = run_trial(spec, host, timeout_s=15.0)
+    assert result.status == "timeout"
+    assert "no optimizer step or backward() seen" in result.error
+
+
+@pytest.mark.slow
+def test_a_script_that_ends_first_gives_its_windows_or_a_clear_failure(cli_run, tmp_path):
+    few = cli_run("bench", "--max-time", "4", "--", "python", str(SCRIPTS / "short_run.py"), "5", timeout=240)
+    assert few.returncode == 1 and "ended after 5 step(s)" in few.stderr and "let it run longer" in few.stderr
+    bench = _bench_json(cli_run, "--", "python", str(SCRIPTS / "short_run.py"), "400", "0.003")
+    assert bench["stopped_by"] == "script-ended" and bench["script"]["ended_early"] is True
+    assert bench["windows"] >= 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--"], "nothing after `--`"),
+    (["--", "bash", "run.sh"], "torchpace monitor"),
+    (["tabular", "--", "python", "train.py"], "not both"),
+])
+def test_bad_script_commands_are_usage_errors(cli_run, args, message):
+    result = cli_run("bench", *args, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+
+
+def test_a_knob_that_cannot_reach_a_script_is_a_usage_error_naming_prepare(cli_run):
+    result = cli_run("bench", "--set", "model.activation_checkpointing=true", "--", "python",
+                     str(SCRIPTS / "short_run.py"), timeout=120)
+    assert result.returncode == 2
+    assert "model.activation_checkpointing" in result.stderr and "prepare()" in result.stderr
