@@ -1,14 +1,24 @@
-"""The launch planner: from options, host facts and the caller's environment to a `LaunchPlan`.
+"""The child planner: from a config, host facts, the caller's environment and options to a `LaunchPlan`.
 
-`plan_launch` is pure: it reads nothing from the machine (the facts it needs come in as `HostFacts`
-and `LaunchFacts`, collected by `torchpace.launch.probe`) and never touches `os.environ`. Every
-setting it decides carries its value, its source and the reason, with the precedence
+`plan_child` is the ONE planner of a child process's argv and env: `launch` runs its plan, every tune
+trial (`trial/runner.py`), `bench` in a fresh process and `profile` under torchrun run theirs, so a
+config runs the way it was measured. It is pure: it reads nothing from the machine (the facts come in
+as `HostFacts`, with the allocators and numactl found, and `LaunchFacts`, both collected by
+`torchpace.launch.probe`) and never touches `os.environ`. Every setting carries its value, its source
+and the reason, with the precedence
 
     cli > env > config > auto > default
 
 where `env` means a value the user already set in the environment they launch from: it wins over
-the config and torchpace's own choice, and only an explicit command-line option beats it. An option
-given as `auto` on the command line states no preference, so the lower sources decide.
+the config and torchpace's own choice, and only an explicit command-line option beats it (a trial
+sets `config_over_env`: the value it measures must be the one it runs). `auto` is torchpace's own
+choice (jemalloc when installed, NUMA binding on several nodes, OMP_NUM_THREADS = usable cores): it
+applies to what neither the cli nor the config decides only when the caller asks (`launch` without
+`--config`, or an option given as `auto`). Otherwise such a setting is left as a trial runs it
+(`default`: nothing set), so `launch --config F` runs what F says and no more. What several
+processes need whatever the config says (threads per rank under torchrun, which would force 1; the
+rank's CPU slice when bound; NCCL error handling; the open-files limit) is planned the same way for
+trials and launches.
 """
 
 from __future__ import annotations
@@ -21,11 +31,11 @@ from typing import Mapping, Sequence
 
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
-from torchpace.host import DistroInfo, HostFacts, NumaNode
-from torchpace.knobs import REGISTRY, Point, get_knob
+from torchpace.host import ALLOCATOR_LIBRARIES, DistroInfo, HostFacts, NumaNode
+from torchpace.knobs import REGISTRY, Point
 from torchpace.knobs.distributed import nproc_of
-from torchpace.knobs.system import ALLOCATOR_LIBRARIES, allocator_env
 from torchpace.launch.bind import BINDINGS_ENV  # JSON of each local rank's numactl prefix and env
+from torchpace.launch.command import PythonCommand
 
 CONFIG_ENV = "TORCHPACE_LAUNCH_CONFIG"  # JSON of the knob values the sitecustomize hook applies
 TORCHRUN_MODULE = "torchpace.launch.torchrun"  # torchrun that exits with the failed worker's code
@@ -37,11 +47,19 @@ NUMA_MODES = ("auto", "off", "node")
 # descriptors; far higher limits make programs that loop over every possible fd slow at start-up.
 _NOFILE_TARGET = 65536
 _KEPT = "already set in your environment; left as is"
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # OpenMP's and MKL's thread counts, read at start-up
+# jemalloc's settings from the PyTorch CPU tuning guide: background purging, no eager decay.
+JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1"
 _KMP_AFFINITY = "granularity=fine,compact,1,0"  # Intel OpenMP: one thread per bound CPU, packed
-_HOOK_POINTS = (Point.GLOBAL, Point.LOADER)
 _PREPARE_POINTS = (Point.MODEL, Point.OPTIMIZER, Point.DATASET, Point.STEP)
-# threads.intra_op reaches the child as OMP_NUM_THREADS, which torch reads at start-up.
-_HOOK_SKIPS = ("threads.intra_op",)
+# How the hook applies each kind of knob inside the script (Knob.script_reach); `process` knobs
+# (threads as OMP_NUM_THREADS, allocator, NUMA) reach the child through its env and argv instead.
+_HOOK_REACH = {
+    "global": "set when the script imports torch",
+    "loader": "given to every DataLoader the script builds, over its own argument (each change is reported)",
+    "optimizer": "given to every torch.optim optimizer that has it, over the script's own argument (reported)",
+    "autocast": "bf16 autocast around the forward of the outermost module with parameters",
+}
 
 class Source(str, enum.Enum):
     """Where a setting's value came from, highest precedence first."""
@@ -72,13 +90,34 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class LaunchOptions:
-    """What the user asked for; None means "not given" (the lower sources decide)."""
+class ChildOptions:
+    """What the caller asks of the child; None means "not given" (the lower sources decide).
 
-    script: str
-    script_args: tuple[str, ...] = ()
-    config: RunConfig = field(default_factory=RunConfig)
+    Attributes:
+        command: the Python program each process runs (`train.py ARGS`, `-m torchpace.trial SPEC RESULT`).
+        facts: this machine's interpreter, limits and CPUs (`torchpace.launch.probe.probe_launch_facts`).
+        config_name: how messages name the config (`torchpace.toml`).
+        auto: True when settings that neither the cli nor the config decides take torchpace's own
+            `auto` choice (`launch` without `--config`); False leaves them as a trial runs them.
+            An option given as `"auto"` asks for that setting's auto choice either way.
+        config_over_env: True for a trial: the config's values win over variables already set in
+            `base_env` (a trial must run the value it measures). False for `launch`: the user's
+            environment wins over the config (cli > env > config).
+        prepared: True when the child is torchpace's own program that applies the config itself
+            with `torchpace.prepare()` (a Workload trial, `bench`, `profile`): no sitecustomize hook,
+            and the global/DataLoader knobs are listed as applied by prepare(). False for a user's
+            script, which gets the hook.
+        nproc_per_node, nnodes, node_rank, rdzv_endpoint: processes and rendezvous (cli).
+        numa: `auto`, `off` or `node` (cli); allocator: `auto`, `jemalloc`, `tcmalloc` or `system`;
+        omp_threads: `auto` or threads per process; nofile: the child's soft RLIMIT_NOFILE.
+    """
+
+    command: PythonCommand
+    facts: "LaunchFacts"
     config_name: str = "config"
+    auto: bool = False
+    config_over_env: bool = False
+    prepared: bool = False
     nproc_per_node: int | None = None
     nnodes: int | None = None
     node_rank: int | None = None
@@ -88,18 +127,19 @@ class LaunchOptions:
     omp_threads: int | str | None = None
     nofile: int | None = None
 
+    def wants_auto(self, given: object) -> bool:
+        """Whether a setting whose cli option is `given` takes torchpace's own auto choice."""
+        return given == "auto" or (given is None and self.auto)
+
 
 @dataclass(frozen=True)
 class LaunchFacts:
-    """What the planner needs from this machine besides HostFacts (see `probe_launch_facts`).
+    """What the planner needs from this process besides HostFacts (see `probe_launch_facts`).
 
     Attributes:
-        python: the interpreter that runs the script (and torchrun).
+        python: the interpreter that runs the program (and torchrun): the one torchpace runs in.
         nofile_soft: the current soft RLIMIT_NOFILE; None when unlimited.
         nofile_hard: the hard RLIMIT_NOFILE; None when unlimited.
-        allocators: allocator name -> shared library found (missing ones are absent).
-        allocator_dirs: where allocators were looked for (for error messages).
-        numactl: path of numactl, None when not installed.
         allowed_cpus: CPUs this process may run on (its affinity); None when unknown.
         is_root: whether install commands need sudo.
         hook_dir: the directory holding torchpace's sitecustomize.py.
@@ -108,9 +148,6 @@ class LaunchFacts:
     python: str
     nofile_soft: int | None
     nofile_hard: int | None
-    allocators: Mapping[str, str] = field(default_factory=dict)
-    allocator_dirs: tuple[str, ...] = ()
-    numactl: str | None = None
     allowed_cpus: frozenset[int] | None = None
     is_root: bool = False
     hook_dir: str = ""
@@ -131,11 +168,11 @@ class RankBinding:
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """Everything `execute` runs and `--dry-run` prints.
+    """Everything `execute` (or a trial's runner) runs and `--dry-run` prints.
 
     Attributes:
         argv: the exact command.
-        script: the user's script (for messages).
+        script: the program as messages name it (`train.py`, `-m pkg.train`).
         env: the child's complete environment.
         settings: every decision with its source and reason.
         needs_prepare: config knobs that change the model, optimizer or step; the hook cannot apply
@@ -175,39 +212,45 @@ class _Part:
     notes: list[str] = field(default_factory=list)
 
 
-def plan_launch(options: LaunchOptions, host: HostFacts, base_env: Mapping[str, str], facts: LaunchFacts) -> LaunchPlan:
-    """Plan a launch: the command, the child's env, and every setting's value, source and reason.
+def plan_child(config: RunConfig, host: HostFacts, base_env: Mapping[str, str], options: ChildOptions) -> LaunchPlan:
+    """Plan a child process: its command, its env, and every setting's value, source and reason.
+
+    The one planner of trials, `bench` in a fresh process, `profile` under torchrun and `launch`.
+    A config's `nproc_per_node > 1` (or a multi-node option) runs the program under torchrun.
 
     Args:
-        options: what the user asked for.
-        host: this machine (cores, NUMA nodes, GPUs and their NUMA nodes, distribution).
-        base_env: the environment the launch starts from (never modified).
-        facts: allocators, numactl, limits and paths found on this machine.
+        config: the knob values to run with (a trial's config, the `--config` file, or empty).
+        host: this machine (cores, NUMA nodes, GPUs and their nodes, allocators, numactl, distro).
+        base_env: the environment the child starts from (never modified).
+        options: the program, this process's facts, cli choices and the caller's policy (auto,
+            config_over_env, prepared: see `ChildOptions`).
 
     Returns:
-        The LaunchPlan.
+        The LaunchPlan: `argv`, `env` (complete), `settings`, `nofile` (the soft RLIMIT_NOFILE to give
+        the child, None: unchanged), `bindings`, `needs_prepare` and `notes`.
 
     Raises:
         UsageError: bad options, or an allocator or numactl that was asked for but is missing.
     """
-    nproc, torchrun, processes = _plan_processes(options)
-    bindings, numa = _plan_numa(options, host, facts, nproc)
+    nproc, torchrun, processes = _plan_processes(config, options)
+    bindings, numa = _plan_numa(config, options, host, nproc)
     parts = [
         processes,
-        _plan_threads(options, host, base_env, nproc, bindings),
+        _plan_threads(config, options, host, base_env, nproc, bindings),
         numa,
-        _plan_binding_env(bindings, base_env, facts, torchrun),
-        _plan_allocator(options, host, base_env, facts),
+        _plan_binding_env(bindings, base_env, host, torchrun),
+        _plan_allocator(config, options, host, base_env),
         _plan_nccl(host, base_env, torchrun),
-        _plan_hook(options.config, base_env, facts),
+        _plan_hook(config, base_env, options),
     ]
-    nofile, nofile_setting = _plan_nofile(options, facts)
+    nofile, nofile_setting = _plan_nofile(options)
     env = _apply_env(base_env, parts)
-    needs_prepare = _needs_prepare(options.config)
+    needs_prepare = () if options.prepared else _needs_prepare(config)
     notes = [note for part in parts for note in part.notes] + _prepare_notes(needs_prepare)
     settings = [s for part in parts for s in part.settings] + [nofile_setting]
-    argv = _build_argv(options, facts, nproc, torchrun, bindings)
-    return LaunchPlan(tuple(argv), env, tuple(settings), options.script, needs_prepare, nofile, bindings, tuple(notes))
+    argv = _build_argv(options, host, nproc, torchrun, bindings)
+    return LaunchPlan(tuple(argv), env, tuple(settings), options.command.label, needs_prepare, nofile, bindings,
+                      tuple(notes))
 
 
 def _apply_env(base_env: Mapping[str, str], parts: Sequence[_Part]) -> dict[str, str]:
@@ -221,11 +264,13 @@ def _apply_env(base_env: Mapping[str, str], parts: Sequence[_Part]) -> dict[str,
     return env
 
 
-def _env_part(wanted: Mapping[str, str], source: Source, reason: str, base_env: Mapping[str, str]) -> _Part:
-    """Settings for env vars: a var the user already set wins unless the value comes from the cli."""
+def _env_part(wanted: Mapping[str, str], source: Source, reason: str, base_env: Mapping[str, str],
+              over_env: bool = False) -> _Part:
+    """Settings for env vars: a var the user already set wins unless the value comes from the cli
+    (or `over_env`: a trial's config value)."""
     part = _Part()
     for name, value in wanted.items():
-        if name in base_env and source is not Source.CLI:
+        if name in base_env and source is not Source.CLI and not over_env:
             part.settings.append(Setting(name, base_env[name], Source.ENV, _KEPT))
         else:
             part.settings.append(Setting(name, value, source, reason))
@@ -235,15 +280,15 @@ def _env_part(wanted: Mapping[str, str], source: Source, reason: str, base_env: 
 
 # ---- processes: plain exec or torchrun ----------------------------------------------------------
 
-def _plan_processes(options: LaunchOptions) -> tuple[int, bool, _Part]:
+def _plan_processes(config: RunConfig, options: ChildOptions) -> tuple[int, bool, _Part]:
     """(processes per node, whether torchrun runs them, the settings)."""
     _check_distributed(options)
-    configured = nproc_of(options.config.values)
+    configured = nproc_of(config.values)
     nproc = options.nproc_per_node or configured
     nnodes = options.nnodes or 1
     torchrun = nproc > 1 or nnodes > 1 or options.rdzv_endpoint is not None
     part = _Part()
-    if options.nproc_per_node is None and "nproc_per_node" in options.config.values:
+    if options.nproc_per_node is None and "nproc_per_node" in config.values:
         part.settings.append(Setting("nproc_per_node", str(configured), Source.CONFIG,
                                      f"nproc_per_node = {configured} in {options.config_name}"))
     else:
@@ -265,7 +310,7 @@ def _cli_or_default(name: str, given: int | None, default: int, default_reason: 
     return Setting(name, str(default), Source.DEFAULT, default_reason)
 
 
-def _check_distributed(options: LaunchOptions) -> None:
+def _check_distributed(options: ChildOptions) -> None:
     """UsageError for multi-node options that cannot work together."""
     nnodes = options.nnodes or 1
     if options.nproc_per_node is not None and options.nproc_per_node < 1:
@@ -281,14 +326,14 @@ def _check_distributed(options: LaunchOptions) -> None:
             raise UsageError(f"--rdzv-endpoint {options.rdzv_endpoint!r} is not HOST:PORT (e.g. 10.0.0.1:29500)")
 
 
-def _build_argv(options: LaunchOptions, facts: LaunchFacts, nproc: int, torchrun: bool,
+def _build_argv(options: ChildOptions, host: HostFacts, nproc: int, torchrun: bool,
                 bindings: Sequence[RankBinding]) -> list[str]:
-    """The exact command: the script itself, or torchrun running it on every rank."""
-    script = [options.script, *options.script_args]
+    """The exact command: the program itself, or torchrun running it on every rank."""
+    python, command = options.facts.python, options.command
     if not torchrun:
-        prefix = bindings[0].numactl_prefix(str(facts.numactl)) if bindings else []
-        return [*prefix, facts.python, *script]
-    argv = [facts.python, "-m", TORCHRUN_MODULE, f"--nproc-per-node={nproc}"]
+        prefix = bindings[0].numactl_prefix(str(host.numactl)) if bindings else []
+        return [*prefix, *command.argv(python)]
+    argv = [python, "-m", TORCHRUN_MODULE, f"--nproc-per-node={nproc}"]
     if options.rdzv_endpoint is None:
         argv.append("--standalone")
     else:
@@ -296,28 +341,34 @@ def _build_argv(options: LaunchOptions, facts: LaunchFacts, nproc: int, torchrun
         if options.node_rank is not None:
             argv.append(f"--rdzv-conf=is_host={'true' if options.node_rank == 0 else 'false'}")
     if bindings:
-        return [*argv, "--no-python", facts.python, "-m", BIND_MODULE, facts.python, "-u", *script]
-    return [*argv, *script]
+        return [*argv, "--no-python", python, "-m", BIND_MODULE, python, "-u", *command.interpreter_args, *command.program()]
+    if command.interpreter_args:  # torchrun cannot pass interpreter options: it runs the interpreter itself
+        return [*argv, "--no-python", python, "-u", *command.interpreter_args, *command.program()]
+    return [*argv, *command.program()]
 
 
 # ---- threads --------------------------------------------------------------------------------------
 
-def _plan_threads(options: LaunchOptions, host: HostFacts, base_env: Mapping[str, str], nproc: int,
+def _plan_threads(config: RunConfig, options: ChildOptions, host: HostFacts, base_env: Mapping[str, str], nproc: int,
                   bindings: Sequence[RankBinding]) -> _Part:
-    """OMP_NUM_THREADS (and MKL_NUM_THREADS): always explicit, since torchrun would force 1."""
-    configured = options.config.get_value("threads.intra_op")
-    if isinstance(options.omp_threads, int):
-        threads, source, reason = options.omp_threads, Source.CLI, f"--omp-threads {options.omp_threads}"
-    elif "OMP_NUM_THREADS" in base_env:
+    """OMP_NUM_THREADS and MKL_NUM_THREADS: explicit under torchrun (which would force 1) and when
+    bound; otherwise set only by the cli, the config or an asked-for auto choice."""
+    configured = config.get_value("threads.intra_op")
+    given = options.omp_threads
+    over_env = configured != "auto" and options.config_over_env
+    if isinstance(given, int):
+        threads, source, reason = given, Source.CLI, f"--omp-threads {given}"
+    elif "OMP_NUM_THREADS" in base_env and not over_env:
         return _env_part({"OMP_NUM_THREADS": base_env["OMP_NUM_THREADS"]}, Source.ENV, "", base_env)
     elif configured != "auto":
         threads, source, reason = int(configured), Source.CONFIG, f"threads.intra_op = {configured} in {options.config_name}"
-    else:
+    elif options.wants_auto(given) or nproc > 1 or bindings:
         threads, reason = _auto_threads(host, nproc, bindings)
         source = Source.AUTO
-    wanted: dict[str, str] = {}
-    get_knob("threads.intra_op").child_env(threads, host, wanted)
-    return _env_part(wanted, source, reason, base_env)
+    else:
+        why = f"left unset: torch picks its thread count (threads.intra_op is auto in {options.config_name})"
+        return _Part([Setting(name, None, Source.DEFAULT, why) for name in _THREAD_VARS])
+    return _env_part(dict.fromkeys(_THREAD_VARS, str(threads)), source, reason, base_env, over_env)
 
 
 def _auto_threads(host: HostFacts, nproc: int, bindings: Sequence[RankBinding]) -> tuple[int, str]:
@@ -334,19 +385,20 @@ def _auto_threads(host: HostFacts, nproc: int, bindings: Sequence[RankBinding]) 
 
 # ---- NUMA binding ---------------------------------------------------------------------------------
 
-def _plan_numa(options: LaunchOptions, host: HostFacts, facts: LaunchFacts, nproc: int) -> tuple[tuple[RankBinding, ...], _Part]:
+def _plan_numa(config: RunConfig, options: ChildOptions, host: HostFacts, nproc: int) -> tuple[tuple[RankBinding, ...], _Part]:
     """Bind each rank's CPUs and memory to a NUMA node (with GPUs: its GPU's node), or say why not."""
-    mode, source, asked = _numa_mode(options)
+    mode, source, asked = _numa_mode(config, options)
+    facts = options.facts
     nodes = _usable_nodes(host, facts)
     if mode == "off":
         return (), _Part([Setting("numa", "off", source, asked or "binding is off")])
-    if facts.numactl is None and mode == "node":
+    if host.numactl is None and mode == "node":
         raise UsageError(f"NUMA binding was asked for ({asked}) but numactl is not installed; "
                          f"install it with: {install_command(host.distro, 'numactl', facts.is_root)}")
-    why_not = _why_not_bind(host, nodes, facts, nproc) if mode == "auto" else None
+    why_not = _why_not_bind(host, nodes, nproc) if mode == "auto" else None
     if why_not is not None:
         part = _Part([Setting("numa", None, Source.AUTO, why_not)])
-        if facts.numactl is None and len(nodes) > 1:
+        if host.numactl is None and len(nodes) > 1:
             part.notes.append(f"numactl not found, so ranks are not NUMA-bound; install it with: "
                               f"{install_command(host.distro, 'numactl', facts.is_root)}")
         return (), part
@@ -356,23 +408,25 @@ def _plan_numa(options: LaunchOptions, host: HostFacts, facts: LaunchFacts, npro
     return bindings, _Part([Setting("numa", "node", Source.AUTO if mode == "auto" else source, f"{reason} ({where})")])
 
 
-def _numa_mode(options: LaunchOptions) -> tuple[str, Source, str]:
+def _numa_mode(config: RunConfig, options: ChildOptions) -> tuple[str, Source, str]:
     """(auto/off/node, its source, how it was asked for: empty for auto)."""
     if options.numa is not None and options.numa != "auto":
         if options.numa not in NUMA_MODES:
             raise UsageError(f"--numa {options.numa!r} is not valid; valid values: {', '.join(NUMA_MODES)}")
         return options.numa, Source.CLI, f"--numa {options.numa}"
-    if "system.numa" in options.config.values:
-        value = options.config.values["system.numa"]
+    if "system.numa" in config.values:
+        value = config.values["system.numa"]
         return ("node" if value == "bind" else "off"), Source.CONFIG, f"system.numa = {value} in {options.config_name}"
-    return "auto", Source.AUTO, ""
+    if options.wants_auto(options.numa):
+        return "auto", Source.AUTO, ""
+    return "off", Source.DEFAULT, f"not bound: {options.config_name} does not set system.numa"
 
 
-def _why_not_bind(host: HostFacts, nodes: Sequence[NumaNode], facts: LaunchFacts, nproc: int) -> str | None:
+def _why_not_bind(host: HostFacts, nodes: Sequence[NumaNode], nproc: int) -> str | None:
     """None when `auto` binds, else the reason it does not."""
     if len(nodes) < 2:
         return f"{len(nodes) or 1} NUMA node: nothing to bind"
-    if facts.numactl is None:
+    if host.numactl is None:
         return f"{len(nodes)} NUMA nodes, but numactl is not installed"
     if not host.gpus and nproc < len(nodes):
         return (f"{nproc} rank(s) on {len(nodes)} NUMA nodes: binding would leave nodes idle "
@@ -418,7 +472,7 @@ def _rank_node(host: HostFacts, nodes: Sequence[NumaNode], rank: int, nproc: int
     return nodes[rank * len(nodes) // nproc].id
 
 
-def _plan_binding_env(bindings: Sequence[RankBinding], base_env: Mapping[str, str], facts: LaunchFacts,
+def _plan_binding_env(bindings: Sequence[RankBinding], base_env: Mapping[str, str], host: HostFacts,
                       torchrun: bool) -> _Part:
     """GOMP_CPU_AFFINITY / KMP_AFFINITY for bound ranks; under torchrun, each rank's numactl command."""
     if not bindings:
@@ -429,7 +483,7 @@ def _plan_binding_env(bindings: Sequence[RankBinding], base_env: Mapping[str, st
         gomp = _env_part({"GOMP_CPU_AFFINITY": format_cpu_list(bindings[0].cpus)}, Source.AUTO, gomp_reason, base_env)
         return _merge(part, gomp)
     keep_gomp = "GOMP_CPU_AFFINITY" in base_env
-    per_rank = {str(b.local_rank): {"prefix": b.numactl_prefix(str(facts.numactl)),
+    per_rank = {str(b.local_rank): {"prefix": b.numactl_prefix(str(host.numactl)),
                                     "env": {} if keep_gomp else {"GOMP_CPU_AFFINITY": format_cpu_list(b.cpus)}}
                 for b in bindings}
     part.env[BINDINGS_ENV] = json.dumps(per_rank, sort_keys=True)
@@ -462,34 +516,52 @@ def format_cpu_list(cpus: Sequence[int]) -> str:
 
 # ---- allocator ------------------------------------------------------------------------------------
 
-def _plan_allocator(options: LaunchOptions, host: HostFacts, base_env: Mapping[str, str], facts: LaunchFacts) -> _Part:
+def _plan_allocator(config: RunConfig, options: ChildOptions, host: HostFacts, base_env: Mapping[str, str]) -> _Part:
     """LD_PRELOAD of jemalloc (with MALLOC_CONF) or tcmalloc, or the system's malloc, and why."""
     preloaded = preloaded_allocator(base_env.get("LD_PRELOAD", ""))
+    configured = "system.allocator" in config.values
     if options.allocator not in (None, "auto"):
         wanted, source, asked = options.allocator, Source.CLI, f"--allocator {options.allocator}"
-    elif preloaded is not None:
+    elif preloaded is not None and not (configured and options.config_over_env):
         return _Part([Setting("allocator", preloaded, Source.ENV, "LD_PRELOAD in your environment already preloads it")])
-    elif "system.allocator" in options.config.values:
-        wanted = str(options.config.values["system.allocator"])
+    elif configured:
+        wanted = str(config.values["system.allocator"])
         source, asked = Source.CONFIG, f"system.allocator = {wanted} in {options.config_name}"
+    elif options.wants_auto(options.allocator):
+        return _auto_allocator(host, base_env, options.facts)
     else:
-        return _auto_allocator(host, base_env, facts)
+        return _Part([Setting("allocator", "system", Source.DEFAULT,
+                              f"nothing preloaded: {options.config_name} does not set system.allocator")])
     if wanted == "system":
         return _system_allocator(base_env, source, asked)
-    if wanted not in facts.allocators:
-        raise UsageError(f"{wanted} was asked for ({asked}) but is not installed in {', '.join(facts.allocator_dirs)}; "
-                         f"install it with: {install_command(host.distro, wanted, facts.is_root)}")
-    return _preload(wanted, facts.allocators[wanted], _without_allocators(base_env), source, asked)
+    library = host.allocator_library(wanted)
+    if library is None:
+        raise UsageError(f"{wanted} was asked for ({asked}) but is not installed in {', '.join(host.allocator_dirs)}; "
+                         f"install it with: {install_command(host.distro, wanted, options.facts.is_root)}")
+    return _preload(wanted, library, _without_allocators(base_env), source, asked)
 
 
 def _auto_allocator(host: HostFacts, base_env: Mapping[str, str], facts: LaunchFacts) -> _Part:
     for name in ALLOCATORS:
-        if name in facts.allocators:
-            return _preload(name, facts.allocators[name], base_env, Source.AUTO, f"{name} found")
+        library = host.allocator_library(name)
+        if library is not None:
+            return _preload(name, library, base_env, Source.AUTO, f"{name} found")
     command = install_command(host.distro, "jemalloc", facts.is_root)
     part = _Part([Setting("allocator", "system", Source.AUTO, f"neither jemalloc nor tcmalloc is installed ({command})")])
     part.notes.append(f"no jemalloc or tcmalloc found, so the script keeps the system malloc; install jemalloc with: {command}")
     return part
+
+
+def allocator_env(name: str, library: str, env: Mapping[str, str]) -> dict[str, str]:
+    """The env vars that preload allocator `name` from `library` for a child whose env is `env`.
+
+    `library` goes first in LD_PRELOAD, ahead of what `env` already preloads; jemalloc also gets
+    JEMALLOC_CONF as MALLOC_CONF unless `env` sets MALLOC_CONF. Pure: returns the changes only.
+    """
+    changes = {"LD_PRELOAD": ":".join(p for p in (library, env.get("LD_PRELOAD", "")) if p)}
+    if name == "jemalloc" and "MALLOC_CONF" not in env:
+        changes["MALLOC_CONF"] = JEMALLOC_CONF
+    return changes
 
 
 def _preload(name: str, library: str, env: Mapping[str, str], source: Source, why: str) -> _Part:
@@ -542,9 +614,9 @@ def install_command(distro: DistroInfo, tool: str, is_root: bool) -> str:
 
 # ---- limits, NCCL, the sitecustomize hook ---------------------------------------------------------
 
-def _plan_nofile(options: LaunchOptions, facts: LaunchFacts) -> tuple[int | None, Setting]:
+def _plan_nofile(options: ChildOptions) -> tuple[int | None, Setting]:
     """The child's soft RLIMIT_NOFILE: --nofile, else raised toward the hard limit."""
-    soft, hard = facts.nofile_soft, facts.nofile_hard
+    soft, hard = options.facts.nofile_soft, options.facts.nofile_hard
     if options.nofile is not None:
         if hard is not None and options.nofile > hard:
             raise UsageError(f"--nofile {options.nofile} is above the hard limit {hard}; raise the hard limit first "
@@ -568,28 +640,42 @@ def _plan_nccl(host: HostFacts, base_env: Mapping[str, str], torchrun: bool) -> 
     return _env_part({name: "1"}, Source.AUTO, "a failed NCCL collective aborts the job instead of hanging it", base_env)
 
 
-def _plan_hook(config: RunConfig, base_env: Mapping[str, str], facts: LaunchFacts) -> _Part:
-    """The sitecustomize hook: global and DataLoader knobs applied inside an unmodified script."""
-    values = {name: value for name, value in sorted(config.non_default().items())
-              if REGISTRY[name].point in _HOOK_POINTS and name not in _HOOK_SKIPS}
+def _plan_hook(config: RunConfig, base_env: Mapping[str, str], options: ChildOptions) -> _Part:
+    """The sitecustomize hook: the knobs that reach an unmodified script in-process (`Knob.script_reach`:
+    global, DataLoader, optimizer, autocast); a `prepared` child applies them itself."""
+    values = {name: value for name, value in sorted(config.non_default().items()) if _hook_applies(name, value)}
     if not values:
         return _Part()
-    pythonpath = os.pathsep.join(p for p in (facts.hook_dir, base_env.get("PYTHONPATH", "")) if p)
+    if options.prepared:
+        return _Part([Setting(name, _shown(value), Source.CONFIG, "applied by torchpace.prepare() in the child")
+                      for name, value in values.items()])
+    pythonpath = os.pathsep.join(p for p in (options.facts.hook_dir, base_env.get("PYTHONPATH", "")) if p)
     part = _Part(env={"PYTHONPATH": pythonpath, CONFIG_ENV: json.dumps(values, sort_keys=True)})
     part.settings.append(Setting("PYTHONPATH", pythonpath, Source.CONFIG, "puts torchpace's sitecustomize hook first"))
     part.settings.append(Setting(CONFIG_ENV, part.env[CONFIG_ENV], Source.CONFIG, "the knobs the hook applies"))
     for name, value in values.items():
         knob = REGISTRY[name]
-        where = ("a DataLoader default (arguments the script passes win)" if knob.point is Point.LOADER
-                 else "set when the script imports torch")
-        shown = value if isinstance(value, str) else json.dumps(value)
-        part.settings.append(Setting(name, shown, Source.CONFIG, f"{where}; {knob.help.rstrip('.')}"))
+        where = _HOOK_REACH[str(knob.script_reach)]
+        part.settings.append(Setting(name, _shown(value), Source.CONFIG, f"{where}; {knob.help.rstrip('.')}"))
     return part
 
 
+def _hook_applies(name: str, value: object) -> bool:
+    """True when the hook applies knob `name` = `value` inside the script."""
+    knob = REGISTRY[name]
+    return knob.script_reach in _HOOK_REACH and knob.script_reason(value) is None
+
+
+def _shown(value: object) -> str:
+    """A knob value as a setting shows it: strings as they are, others as JSON (`true`, `2`)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def _needs_prepare(config: RunConfig) -> tuple[str, ...]:
-    """Config knobs (not at their default) that touch the model, optimizer or step."""
-    return tuple(sorted(name for name in config.non_default() if REGISTRY[name].point in _PREPARE_POINTS))
+    """Config knobs (not at their default) that touch the model, optimizer or step and that the hook
+    cannot apply to an unmodified script."""
+    return tuple(sorted(name for name, value in config.non_default().items()
+                        if REGISTRY[name].point in _PREPARE_POINTS and not _hook_applies(name, value)))
 
 
 def _prepare_notes(needs_prepare: Sequence[str]) -> list[str]:
