@@ -9,7 +9,6 @@ import threading
 
 import pytest
 
-from torchpace.knobs.system import allocator_search_dirs, find_allocator
 
 
 # Set by pytest itself, or by torch's lazily imported modules (inductor writes its cache dir into
@@ -69,8 +68,10 @@ _APT_TIMEOUT_S = 300
 
 
 def _tools_present() -> bool:
-    dirs = allocator_search_dirs()
-    return all(find_allocator(name, dirs) for name in ("jemalloc", "tcmalloc")) and shutil.which("numactl") is not None
+    from torchpace.host import probe_host
+
+    host = probe_host(with_gpus=False)
+    return all(host.allocator_library(name) for name in ("jemalloc", "tcmalloc")) and host.numactl is not None
 
 
 def _apt_get(*args: str) -> subprocess.CompletedProcess:

@@ -1,9 +1,10 @@
-"""HostFacts: what this machine is (CPU, cores usable, NUMA, distro, GPUs), shared by doctor, knobs
-and launch.
+"""HostFacts: what this machine is (CPU, cores usable, NUMA, distro, GPUs) and the tools it has
+(allocator libraries, numactl, a C compiler), shared by doctor, knobs and launch.
 
 Collectors read through an injectable filesystem `root` (so tests feed fixture trees shaped like
-`/proc`, `/sys`, `/etc`) and never raise: a value that could not be read is None. GPU facts come from
-torch only when the caller asks for them (`with_gpus=True`), since importing torch is slow.
+`/proc`, `/sys`, `/etc`, `/usr/lib`) and never raise: a value that could not be read is None. GPU facts
+come from torch only when the caller asks for them (`with_gpus=True`), since importing torch is slow.
+Knobs and the child planner read these facts only; they never search the machine themselves.
 """
 
 from __future__ import annotations
@@ -11,9 +12,17 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable, Mapping
+
+# Shared libraries of each allocator a child can preload, in the order they are looked for.
+ALLOCATOR_LIBRARIES = {
+    "jemalloc": ("libjemalloc.so.2", "libjemalloc.so"),
+    "tcmalloc": ("libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libtcmalloc.so", "libtcmalloc_minimal.so"),
+}
+_SYSTEM_LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,12 @@ class DistroInfo:
 
 @dataclass(frozen=True)
 class HostFacts:
-    """What the machine is. Every field is a plain value so it can be hashed and saved."""
+    """What the machine is. Every field is a plain value so it can be hashed and saved.
+
+    The tool fields say what a child process can use: `allocators` holds (name, shared library)
+    of each allocator found (jemalloc first), `allocator_dirs` where they were looked for,
+    `numactl` numactl's path on PATH (None: not installed), `has_compiler` whether cc or gcc is.
+    """
 
     cpu_model: str = "unknown"
     logical_cpus: int = 1
@@ -71,6 +85,13 @@ class HostFacts:
     cuda_version: str | None = None
     gpus: tuple[GpuInfo, ...] = ()
     has_compiler: bool = False
+    allocators: tuple[tuple[str, str], ...] = ()
+    allocator_dirs: tuple[str, ...] = ()
+    numactl: str | None = None
+
+    def allocator_library(self, name: str) -> str | None:
+        """The shared library of allocator `name` (jemalloc/tcmalloc) found here, or None."""
+        return dict(self.allocators).get(name)
 
     @property
     def cuda_available(self) -> bool:
@@ -294,8 +315,52 @@ def _pci_bus_id(props) -> str | None:
     return f"{domain or 0:04x}:{bus:02x}:{device or 0:02x}.0"
 
 
-def probe_host(root: str | Path = "/", with_gpus: bool = True) -> HostFacts:
-    """Collect HostFacts. `root` re-roots /proc, /sys and /etc for tests."""
+def allocator_search_dirs(env: Mapping[str, str] | None = None, prefix: str | None = None) -> list[Path]:
+    """Library directories where an allocator may live: the system's, conda's and the venv's."""
+    env = os.environ if env is None else env
+    dirs = [Path(d) for d in _SYSTEM_LIBRARY_DIRS]
+    for root in (env.get("CONDA_PREFIX"), prefix or sys.prefix):
+        if root:
+            dirs.append(Path(root) / "lib")
+    return dirs
+
+
+def find_allocator(name: str, dirs: Iterable[Path], root: Path = Path("/")) -> Path | None:
+    """The first shared library of allocator `name` (jemalloc/tcmalloc) in `dirs` (read through
+    `root`), as the path the child will load; None when there is none."""
+    for directory in dirs:
+        for lib in ALLOCATOR_LIBRARIES.get(name, ()):
+            if (root / str(directory).lstrip("/") / lib).exists():
+                return Path(directory) / lib
+    return None
+
+
+def which(root: Path, name: str, path_env: str | None) -> str | None:
+    """Like ``shutil.which`` but through `root`: the first executable `name` on `path_env`."""
+    for directory in (path_env or "").split(":"):
+        candidate = root / directory.lstrip("/") / name
+        if directory and candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(Path(directory) / name)
+    return None
+
+
+def probe_tools(root: Path, env: Mapping[str, str]) -> dict[str, object]:
+    """HostFacts' tool fields: allocator libraries, numactl and a C compiler, as a child with `env`
+    would find them (its PATH, its CONDA_PREFIX)."""
+    dirs = allocator_search_dirs(env)
+    found = ((name, find_allocator(name, dirs, root)) for name in ALLOCATOR_LIBRARIES)
+    path_env = env.get("PATH", os.defpath)
+    return {
+        "allocators": tuple((name, str(lib)) for name, lib in found if lib is not None),
+        "allocator_dirs": tuple(str(d) for d in dirs),
+        "numactl": which(root, "numactl", path_env),
+        "has_compiler": any(which(root, cc, path_env) for cc in ("cc", "gcc")),
+    }
+
+
+def probe_host(root: str | Path = "/", with_gpus: bool = True, env: Mapping[str, str] | None = None) -> HostFacts:
+    """Collect HostFacts. `root` re-roots /proc, /sys, /etc and the library and PATH directories for
+    tests; `env` is the environment a child would get (default: ours), for PATH and CONDA_PREFIX."""
     root = Path(root)
     model, flags = parse_cpuinfo(read_text(root, "proc/cpuinfo") or "")
     logical = os.cpu_count() or 1
@@ -319,5 +384,5 @@ def probe_host(root: str | Path = "/", with_gpus: bool = True) -> HostFacts:
         torch_version=torch_version,
         cuda_version=cuda_version,
         gpus=gpus,
-        has_compiler=shutil.which("cc") is not None or shutil.which("gcc") is not None,
+        **probe_tools(root, os.environ if env is None else env),
     )

@@ -6,9 +6,12 @@ import json
 
 import torch
 
+from torchpace.host import HostFacts
+from torchpace.launch.plan import LaunchFacts
 from torchpace.launch.torchrun import parse_failures
 from torchpace.runtime.distributed import RankEnv, RankSliceBatchSampler
-from torchpace.trial.ranks import child_argv, read_rank_failure
+from torchpace.trial.ranks import read_rank_failure
+from torchpace.trial.runner import plan_trial
 
 
 def _torchrun_lines(**codes):
@@ -47,9 +50,12 @@ def test_otherwise_the_earliest_recorded_failure_and_ranks_torchrun_stopped_are_
 
 
 def test_one_process_trials_run_plainly_and_several_through_the_torchrun_wrapper(tmp_path):
-    assert child_argv({}, tmp_path / "s", tmp_path / "r")[1:] == ["-m", "torchpace.trial", str(tmp_path / "s"), str(tmp_path / "r")]
-    argv = child_argv({"nproc_per_node": 2}, tmp_path / "s", tmp_path / "r")
-    assert argv[1:6] == ["-m", "torchpace.launch.torchrun", "--standalone", "--nproc-per-node=2", "--max-restarts=0"]
+    host, facts = HostFacts(logical_cpus=4, usable_cores=4), LaunchFacts(python="/py", nofile_soft=None, nofile_hard=None)
+    spec, result = tmp_path / "s", tmp_path / "r"
+    assert plan_trial({}, host, {}, spec, result, facts).argv == ("/py", "-m", "torchpace.trial", str(spec), str(result))
+    argv = plan_trial({"nproc_per_node": 2, "distributed.strategy": "ddp"}, host, {}, spec, result, facts).argv
+    assert argv == ("/py", "-m", "torchpace.launch.torchrun", "--nproc-per-node=2", "--standalone",
+                    "-m", "torchpace.trial", str(spec), str(result))
 
 
 def test_rank_slices_of_each_global_batch_cover_it_exactly_once():

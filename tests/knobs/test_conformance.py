@@ -6,18 +6,19 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from torchpace.config import RunConfig, load_config, save_config
 from torchpace.errors import UsageError
-from torchpace.host import NumaNode
+from torchpace.host import ALLOCATOR_LIBRARIES, NumaNode
 from torchpace.knobs import REGISTRY, Point
-from torchpace.knobs.system import ALLOCATOR_LIBRARIES, allocator_search_dirs, find_allocator
+from torchpace.launch.plan import LaunchFacts
 from torchpace.runtime import prepare
 from torchpace.runtime.checkpointing import CheckpointedBlock
-from torchpace.trial.runner import plan_trial_env
+from torchpace.trial.runner import plan_trial
 
 from fixtures.workloads import tiny_cnn, tiny_inference, tiny_mlp
 
@@ -40,23 +41,31 @@ def check_threads(host):
     assert torch.get_num_threads() == before
 
 
+def _trial_plan(config, host):
+    """The trial child's plan (the one child planner's, as `launch` plans it) for `config`."""
+    facts = LaunchFacts(python=sys.executable, nofile_soft=None, nofile_hard=None)
+    return plan_trial(config, host, {}, Path("spec.json"), Path("result.json"), facts)
+
+
 def check_allocator(host):
-    _, env = plan_trial_env({"system.allocator": "jemalloc"}, host, {})
-    lib = find_allocator("jemalloc", allocator_search_dirs())
+    lib = host.allocator_library("jemalloc")
     if lib is None:
-        assert "LD_PRELOAD" not in env
+        with pytest.raises(UsageError, match="jemalloc was asked for"):
+            _trial_plan({"system.allocator": "jemalloc"}, host)
         pytest.skip("jemalloc is not installed here: the preload itself cannot be shown")
-    assert str(lib) in env["LD_PRELOAD"] and "MALLOC_CONF" in env
+    env = _trial_plan({"system.allocator": "jemalloc"}, host).env
+    assert env["LD_PRELOAD"].startswith(lib) and "MALLOC_CONF" in env
     maps = subprocess.run([sys.executable, "-c", "print(open('/proc/self/maps').read())"], env=env,
                           capture_output=True, text=True, check=True).stdout
     assert any(name in maps for name in ALLOCATOR_LIBRARIES["jemalloc"])
 
 
 def check_numa(host):
-    two_nodes = dataclasses.replace(host, numa_nodes=(NumaNode(0, (0,)), NumaNode(1, (1,))))
-    prefix, _ = plan_trial_env({"system.numa": "bind"}, two_nodes, {})
-    assert prefix == ["numactl", "--cpunodebind=0", "--membind=0"]
-    assert plan_trial_env({"system.numa": "off"}, two_nodes, {})[0] == []
+    two_nodes = dataclasses.replace(host, numa_nodes=(NumaNode(0, (0,)), NumaNode(1, (1,))), numactl="/usr/bin/numactl",
+                                    gpus=())
+    bound = _trial_plan({"system.numa": "bind"}, two_nodes)  # the rank's CPUs and memory, as launch binds them
+    assert bound.argv[:3] == ("/usr/bin/numactl", "--physcpubind=0", "--membind=0") and bound.env["GOMP_CPU_AFFINITY"] == "0"
+    assert _trial_plan({"system.numa": "off"}, two_nodes).argv[0] == sys.executable
 
 
 def check_num_workers(host):
@@ -241,12 +250,9 @@ def check_inference_batch_size(host):
 
 
 def check_nproc_per_node(host):
-    from torchpace.trial.ranks import child_argv
-
-    config = {"nproc_per_node": 2, "distributed.strategy": "ddp"}
-    _, env = plan_trial_env(config, host, {})
-    assert env["OMP_NUM_THREADS"] == str(max(1, host.usable_cores // 2))  # torchrun alone would force 1
-    assert "--nproc-per-node=2" in child_argv(config, "spec.json", "result.json")  # two ranks: tests/distributed
+    plan = _trial_plan({"nproc_per_node": 2, "distributed.strategy": "ddp"}, host)
+    assert plan.env["OMP_NUM_THREADS"] == str(max(1, host.usable_cores // 2))  # torchrun alone would force 1
+    assert "--nproc-per-node=2" in plan.argv  # two ranks: tests/distributed
 
 
 def check_strategy(host):

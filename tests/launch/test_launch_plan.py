@@ -1,4 +1,5 @@
-"""Planner table tests over canned host facts: 1 and 2 NUMA nodes, with and without GPUs, user env set."""
+"""Planner table tests over canned host facts: 1 and 2 NUMA nodes, with and without GPUs, user env set;
+`launch --config` runs what the config says; module and interpreter-option commands."""
 
 from __future__ import annotations
 
@@ -11,16 +12,17 @@ import pytest
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.host import DistroInfo, GpuInfo, HostFacts, NumaNode
-from torchpace.knobs.system import JEMALLOC_CONF
 from torchpace.launch.bind import BINDINGS_ENV
+from torchpace.launch.command import PythonCommand
 from torchpace.launch.plan import (
     CONFIG_ENV,
+    JEMALLOC_CONF,
+    ChildOptions,
     LaunchFacts,
-    LaunchOptions,
     Source,
     format_cpu_list,
     install_command,
-    plan_launch,
+    plan_child,
     preloaded_allocator,
 )
 
@@ -29,23 +31,28 @@ ROCKY = DistroInfo("rocky", ("rhel", "centos", "fedora"), "9.3")
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 
-ONE_NODE = HostFacts(logical_cpus=8, usable_cores=8, numa_nodes=(NumaNode(0, tuple(range(8))),), distro=DEBIAN)
-TWO_NODES = HostFacts(logical_cpus=16, usable_cores=16, distro=DEBIAN,
+TOOLS = {"allocators": (("jemalloc", JEMALLOC), ("tcmalloc", TCMALLOC)), "allocator_dirs": ("/usr/lib/x86_64-linux-gnu",),
+         "numactl": "/usr/bin/numactl"}
+ONE_NODE = HostFacts(logical_cpus=8, usable_cores=8, numa_nodes=(NumaNode(0, tuple(range(8))),), distro=DEBIAN, **TOOLS)
+TWO_NODES = HostFacts(logical_cpus=16, usable_cores=16, distro=DEBIAN, **TOOLS,
                       numa_nodes=(NumaNode(0, tuple(range(8))), NumaNode(1, tuple(range(8, 16)))))
-GPU_NODES = HostFacts(logical_cpus=16, usable_cores=16, distro=DEBIAN, numa_nodes=TWO_NODES.numa_nodes,
+GPU_NODES = HostFacts(logical_cpus=16, usable_cores=16, distro=DEBIAN, numa_nodes=TWO_NODES.numa_nodes, **TOOLS,
                       gpus=(GpuInfo(0, "H100", 80 << 30, numa_node=1), GpuInfo(1, "H100", 80 << 30, numa_node=0)))
-ONE_NODE_GPU = HostFacts(logical_cpus=8, usable_cores=8, distro=DEBIAN, numa_nodes=ONE_NODE.numa_nodes,
+ONE_NODE_GPU = HostFacts(logical_cpus=8, usable_cores=8, distro=DEBIAN, numa_nodes=ONE_NODE.numa_nodes, **TOOLS,
                          gpus=(GpuInfo(0, "L4", 24 << 30, numa_node=0),))
 
-FACTS = LaunchFacts(python="/py", allocators={"jemalloc": JEMALLOC, "tcmalloc": TCMALLOC},
-                    allocator_dirs=("/usr/lib/x86_64-linux-gnu",), numactl="/usr/bin/numactl",
-                    nofile_soft=1024, nofile_hard=1048576, is_root=True, hook_dir="/hook")
-BARE = LaunchFacts(python="/py", allocator_dirs=("/usr/lib/x86_64-linux-gnu", "/venv/lib"),
-                   nofile_soft=1024, nofile_hard=4096, is_root=False, hook_dir="/hook")
+FACTS = LaunchFacts(python="/py", nofile_soft=1024, nofile_hard=1048576, is_root=True, hook_dir="/hook")
+BARE = LaunchFacts(python="/py", nofile_soft=1024, nofile_hard=4096, is_root=False, hook_dir="/hook")
+SCRIPT = PythonCommand(script="train.py", args=("--lr", "3"))
 
 
-def plan(host=ONE_NODE, env=None, facts=FACTS, **options):
-    return plan_launch(LaunchOptions("train.py", ("--lr", "3"), **options), host, MappingProxyType(env or {}), facts)
+def plan(host=ONE_NODE, env=None, facts=FACTS, config=None, command=SCRIPT, **options):
+    """`launch` as the cli plans it: torchpace's auto choices only without a config. With `facts=BARE`
+    the host has no allocator and no numactl."""
+    if facts is BARE:
+        host = replace(host, allocators=(), numactl=None, allocator_dirs=("/usr/lib/x86_64-linux-gnu", "/venv/lib"))
+    options.setdefault("auto", config is None)
+    return plan_child(config or RunConfig(), host, MappingProxyType(env or {}), ChildOptions(command, facts, **options))
 
 
 def picked(result, *names):
@@ -78,10 +85,22 @@ TABLE = [
       "GOMP_CPU_AFFINITY": "0-15"}, {
         "OMP_NUM_THREADS": ("3", "env"), "allocator": ("tcmalloc", "env"), "KMP_AFFINITY": ("verbose", "env"),
         "GOMP_CPU_AFFINITY": ("0-15", "env")}),
-    ("user env wins over config", ONE_NODE_GPU, {"config": RunConfig({"threads.intra_op": 2}), "nproc_per_node": 2},
+    ("user env wins over config", ONE_NODE_GPU, {"config": RunConfig({"threads.intra_op": 2, "system.allocator": "jemalloc"}),
+                                                 "nproc_per_node": 2},
      {"OMP_NUM_THREADS": "5", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "MALLOC_CONF": "narenas:2"}, {
         "OMP_NUM_THREADS": ("5", "env"), "TORCH_NCCL_ASYNC_ERROR_HANDLING": ("0", "env"),
-        "MALLOC_CONF": ("narenas:2", "env"), "allocator": ("jemalloc", "auto")}),
+        "MALLOC_CONF": ("narenas:2", "env"), "allocator": ("jemalloc", "config")}),
+    ("a config leaves what it does not hold as its trials ran", TWO_NODES,
+     {"config": RunConfig({"data.num_workers": 2})}, {}, {
+        "allocator": ("system", "default"), "numa": ("off", "default"), "OMP_NUM_THREADS": (None, "default"),
+        "MKL_NUM_THREADS": (None, "default"), "RLIMIT_NOFILE": ("65536", "auto")}),
+    ("--allocator/--numa/--omp-threads auto with a config ask for the auto choices", TWO_NODES,
+     {"config": RunConfig({"data.num_workers": 2}), "allocator": "auto", "numa": "auto", "omp_threads": "auto",
+      "nproc_per_node": 2}, {}, {
+        "allocator": ("jemalloc", "auto"), "numa": ("node", "auto"), "OMP_NUM_THREADS": ("8", "auto")}),
+    ("a config's several processes still get threads per rank", ONE_NODE,
+     {"config": RunConfig({"nproc_per_node": 2, "distributed.strategy": "ddp"})}, {}, {
+        "OMP_NUM_THREADS": ("4", "auto"), "allocator": ("system", "default"), "numa": ("off", "default")}),
     ("cli wins over env", ONE_NODE, {"omp_threads": 6, "allocator": "tcmalloc"},
      {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3", "LD_PRELOAD": "/x/libjemalloc.so.2:/x/libfoo.so"}, {
         "OMP_NUM_THREADS": ("6", "cli"), "MKL_NUM_THREADS": ("6", "cli"), "allocator": ("tcmalloc", "cli"),
@@ -125,6 +144,51 @@ def test_single_process_argv_is_the_script_itself():
     result = plan(ONE_NODE)
     assert result.argv == ("/py", "train.py", "--lr", "3") and not result.uses_torchrun
     assert result.script == "train.py"
+
+
+MODULE = PythonCommand(module="pkg.train", args=("--lr", "3"), interpreter="python3", interpreter_args=("-X", "dev"))
+
+
+def test_a_module_with_interpreter_options_runs_with_this_interpreter_plain_under_torchrun_and_bound():
+    assert plan(ONE_NODE, command=MODULE).argv == ("/py", "-X", "dev", "-m", "pkg.train", "--lr", "3")
+    module = PythonCommand(module="pkg.train", args=("--lr", "3"))
+    assert plan(ONE_NODE, command=module, nproc_per_node=2).argv[4:] == ("--standalone", "-m", "pkg.train", "--lr", "3")
+    assert plan(ONE_NODE, command=MODULE, nproc_per_node=2).argv[4:] == (
+        "--standalone", "--no-python", "/py", "-u", "-X", "dev", "-m", "pkg.train", "--lr", "3")
+    assert plan(TWO_NODES, command=MODULE, nproc_per_node=2).argv[5:] == (
+        "--no-python", "/py", "-m", "torchpace.launch.bind", "/py", "-u", "-X", "dev", "-m", "pkg.train", "--lr", "3")
+    assert plan(ONE_NODE, command=MODULE).script == "-m pkg.train"
+
+
+def test_with_a_config_nothing_is_preloaded_bound_or_threaded_that_the_config_does_not_say():
+    result = plan(TWO_NODES, {"PATH": "/bin"}, config=RunConfig({"precision.matmul": "high"}), config_name="torchpace.toml")
+    assert result.argv == ("/py", "train.py", "--lr", "3") and result.bindings == ()
+    assert {k for k in result.env if k not in ("PATH", "PYTHONPATH", CONFIG_ENV)} == set()
+    assert "torchpace.toml does not set system.allocator" in result.setting("allocator").reason
+    assert not any("jemalloc" in note for note in result.notes)
+
+
+def test_a_trial_runs_its_config_over_the_callers_environment():
+    env = {"OMP_NUM_THREADS": "5", "MKL_NUM_THREADS": "5", "LD_PRELOAD": "/x/libtcmalloc.so.4:/x/libfoo.so"}
+    config = RunConfig({"threads.intra_op": 2, "system.allocator": "jemalloc"})
+    launched = plan(ONE_NODE, env, config=config)
+    trial = plan(ONE_NODE, env, config=config, config_over_env=True)
+    assert picked(launched, "OMP_NUM_THREADS", "allocator") == {"OMP_NUM_THREADS": ("5", "env"), "allocator": ("tcmalloc", "env")}
+    assert picked(trial, "OMP_NUM_THREADS", "MKL_NUM_THREADS", "allocator") == {
+        "OMP_NUM_THREADS": ("2", "config"), "MKL_NUM_THREADS": ("2", "config"), "allocator": ("jemalloc", "config")}
+    assert trial.env["LD_PRELOAD"] == f"{JEMALLOC}:/x/libfoo.so"
+    unset = plan(ONE_NODE, env, config=RunConfig(), config_over_env=True)  # what the config does not set: the env's
+    assert picked(unset, "OMP_NUM_THREADS", "allocator") == {"OMP_NUM_THREADS": ("5", "env"), "allocator": ("tcmalloc", "env")}
+
+
+def test_a_prepared_child_gets_no_hook_and_lists_the_knobs_prepare_applies():
+    config = RunConfig({"precision.matmul": "high", "data.num_workers": 2, "compile.mode": "default"})
+    result = plan(ONE_NODE, {"PYTHONPATH": "/mine"}, config=config, prepared=True)
+    assert result.env["PYTHONPATH"] == "/mine" and CONFIG_ENV not in result.env
+    assert picked(result, "precision.matmul", "data.num_workers") == {
+        "precision.matmul": ("high", "config"), "data.num_workers": ("2", "config")}
+    assert "prepare()" in result.setting("data.num_workers").reason
+    assert result.needs_prepare == () and not any("torchpace.prepare" in note for note in result.notes)
 
 
 def test_torchrun_argv_standalone():
@@ -219,8 +283,8 @@ def test_hook_gets_global_and_loader_knobs_and_names_what_needs_prepare():
                         "precision.amp": "bf16", "compile.mode": "default", "data.pin_memory": False})
     result = plan(config=config, env={"PYTHONPATH": "/mine"})
     assert result.env["PYTHONPATH"] == "/hook:/mine"
-    assert json.loads(result.env[CONFIG_ENV]) == {"data.num_workers": 2, "precision.matmul": "high"}
-    assert result.needs_prepare == ("compile.mode", "precision.amp")
+    assert json.loads(result.env[CONFIG_ENV]) == {"data.num_workers": 2, "precision.amp": "bf16", "precision.matmul": "high"}
+    assert result.needs_prepare == ("compile.mode",)
     assert any("torchpace.prepare" in note for note in result.notes)
     assert picked(result, "precision.matmul") == {"precision.matmul": ("high", "config")}
 
@@ -258,7 +322,7 @@ def test_bind_entrypoint_builds_the_ranks_numactl_command():
 def test_package_exports_resolve_lazily():
     import torchpace.launch as launch
 
-    assert launch.plan_launch is plan_launch and launch.Source is Source
+    assert launch.plan_child is plan_child and launch.Source is Source and launch.PythonCommand is PythonCommand
     assert callable(launch.probe_launch_facts) and callable(launch.render_plan)
     with pytest.raises(AttributeError):
         launch.nothing_here

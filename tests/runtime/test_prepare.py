@@ -59,13 +59,13 @@ def test_global_state_is_restored_when_prepare_fails(host):
     assert torch.get_num_threads() == before
 
 
-def test_process_level_knob_is_reported_as_needing_launch(host, monkeypatch):
-    import torchpace.knobs.system as system
+def test_process_level_knob_is_reported_as_needing_launch(host):
+    import dataclasses
 
-    monkeypatch.setattr(system, "find_allocator", lambda name, dirs: system.Path("/usr/lib/libjemalloc.so.2"))
+    with_jemalloc = dataclasses.replace(host, allocators=(("jemalloc", "/usr/lib/libjemalloc.so.2"),))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with prepare(tiny_mlp(), {"system.allocator": "jemalloc"}, host=host) as run:
+        with prepare(tiny_mlp(), {"system.allocator": "jemalloc"}, host=with_jemalloc) as run:
             assert run.needs_launch == ["system.allocator"]
     assert any("torchpace launch" in str(w.message) for w in caught)
 

@@ -1,10 +1,12 @@
 """Real trial processes: ok, invalid, crash, nonfinite, timeout with the whole group killed."""
 
+import dataclasses
 import os
+import sys
 
 import pytest
 
-from torchpace.trial import TrialSpec, plan_trial_env, run_trial
+from torchpace.trial import TrialSpec, plan_trial, run_trial
 
 from _support import fixture_workload
 
@@ -48,8 +50,15 @@ def test_hang_times_out_and_leaves_no_process_behind(host, own_leftovers):
     assert own_leftovers("torchpace.trial") == []
 
 
-def test_process_level_knobs_go_into_the_child_env_only(host):
+def test_process_level_knobs_go_into_the_child_env_only(host, tmp_path):
     before = dict(os.environ)
-    prefix, env = plan_trial_env({"threads.intra_op": 1}, host, {"PATH": "/bin"})
-    assert env == {"PATH": "/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} and prefix == []
+    plan = plan_trial({"threads.intra_op": 1}, host, {"PATH": "/bin"}, tmp_path / "spec.json", tmp_path / "result.json")
+    assert plan.env == {"PATH": "/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    assert plan.argv == (sys.executable, "-m", "torchpace.trial", str(tmp_path / "spec.json"), str(tmp_path / "result.json"))
     assert dict(os.environ) == before
+
+
+def test_a_config_that_needs_a_missing_tool_is_an_invalid_trial(host):
+    bare = dataclasses.replace(host, allocators=())
+    result = run_trial(_spec("tiny_mlp", config={"system.allocator": "jemalloc"}), bare, timeout_s=120)
+    assert result.status == "invalid" and "jemalloc was asked for" in result.error

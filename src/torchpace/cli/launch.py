@@ -1,12 +1,14 @@
-"""`torchpace launch [OPTIONS] -- SCRIPT [ARGS]...`: run a training script with tuned process settings.
+"""`torchpace launch [OPTIONS] -- [python] SCRIPT [ARGS]...`: run a training script with tuned process settings.
 
-Parses argv into `LaunchOptions`, probes the host, plans (pure), then prints the plan (`--dry-run`) or
-executes it and returns the script's exit code. Nothing here imports torch.
+Parses argv into `ChildOptions` (the program after `--` through `parse_python_command`), probes the
+host, plans with `plan_child` (pure), then prints the plan (`--dry-run`) or executes it and returns the
+script's exit code. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import click
@@ -17,11 +19,14 @@ from torchpace.errors import UsageError
 _EPILOG = """\b
 Sources, highest first: cli > env > config > auto > default. A variable already set in your
 environment (OMP_NUM_THREADS, LD_PRELOAD, MALLOC_CONF, ...) wins over the config and torchpace's
-own choice; only an explicit option beats it. `auto` on the command line states no preference.
+own choice; only an explicit option beats it. With --config, a setting the config does not hold is
+left as the tuner's trials ran it (e.g. no allocator preloaded); torchpace's own `auto` choices apply
+without a config, or to an option given as `auto` (--allocator auto).
 
 \b
 Examples:
   torchpace launch --dry-run -- train.py --epochs 1
+  torchpace launch -- python -m mypkg.train --epochs 1
   torchpace launch --config torchpace.toml --nproc-per-node 4 -- train.py
   torchpace launch --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29500 --nproc-per-node 8 -- train.py
 """
@@ -35,26 +40,41 @@ def _omp_threads(ctx: click.Context, param: click.Parameter, value: str | None) 
     raise click.BadParameter(f"{value!r} is not 'auto' or a whole number of threads >= 1")
 
 
-def check_script(command: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-    """(script, its arguments) from the command line; UsageError when the script is missing."""
+def check_command(command: tuple[str, ...]):
+    """The PythonCommand after `--`; UsageError when it is missing, not Python, or its script is missing."""
+    from torchpace.launch.command import parse_python_command
+
     if not command:
-        raise UsageError("missing the script to launch: torchpace launch [OPTIONS] -- SCRIPT [ARGS]...")
-    script, args = command[0], tuple(command[1:])
-    if script.startswith("-"):
-        raise UsageError(f"{script!r} is not a script: put the options before `--` and the script's path after it")
-    if not Path(script).is_file():
-        raise UsageError(f"script {script!r} not found (relative paths start from {os.getcwd()})")
-    return script, args
+        raise UsageError("missing the script to launch: torchpace launch [OPTIONS] -- [python] SCRIPT [ARGS]...")
+    program = parse_python_command(command)
+    if program.script is not None and not Path(program.script).is_file():
+        raise UsageError(f"script {program.script!r} not found (relative paths start from {os.getcwd()})")
+    return program
 
 
 def build_options(command: tuple[str, ...], config_path: str | None, **given: object):
-    """LaunchOptions from the parsed command line (the config file is loaded and validated here)."""
-    from torchpace.config import RunConfig, load_config
-    from torchpace.launch.plan import LaunchOptions
+    """(config, ChildOptions) from the parsed command line (the config file is loaded and validated here).
 
-    script, args = check_script(command)
+    Without --config, torchpace's own `auto` choices fill what the cli leaves open; with one, what the
+    config does not hold is left as the tuner's trials ran it.
+    """
+    from torchpace.config import RunConfig, load_config
+    from torchpace.launch.plan import ChildOptions
+    from torchpace.launch.probe import probe_launch_facts
+
+    program = check_command(command)
     config = load_config(config_path) if config_path else RunConfig()
-    return LaunchOptions(script, args, config, config_path or "config", **given)
+    options = ChildOptions(program, probe_launch_facts(), config_path or "config", auto=config_path is None, **given)
+    return config, options
+
+
+def interpreter_note(named: str | None, found: str | None, current: str) -> str | None:
+    """A note when the interpreter named after `--` (`named`, found on PATH as `found`) is not the one
+    the script runs with (`current`, torchpace's own); None when they are the same file."""
+    if named is None or found is None or os.path.realpath(found) == os.path.realpath(current):
+        return None
+    return (f"{named} is {found}, but the script runs with {current}, the interpreter torchpace runs in (its trials "
+            f"measured with it, and torchpace's hook needs it); to use {found}, run `{found} -m torchpace launch ...`")
 
 
 def check_here(config, given: dict, host) -> None:
@@ -88,23 +108,25 @@ def check_here(config, given: dict, host) -> None:
               help="Soft limit of open files for the script (default: raised toward the hard limit).")
 @click.option("--dry-run", is_flag=True, help="Print the exact command and the env changes with their sources; run nothing.")
 @json_option
-@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] SCRIPT [ARGS]...")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] [python] SCRIPT|-m MODULE [ARGS]...")
 def command(command, config_path, dry_run, as_json, **given):
     """Run SCRIPT with tuned threads, allocator, NUMA binding and limits; one process or many via torchrun.
 
-    Exits with the script's exit code (with torchrun: the first failed rank's).
+    SCRIPT may follow `python` (any Python interpreter's name) or be `-m MODULE`; it runs with the
+    interpreter torchpace runs in. Exits with the script's exit code (with torchrun: the first failed rank's).
     """
-    from torchpace.launch.plan import plan_launch
-    from torchpace.launch.probe import probe_launch_facts, probe_launch_host
+    from torchpace.launch.plan import plan_child
+    from torchpace.launch.probe import probe_launch_host
     from torchpace.launch.render import plan_to_dict, render_plan, render_summary
 
     if as_json and not dry_run:
         raise UsageError("--json prints the plan, so it goes with --dry-run")
-    options = build_options(command, config_path, **given)
+    config, options = build_options(command, config_path, **given)
     base_env = dict(os.environ)
-    host = probe_launch_host()
-    check_here(options.config, given, host)
-    plan = plan_launch(options, host, base_env, probe_launch_facts(base_env))
+    host = probe_launch_host(env=base_env)
+    check_here(config, given, host)
+    plan = plan_child(config, host, base_env, options)
+    plan = _with_interpreter_note(plan, options, base_env)
     if dry_run:
         if as_json:
             emit_json(plan_to_dict(plan, base_env))
@@ -115,3 +137,12 @@ def command(command, config_path, dry_run, as_json, **given):
 
     click.echo(render_summary(plan, base_env), err=True, nl=False)
     return execute(plan)
+
+
+def _with_interpreter_note(plan, options, base_env):
+    """`plan` with a note when the interpreter named after `--` is not the one the script runs with."""
+    from dataclasses import replace
+
+    named = options.command.interpreter
+    note = interpreter_note(named, named and shutil.which(named, path=base_env.get("PATH")), options.facts.python)
+    return plan if note is None else replace(plan, notes=(*plan.notes, note))

@@ -46,7 +46,7 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
                 *[part for assignment in assignments for part in ("--set", assignment)], "--steps", str(steps),
                 "--trace", trace_path, "--python-steps", str(python_steps), *(["--device", device] if device else []),
                 *(["--json"] if as_json else [])]
-        return _under_torchrun(workload, config, nproc, args)
+        return _under_torchrun(workload, config, args)
     from torchpace.profile.capture import CaptureOptions
     from torchpace.profile.run import profile_workload
 
@@ -65,23 +65,27 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
     return 0
 
 
-def _under_torchrun(workload: str | None, config, nproc: int, args: list[str]) -> int:
-    """Run this profile again as `nproc` torchrun ranks (with the config's process-level settings);
+def _under_torchrun(workload: str | None, config, args: list[str]) -> int:
+    """Run this profile again as the config's `nproc_per_node` torchrun ranks, planned by the one child planner as a trial
+    is (the config's process-level settings, NUMA binding per rank) and run as `launch` runs a plan;
     rank 0 prints. A knob that does not apply is exit 2 before any rank starts. Returns the exit
     status of the first rank that failed, else 0."""
     import os
-    import subprocess
 
     from torchpace.host import probe_host
-    from torchpace.launch.torchrun import standalone_command
+    from torchpace.launch.command import PythonCommand
+    from torchpace.launch.execute import execute
+    from torchpace.launch.plan import ChildOptions, plan_child
+    from torchpace.launch.probe import probe_launch_facts
     from torchpace.runtime.prepare import check_config
-    from torchpace.trial import plan_trial_env
     from torchpace.workload import load_workload
 
-    host = probe_host()
+    base_env = dict(os.environ)
+    host = probe_host(env=base_env)
     check_config(config, host, load_workload(workload))
-    prefix, env = plan_trial_env(config.values, host, os.environ)
-    return subprocess.run([*prefix, *standalone_command(nproc), "-m", "torchpace", *args], env=env).returncode
+    options = ChildOptions(PythonCommand(module="torchpace", args=tuple(args)), probe_launch_facts(), "the config",
+                           config_over_env=True, prepared=True)
+    return execute(plan_child(config, host, base_env, options))
 
 
 def _status(enabled: bool, message: str):

@@ -52,6 +52,7 @@ from torchpace.host import (
     parse_os_release,
     probe_numa_nodes,
     read_text,
+    which,
 )
 
 _TORCH_TIMEOUT_S = 60.0  # import torch plus a tiny DataLoader take ~3 s here; 60 s only catches a hang
@@ -226,15 +227,6 @@ def _glob(root: Path, directory: str, pattern: str) -> list[Path]:
         return sorted((root / directory.lstrip("/")).glob(pattern))
     except OSError:
         return []
-
-
-def which(root: Path, name: str, path_env: str | None) -> str | None:
-    """Like ``shutil.which`` but through `root`: the first executable `name` on `path_env`."""
-    for directory in (path_env or "").split(":"):
-        candidate = root / directory.lstrip("/") / name
-        if directory and candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(Path(directory) / name)
-    return None
 
 
 # ------------------------------------------------------------------------------------ torch child

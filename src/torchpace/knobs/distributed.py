@@ -64,10 +64,6 @@ class NprocPerNodeKnob(IntKnob):
         """What the tuner sets alongside `value` when the incumbent config cannot take it alone."""
         return {"distributed.strategy": "ddp"} if value > 1 else {}
 
-    def child_env(self, value, host, env):
-        if value > 1 and "OMP_NUM_THREADS" not in env:
-            env["OMP_NUM_THREADS"] = str(max(1, host.usable_cores // value))  # torchrun would force 1
-
     def in_effect(self, value, host):
         from torchpace.runtime.distributed import RankEnv
 

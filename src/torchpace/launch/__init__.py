@@ -1,8 +1,8 @@
 """`torchpace launch`: plan (pure) -> execute, as DESIGN §11 describes.
 
-`plan_launch` turns options, host facts and the caller's environment into a `LaunchPlan` (argv, the
-child's env, and every setting's value, source and reason); `torchpace.launch.execute.execute` runs it
-(not re-exported here: the name is also its module's). The names below are imported lazily, so the
+`plan_child` turns a config, host facts, the caller's environment and options into a `LaunchPlan`
+(argv, the child's env, and every setting's value, source and reason), for launches and trials alike;
+`torchpace.launch.execute.execute` runs it (not re-exported here: the name is also its module's). The names below are imported lazily, so the
 per-rank entrypoint (`python -m torchpace.launch.bind`) and the sitecustomize hook stay light; nothing
 here imports torch.
 """
@@ -13,9 +13,11 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "plan_launch": "torchpace.launch.plan",
+    "plan_child": "torchpace.launch.plan",
     "LaunchPlan": "torchpace.launch.plan",
-    "LaunchOptions": "torchpace.launch.plan",
+    "ChildOptions": "torchpace.launch.plan",
+    "PythonCommand": "torchpace.launch.command",
+    "parse_python_command": "torchpace.launch.command",
     "LaunchFacts": "torchpace.launch.plan",
     "Setting": "torchpace.launch.plan",
     "Source": "torchpace.launch.plan",

@@ -13,13 +13,6 @@ import re
 import sys
 
 
-def standalone_command(nproc_per_node: int) -> list[str]:
-    """`python -m torchpace.launch.torchrun` for `nproc_per_node` processes on this host alone (a
-    rendezvous on a free loopback port); append `-m module args` or `script args`."""
-    return [sys.executable, "-m", "torchpace.launch.torchrun", "--standalone", f"--nproc-per-node={nproc_per_node}",
-            "--max-restarts=0"]
-
-
 def main(argv: list[str]) -> int:
     """Run torchrun with `argv`; return the exit status described in the module docstring."""
     from torch.distributed.elastic.multiprocessing.api import SignalException

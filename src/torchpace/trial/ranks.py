@@ -1,7 +1,8 @@
 """Trials of several processes: `nproc_per_node > 1` runs the trial child under torchrun.
 
-Parent side: the child's command becomes `python -m torchpace.launch.torchrun --standalone
---nproc-per-node N -m torchpace.trial SPEC RESULT`, and when it fails, `read_rank_failure` names the
+Parent side: the child planner (`torchpace.launch.plan.plan_child`, through `runner.plan_trial`) makes
+the child's command `python -m torchpace.launch.torchrun --nproc-per-node=N --standalone -m torchpace.trial
+SPEC RESULT` (through `torchpace.launch.bind` when the ranks are NUMA-bound), and when it fails, `read_rank_failure` names the
 rank that failed first and returns its result and stderr.
 
 Child side (each rank): `enter_rank` makes the rank die with torchrun and sends its stderr to its own
@@ -23,23 +24,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Mapping
-
-from torchpace.knobs.distributed import nproc_of
 from torchpace.trial.protocol import CRASH, TrialResult, classify_exit
 
 RECORDED_EXIT = 3  # a rank whose workload raised: its result file says why
 _STOPPED_BY_TORCHRUN = (-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL)
 _RANK_TAIL_BYTES = 3000
-
-
-def child_argv(config: Mapping[str, object], spec_path: Path, result_path: Path) -> list[str]:
-    """The trial child's command: plain `python -m torchpace.trial`, or that module under torchrun."""
-    from torchpace.launch.torchrun import standalone_command
-
-    nproc = nproc_of(config)
-    tail = ["-m", "torchpace.trial", str(spec_path), str(result_path)]
-    return [sys.executable, *tail] if nproc <= 1 else [*standalone_command(nproc), *tail]
 
 
 def rank_file(result_path: Path, rank: int, kind: str) -> Path:

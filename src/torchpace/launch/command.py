@@ -1,0 +1,154 @@
+"""The Python program after `--`: `python train.py ARGS`, `python -m pkg.module ARGS` or `train.py ARGS`.
+
+`parse_python_command` is pure (it reads no file): it tells a Python program from any other command
+and returns a `PythonCommand`, which `launch` and script mode (`bench`/`tune`/`profile -- CMD`) run.
+Both need a *Python* process, because torchpace's sitecustomize hook must load inside it; any other
+command (`bash run.sh`) is a UsageError that points to `torchpace monitor`, which runs anything.
+
+The interpreter the user names (`python`, `python3`, `/opt/py/bin/python3.11`) is recognised as a
+Python and then replaced by the interpreter torchpace runs in (`sys.executable`, given to the planner
+as `LaunchFacts.python`): torchpace's own modules (the hook, the torchrun wrapper, the NUMA binder)
+must import in the child, and the tuner's trials ran with this interpreter, so a tuned config runs
+with the same torch it was measured with. To use another interpreter, run torchpace with it
+(`/opt/py/bin/python3.11 -m torchpace launch ...`); `launch` notes when the named one differs.
+Interpreter options that stop the hook from loading (`-E`, `-I`, `-S`) are refused; others (`-u`,
+`-O`, `-X dev`, `-W error`) are kept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from torchpace.errors import UsageError
+
+_PYTHON_NAME = re.compile(r"^(python|pypy)(\d+(\.\d+)*)?$")
+_SCRIPT_SUFFIXES = (".py", ".pyw")
+_FLAGS = set("bBdOPqsuv")  # interpreter options without a value, kept as given
+_VALUED = set("WX")  # options whose value follows (attached or as the next argument)
+_HOOK_BREAKERS = {
+    "E": "-E makes Python ignore PYTHONPATH, which loads torchpace's hook",
+    "I": "-I (isolated mode) makes Python ignore PYTHONPATH, which loads torchpace's hook",
+    "S": "-S stops Python from importing site, which loads torchpace's hook",
+}
+_ANY_COMMAND = ("torchpace launch and script mode (bench, tune, profile -- CMD) start a Python process they can "
+                "hook: give `python train.py ARGS`, `python -m pkg.module ARGS` or `train.py ARGS`; "
+                "`torchpace monitor -- CMD` runs any command")
+
+
+@dataclass(frozen=True)
+class PythonCommand:
+    """A Python program to run: a script file or a module, with its arguments.
+
+    Attributes:
+        script: the script's path (None when a module runs).
+        module: the module run with `-m` (None when a script runs).
+        args: the program's own arguments.
+        interpreter: the interpreter as the user named it (None for a bare `train.py`); informative
+            only, see the module docstring.
+        interpreter_args: interpreter options given before the program (`-u`, `-X dev`).
+    """
+
+    script: str | None = None
+    module: str | None = None
+    args: tuple[str, ...] = ()
+    interpreter: str | None = None
+    interpreter_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.script is None) == (self.module is None):
+            raise ValueError("a PythonCommand runs either a script or a module")
+
+    @property
+    def label(self) -> str:
+        """The program as messages name it: `train.py` or `-m pkg.module`."""
+        return self.script if self.script is not None else f"-m {self.module}"
+
+    def program(self) -> list[str]:
+        """What follows the interpreter and its options: `train.py ARGS` or `-m pkg.module ARGS`."""
+        head = [self.script] if self.script is not None else ["-m", str(self.module)]
+        return [*head, *self.args]
+
+    def argv(self, python: str) -> list[str]:
+        """The whole command with interpreter `python`."""
+        return [python, *self.interpreter_args, *self.program()]
+
+
+def parse_python_command(argv: Sequence[str]) -> PythonCommand:
+    """The Python program `argv` runs.
+
+    Args:
+        argv: the command after `--`, e.g. `["python", "-m", "pkg.train", "--lr", "3"]`.
+
+    Returns:
+        The PythonCommand (`train.py ARGS` alone means the same as `python train.py ARGS`).
+
+    Raises:
+        UsageError: no command, an option where the command should be, a command that is not a
+            Python program, or a Python invocation with no program to run (`python`, `python -c`).
+    """
+    if not argv:
+        raise UsageError("missing the command: put a Python program after `--` (e.g. `-- python train.py ARGS`)")
+    first = argv[0]
+    if first.startswith("-"):
+        raise UsageError(f"{first!r} is not a script: put torchpace's options before `--` and the command after it "
+                         "(e.g. `-- python train.py` or `-- python -m pkg.train`)")
+    if is_python_interpreter(first):
+        return _parse_interpreter_args(first, argv[1:])
+    if first.endswith(_SCRIPT_SUFFIXES):
+        return PythonCommand(script=first, args=tuple(argv[1:]))
+    raise UsageError(f"{first!r} is not a Python program (a Python interpreter or a .py file); {_ANY_COMMAND}. "
+                     f"A Python script without the .py suffix runs as `python {first}`")
+
+
+def is_python_interpreter(name: str) -> bool:
+    """True for `python`, `python3`, `python3.11`, `pypy3` and paths to them."""
+    return bool(_PYTHON_NAME.match(os.path.basename(name)))
+
+
+def _parse_interpreter_args(interpreter: str, rest: Sequence[str]) -> PythonCommand:
+    """The program after `interpreter`'s own options."""
+    options: list[str] = []
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        if arg == "-m" or arg.startswith("-m"):
+            module, i = (rest[i + 1] if i + 1 < len(rest) else "", i + 2) if arg == "-m" else (arg[2:], i + 1)
+            if not module:
+                raise UsageError(f"`{interpreter} -m` names no module: give `{interpreter} -m pkg.module ARGS`")
+            return PythonCommand(module=module, args=tuple(rest[i:]), interpreter=interpreter, interpreter_args=tuple(options))
+        if arg == "-" or not arg.startswith("-"):
+            return _script(interpreter, arg, rest[i + 1:], options)
+        taken = _interpreter_option(interpreter, arg, rest[i + 1] if i + 1 < len(rest) else None)
+        options += [arg] if taken == 1 else [arg, rest[i + 1]]
+        i += taken
+    raise UsageError(f"`{' '.join([interpreter, *rest])}` runs no program: give a script (`{interpreter} train.py`) "
+                     f"or a module (`{interpreter} -m pkg.module`)")
+
+
+def _script(interpreter: str, script: str, args: Sequence[str], options: list[str]) -> PythonCommand:
+    if script == "-":
+        raise UsageError(f"`{interpreter} -` reads the program from stdin; put it in a file and give its path")
+    return PythonCommand(script=script, args=tuple(args), interpreter=interpreter, interpreter_args=tuple(options))
+
+
+def _interpreter_option(interpreter: str, arg: str, following: str | None) -> int:
+    """How many arguments interpreter option `arg` takes up (1 or 2); UsageError for one torchpace
+    cannot run with."""
+    if arg.startswith("--") or arg[1:2] in ("c", "h", "V", "i"):
+        raise UsageError(f"`{interpreter} {arg}` is not supported here: torchpace runs a script file or a module "
+                         f"(`{interpreter} train.py`, `{interpreter} -m pkg.module`)")
+    for position, letter in enumerate(arg[1:], start=1):
+        if letter in _HOOK_BREAKERS:
+            raise UsageError(f"`{interpreter} {arg}`: {_HOOK_BREAKERS[letter]}; drop it")
+        if letter in _VALUED:
+            if position < len(arg) - 1:
+                return 1
+            if following is None:
+                raise UsageError(f"`{interpreter} {arg}` needs a value (e.g. `-X dev`, `-W error`)")
+            return 2
+        if letter not in _FLAGS:
+            raise UsageError(f"`{interpreter} {arg}`: unknown interpreter option -{letter}")
+    return 1
