@@ -136,3 +136,18 @@ def test_a_root_without_docs_is_exit_2_naming_it(tmp_path):
     done = _docs_gen(tmp_path)
     assert done.returncode == 2 and str(tmp_path) in done.stderr and "docs/" in done.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_cli_reference_shows_every_verb_and_option_as_help_does():
+    import importlib
+
+    import click
+
+    from torchpace.cli import _VERBS
+
+    page = plan_docs(REPO)[Path("docs/reference/cli.md")]
+    for verb, (module, summary) in _VERBS.items():
+        assert f"## torchpace {verb}\n\n{summary}" in page
+        for param in importlib.import_module(module).command.params:
+            if isinstance(param, click.Option):
+                assert f"| `{param.opts[0]}" in page or f", {param.opts[0]}" in page, (verb, param.opts)

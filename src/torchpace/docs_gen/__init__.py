@@ -1,6 +1,6 @@
 """The reference documentation, generated from the code: `python -m torchpace.docs_gen` (`make docs`).
 
-It writes `docs/reference/*.md` (knobs, doctor checks, profile analyzers and verdicts, monitor alerts,
+It writes `docs/reference/*.md` (the command line, knobs, doctor checks, profile analyzers and verdicts, monitor alerts,
 JSON schemas) and the "where is X" block of `docs/architecture.md` (between `WHERE_IS_BEGIN` and
 `WHERE_IS_END`; the rest of that file is hand-written and left alone). `plan_docs` is pure over the
 current files, so a test can regenerate everything in memory and compare (`stale_docs`).
@@ -20,6 +20,7 @@ WHERE_IS_END = "<!-- /where-is-x -->"
 
 _RENDERERS = {
     "README.md": pages.render_reference_index,
+    "cli.md": pages.render_cli,
     "knobs.md": pages.render_knobs,
     "doctor.md": pages.render_doctor,
     "profile.md": pages.render_profile,

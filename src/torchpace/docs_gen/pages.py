@@ -265,7 +265,8 @@ def render_schemas() -> str:
 
 def render_reference_index() -> str:
     """docs/reference/README.md: what each generated page holds."""
-    pages = [("[knobs](knobs.md)", "every knob: stage, point, default, values, what it does, when it does not apply"),
+    pages = [("[command line](cli.md)", "every verb: usage and options, as `--help` prints them"),
+             ("[knobs](knobs.md)", "every knob: stage, point, default, values, what it does, when it does not apply"),
              ("[doctor checks](doctor.md)", "every check, the finding ids it reports, its thresholds"),
              ("[profile analyzers and verdicts](profile.md)", "every analyzer and its finding ids, the verdict rules "
               "and their thresholds, the stages tune tries first"),
@@ -303,3 +304,32 @@ def render_where_is() -> str:
              "**Monitor alerts**", "", *table(("alert", "where"), alert_rows), "",
              "**Verbs**", "", *table(("verb", "where"), verb_rows)]
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ cli
+
+
+def _verb_section(verb: str, module_name: str, summary: str) -> list[str]:
+    """One verb's usage line and its options, as `torchpace VERB --help` shows them."""
+    import importlib
+
+    import click
+
+    command = importlib.import_module(module_name).command
+    context = click.Context(command, info_name=f"torchpace {verb}")
+    usage = " ".join([f"torchpace {verb}", *command.collect_usage_pieces(context)])
+    rows = [(code(record[0]), record[1]) for record in
+            (param.get_help_record(context) for param in command.get_params(context)
+             if isinstance(param, click.Option)) if record]
+    return [f"## torchpace {verb}", "", summary, "", "```", usage, "```", "",
+            *table(("option", "what it does"), rows), "", f"Guide: [{verb}](../guide/{verb}.md)."]
+
+
+def render_cli() -> str:
+    """Every verb's usage and options, read from the click commands."""
+    from torchpace.cli import _VERBS as VERBS  # the verb table `torchpace --help` reads
+
+    intro = ("Every verb of the `torchpace` command with its options, read from the click commands themselves "
+             "(what `torchpace VERB --help` prints). Exit codes: [README](../../README.md#exit-codes).")
+    return _page("Reference: command line", intro,
+                 *(_verb_section(verb, module, summary) for verb, (module, summary) in VERBS.items()))
