@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.torchpace-installed
 
-.PHONY: install demo test docs bench bench-tune bench-data bench-inference bench-distributed gpu-check clean
+.PHONY: install demo test docs bench bench-tune bench-data bench-inference bench-distributed bench-fleet gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ bench-inference: $(STAMP)
 
 bench-distributed: $(STAMP)
 	$(BIN)/python benchmarks/bench_distributed.py
+
+# one study tuned by 1, 2, 3 tuner processes on a throw-away PostgreSQL server, and 2 on SQLite
+bench-fleet: $(STAMP)
+	$(BIN)/python benchmarks/bench_fleet.py $(ARGS)
 
 # On a CUDA host: doctor, bench, a short tune of language and vision, profile, monitor (NVML), in
 # under 8 minutes, one table at the end. Exit 77 (skipped) on a host without CUDA.

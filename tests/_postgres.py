@@ -112,3 +112,43 @@ class ThrowawayPostgres:
         if (self.root / "data" / "postmaster.pid").exists():
             self._run("pg_ctl", "-D", str(self.root / "data"), "-m", "fast", "-w", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+# ---- a fleet of tuner processes on one study (tests/tune/test_fleet.py, benchmarks/bench_fleet.py) -------
+
+
+def study_exists(url: str, name: str) -> bool:
+    """Whether study `name` is in the storage yet (read without creating Optuna's tables under the tuners)."""
+    import sqlalchemy
+
+    from torchpace.tune.storage import resolve_storage_url
+
+    engine = sqlalchemy.create_engine(resolve_storage_url(url))
+    try:
+        with engine.connect() as conn:
+            if "studies" not in sqlalchemy.inspect(conn).get_table_names():
+                return False
+            found = conn.execute(sqlalchemy.text("SELECT 1 FROM studies WHERE study_name = :n"), {"n": name}).first()
+            return found is not None
+    finally:
+        engine.dispose()
+
+
+def start_fleet(tune_cmd, url: str, study: str, count: int, cwd: Path, wait_s: float = 120) -> list[subprocess.Popen]:
+    """`count` tuner processes on one study: the first creates it, the others join with --resume once it exists.
+
+    Args:
+        tune_cmd: (index, *extra args) -> the argv of tuner `index`.
+    """
+    import time
+
+    first = subprocess.Popen(tune_cmd(0), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + wait_s
+    while not study_exists(url, study) and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.3)
+    if not study_exists(url, study):
+        first.kill()
+        raise RuntimeError(f"the first tuner never created the study: {first.communicate()[1][-2000:]}")
+    others = [subprocess.Popen(tune_cmd(i, "--resume"), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True) for i in range(1, count)]
+    return [first, *others]

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -24,6 +23,7 @@ from torchpace.tune.storage import open_storage
 from torchpace.tune.study import ATTR, open_study, study_metadata
 from torchpace.tune.tuner import TuneOptions, Tuner
 
+from _postgres import start_fleet
 from _support import fixture_workload
 
 STUDY = "fleet"
@@ -39,30 +39,7 @@ def _tune_cmd(url, out, *extra, study=STUDY):
 
 
 def _start_workers(url, tmp_path, count):
-    """The first tuner creates the study; the others join it with --resume once it exists."""
-    first = subprocess.Popen(_tune_cmd(url, tmp_path / "w0.toml"), cwd=tmp_path, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not _study_exists(url) and time.monotonic() < deadline and first.poll() is None:
-        time.sleep(0.3)
-    assert _study_exists(url), first.stderr.read() if first.poll() is not None else "the study never appeared"
-    others = [subprocess.Popen(_tune_cmd(url, tmp_path / f"w{i}.toml", "--resume"), cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True) for i in range(1, count)]
-    return [first, *others]
-
-
-def _study_exists(url) -> bool:
-    """Whether the study is in the database yet (read without creating Optuna's tables under the tuners)."""
-    import sqlalchemy
-
-    engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
-    try:
-        with engine.connect() as conn:
-            if "studies" not in sqlalchemy.inspect(conn).get_table_names():
-                return False
-            return conn.execute(sqlalchemy.text("SELECT 1 FROM studies WHERE study_name = :n"), {"n": STUDY}).first() is not None
-    finally:
-        engine.dispose()
+    return start_fleet(lambda i, *extra: _tune_cmd(url, tmp_path / f"w{i}.toml", *extra), url, STUDY, count, tmp_path)
 
 
 def _trials(url):
@@ -100,20 +77,18 @@ def test_three_tuners_share_one_postgres_study(postgres, tmp_path):
 def test_a_worker_killed_mid_trial_loses_nothing_and_its_trial_is_run_again(postgres, tmp_path):
     url = postgres.create_database("killed")
     procs = _start_workers(url, tmp_path, 3)
-    victim = procs[2]
-    trial_child, deadline = [], time.monotonic() + 300
-    while not trial_child and time.monotonic() < deadline and victim.poll() is None:
+    victim, deadline = None, time.monotonic() + 300
+    while victim is None and time.monotonic() < deadline and all(p.poll() is None for p in procs):
         time.sleep(0.2)
-        trial_child = [c for c in psutil.Process(victim.pid).children(recursive=True)
-                       if "torchpace.trial" in " ".join(c.cmdline())]
-    assert trial_child, "the third worker never started a trial"
+        victim = next((p for p in procs if _running_a_trial(p)), None)
+    assert victim is not None, "no worker was seen running a trial"
     children = psutil.Process(victim.pid).children(recursive=True)
     finished_before = {t.number for t in _trials(url) if t.state.is_finished()}
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
     _, alive = psutil.wait_procs(children, timeout=15)
     assert alive == [], "trial processes outlived their killed tuner"
-    _wait_all(procs[:2])
+    _wait_all([p for p in procs if p is not victim])
     trials = _trials(url)
     assert finished_before <= {t.number for t in trials if t.state.is_finished()}  # nothing finished was lost
     killed = [t for t in trials if t.system_attrs.get(ATTR, {}).get("worker", "").endswith(f":{victim.pid}")
@@ -133,6 +108,13 @@ def test_a_host_with_another_fingerprint_is_refused_naming_both(postgres, host):
     with pytest.raises(UsageError) as err:
         Tuner(TuneOptions(workload=spec, storage=url, study=STUDY, resume=True, knobs=frozenset(_KNOBS)), other)
     assert host.fingerprint() in str(err.value) and other.fingerprint() in str(err.value)
+
+
+def _running_a_trial(proc) -> bool:
+    try:
+        return any("torchpace.trial" in " ".join(c.cmdline()) for c in psutil.Process(proc.pid).children(recursive=True))
+    except psutil.Error:  # it, or the child we looked at, ended meanwhile
+        return False
 
 
 # ---- URLs that cannot be used ----------------------------------------------------------------------

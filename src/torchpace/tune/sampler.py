@@ -10,6 +10,7 @@ another process) is told to wait; one that finds the search complete is told it 
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import optuna
@@ -37,10 +38,13 @@ class GreedySampler(BaseSampler):
     def assign(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> GreedyState:
         """Pin the next proposal (or wait/done) on `trial`; tuners sharing the study take turns here, so
         each sees the others' pins and no two take the same pending trial."""
+        asked = time.monotonic()
         with assignment_lock(study._storage, study._study_id):
+            waited_s = time.monotonic() - asked
             state = self.plan(study, exclude_number=trial.number)
             proposal: Proposal | None = state.next
-            info: dict[str, Any] = {"action": "run" if proposal else ("wait" if state.waiting else "done")}
+            info: dict[str, Any] = {"action": "run" if proposal else ("wait" if state.waiting else "done"),
+                                    "lock_wait_s": round(waited_s, 4)}  # for `make bench-fleet`
             if proposal:
                 info.update(slot=proposal.slot, kind=proposal.kind, stage=proposal.stage, knob=proposal.knob,
                             value=proposal.value, config=proposal.config)
