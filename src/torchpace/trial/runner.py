@@ -61,6 +61,7 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
     with tempfile.TemporaryDirectory(prefix="torchpace-trial-", dir=workdir) as tmp:
         spec_path, result_path, err_path = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "stderr.txt"
         spec.save(spec_path)
+        nofile = None  # the child's soft RLIMIT_NOFILE, as `launch` gives it (None: inherited)
         if spec.command:  # script mode: the user's script, launched with the trial's config and the hook
             from torchpace.script.run import plan_script_trial
 
@@ -70,10 +71,11 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
                 plan = plan_trial(spec.config, host, base_env, spec_path, result_path)
             except UsageError as err:  # e.g. numactl or an allocator the config needs is not installed
                 return TrialResult(INVALID, error=str(err))
-            argv, env = list(plan.argv), dict(plan.env)
+            argv, env, nofile = list(plan.argv), dict(plan.env), plan.nofile
         start = time.perf_counter()
         with open(err_path, "wb") as err_file:
-            proc = start_child(argv, death_signal=signal.SIGKILL, env=env, stdout=subprocess.DEVNULL, stderr=err_file)
+            proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env, stdout=subprocess.DEVNULL,
+                               stderr=err_file)
             try:
                 returncode: int | None = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
