@@ -42,7 +42,7 @@ def run_cli(group: click.Group, argv: list[str] | None) -> int:
 
 def json_option(func):
     """The `--json` flag every reporting verb has."""
-    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (schema: docs/reference/schemas.md).")(func)
+    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (its fields: the verb's guide in docs/guide/).")(func)
 
 
 def emit_json(payload: dict[str, Any]) -> None:
