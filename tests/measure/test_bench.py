@@ -39,6 +39,7 @@ def test_units_are_in_the_names_and_memory_is_measured(result):
     assert payload["kind"] == "torchpace.bench" and payload["schema_version"] == 1
     assert payload["peak_memory_bytes"] > 10 * 2**20 and payload["peak_memory_kind"] == "cpu_peak_rss"
     assert payload["step_time_s"] > 0 and payload["host"]["fingerprint"]
+    assert payload["other_load_cores"] >= 0  # other processes' CPU while measuring (measure.contention)
 
 
 def test_inference_workload_is_measured_without_losses(host):

@@ -11,6 +11,7 @@ import psutil
 
 from torchpace.measure.contention import (CpuSnapshot, contention_note, is_material, measure_other_load,
                                           other_load_cores, probe_cpu_times)
+from torchpace.measure.render import noise_warnings
 
 
 def test_cores_are_cpu_seconds_gained_over_wall_seconds():
@@ -28,6 +29,14 @@ def test_material_means_half_a_core_or_a_tenth_of_the_host():
     assert contention_note(0.1, 2) is None
     assert contention_note(1.94, 2, "tuned") == ("tuned while other processes used 1.9 of 2 cores: "
                                                  "the result reflects that contention")
+
+
+def test_bench_profile_and_report_warn_alike_about_spread_and_load():
+    assert noise_warnings(False, 0.05, "windows", "raise --max-time", 0.1, 2) == []
+    spread, load = noise_warnings(True, 0.23, "profiled steps' times", "raise --steps", 1.5, 2)
+    assert spread == ("noisy measurement: the IQR of the profiled steps' times is 23% of the median (over 10%). "
+                      "Other load on this host? Re-run, or raise --steps.")
+    assert load == "measured while other processes used 1.5 of 2 cores: the result reflects that contention."
 
 
 def _busy(seconds: float) -> list[str]:

@@ -52,6 +52,9 @@ def test_json_output_and_rich_output(capsys, tmp_path):
     assert {"kind", "evidence", "remedies", "knobs_to_try", "stages_to_try", "shares", "also"} <= set(payload["verdict"])
     assert {f["id"] for f in payload["findings"]} >= {"profile.step_split", "profile.host_sync", "profile.top_ops"}
     assert trace.exists() and payload["trace_path"] == str(trace)
+    # the noise warning bench has: the spread of the step times and the other processes' CPU meanwhile
+    assert payload["step_time_iqr_frac"] >= 0 and isinstance(payload["noise_warning"], bool)
+    assert payload["other_load_cores"] >= 0 and payload["usable_cores"] >= 1
 
     assert main(args) == 0
     out = capsys.readouterr().out

@@ -63,6 +63,8 @@ BENCH_RESULT_SCHEMA = {
         "latency_stopped_by": {"enum": ["ci", "time", "calls", None]},
         "model_size_bytes": {"type": ["integer", "null"], "minimum": 0,
                              "description": "the prepared model's weights as saved (state_dict, or the TorchScript archive)"},
+        "other_load_cores": {"type": ["number", "null"], "minimum": 0,
+                             "description": "cores processes outside torchpace's own tree kept busy while this was measured"},
         "accuracy": {
             "type": ["object", "null"],
             "description": "outputs vs the fp32 eager reference on the first batches of the dataset",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchpace.measure.render import noise_warnings
+
 _PHASES = (("input_wait", "input wait"), ("h2d", "host→device copy"), ("forward", "forward + loss"),
            ("backward", "backward"), ("optimizer", "optimizer"), ("other", "other"))
 _SEVERITY_STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "red"}
@@ -52,6 +54,9 @@ def render_profile(console, result: dict[str, Any]) -> None:
     _render_remedies(console, verdict)
     if result.get("trace_path"):
         console.print(f"trace: {result['trace_path']}  (open in https://ui.perfetto.dev or chrome://tracing)")
+    for warning in noise_warnings(result.get("noise_warning", False), result.get("step_time_iqr_frac"), "profiled steps' times",
+                                  "raise --steps", result.get("other_load_cores"), result.get("usable_cores")):
+        console.print(f"[yellow]warning:[/] {warning}")
 
 
 def _table(title: str, *columns: str):

@@ -26,6 +26,12 @@ class ProfileResult:
     findings: tuple[Finding, ...]
     trace_path: str | None = None
     wall_time_s: float | None = None
+    # the same noise warning bench gives: IQR of the profiled steps' times over their median (> 10% is
+    # noisy), and the cores other processes kept busy meanwhile (torchpace.measure.contention)
+    step_time_iqr_frac: float | None = None
+    noise_warning: bool = False
+    other_load_cores: float | None = None
+    usable_cores: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -37,6 +43,10 @@ class ProfileResult:
             "steps": self.steps,
             "trace_path": self.trace_path,
             "wall_time_s": self.wall_time_s,
+            "step_time_iqr_frac": self.step_time_iqr_frac,
+            "noise_warning": self.noise_warning,
+            "other_load_cores": self.other_load_cores,
+            "usable_cores": self.usable_cores,
             "verdict": self.verdict.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
         }
@@ -58,8 +68,12 @@ def analyze_trace(trace: Trace, *, workload_spec: str = "WORKLOAD",
 def build_profile_result(trace: Trace, *, workload_spec: str = "WORKLOAD",
                          knobs_by_stage: Mapping[str, Sequence[str]] | None = None,
                          candidates: Mapping[str, Sequence[Any]] | None = None,
-                         trace_path: str | None = None, wall_time_s: float | None = None) -> ProfileResult:
+                         trace_path: str | None = None, wall_time_s: float | None = None,
+                         other_load_cores: float | None = None, usable_cores: int | None = None) -> ProfileResult:
     """A ProfileResult for `trace` (workload, device and config read from its torchpace metadata)."""
+    from torchpace.measure.stats import summarize
+
+    spread = summarize([s.dur_us for s in trace.steps]) if trace.steps else None
     findings, verdict = analyze_trace(trace, workload_spec=workload_spec, knobs_by_stage=knobs_by_stage,
                                       candidates=candidates)
     meta = trace.metadata
@@ -72,4 +86,8 @@ def build_profile_result(trace: Trace, *, workload_spec: str = "WORKLOAD",
         findings=tuple(findings),
         trace_path=trace_path,
         wall_time_s=wall_time_s,
+        step_time_iqr_frac=spread.iqr_frac if spread else None,
+        noise_warning=bool(spread and spread.noisy),
+        other_load_cores=other_load_cores,
+        usable_cores=usable_cores,
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts, probe_host
+from torchpace.measure.contention import measure_other_load
 from torchpace.profile.capture import CaptureOptions, capture_profile
 from torchpace.profile.result import ProfileResult, build_profile_result
 from torchpace.profile.trace import parse_trace
@@ -28,7 +29,8 @@ def profile_workload(spec: str | None, config: RunConfig | None = None, options:
     host = host or probe_host()
     check_device(device, host)
     workload = load_workload(spec)
-    capture = capture_profile(workload, config, options, host=host, device=device, trace_path=trace_path)
+    with measure_other_load() as load:
+        capture = capture_profile(workload, config, options, host=host, device=device, trace_path=trace_path)
     return build_profile_result(
         parse_trace(capture.document),
         workload_spec=spec or DEFAULT_WORKLOAD,
@@ -36,6 +38,8 @@ def profile_workload(spec: str | None, config: RunConfig | None = None, options:
         candidates=candidate_values(host, workload),
         trace_path=str(capture.trace_path) if capture.trace_path else None,
         wall_time_s=time.perf_counter() - start,
+        other_load_cores=load.cores,
+        usable_cores=host.usable_cores,
     )
 
 

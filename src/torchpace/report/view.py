@@ -269,23 +269,25 @@ def trial_row(t: Mapping[str, Any], base_sps: float | None) -> dict[str, Any]:
 
 def bench_view(bench: Mapping[str, Any]) -> dict[str, Any]:
     """The bench section: its figures as (label, value) rows and the noise warning."""
-    from torchpace.measure.render import bench_rows
+    from torchpace.measure.render import bench_rows, noise_warnings
 
-    noisy = None
-    if bench.get("noise_warning"):
-        noisy = (f"noisy measurement: the IQR is {bench['samples_per_s_iqr'] / bench['samples_per_s']:.0%} of the median "
-                 "(over 10%): other load on the host? Re-run, or raise --max-time.")
-    return {"rows": bench_rows(bench), "noisy": noisy, "device": bench.get("device"),
+    iqr_frac = bench["samples_per_s_iqr"] / bench["samples_per_s"] if bench.get("samples_per_s") else None
+    warnings = noise_warnings(bool(bench.get("noise_warning")), iqr_frac, "windows", "raise --max-time",
+                              bench.get("other_load_cores"), (bench.get("host") or {}).get("usable_cores"))
+    return {"rows": bench_rows(bench), "noisy": " ".join(warnings) or None, "device": bench.get("device"),
             "has_windows": len(bench.get("window_samples_per_s") or []) > 0}
 
 
 def profile_view(profile: Mapping[str, Any]) -> dict[str, Any]:
     """The profile section: verdict, evidence, remedies, the split table, other findings, top operators."""
+    from torchpace.measure.render import noise_warnings
     from torchpace.profile.render import split_rows, top_op_rows
 
     verdict = profile.get("verdict") or {}
     shown_elsewhere = ("profile.step_split", "profile.top_ops")
-    return {
+    warnings = noise_warnings(bool(profile.get("noise_warning")), profile.get("step_time_iqr_frac"), "profiled steps' times",
+                              "raise --steps", profile.get("other_load_cores"), profile.get("usable_cores"))
+    return {"noisy": " ".join(warnings) or None,
         "kind": verdict.get("kind"), "evidence": verdict.get("evidence", []), "also": verdict.get("also", []),
         "remedies": verdict.get("remedies", []), "knobs_to_try": verdict.get("knobs_to_try", []),
         "stages_to_try": verdict.get("stages_to_try", []), "device": profile.get("device"), "steps": profile.get("steps"),

@@ -7,6 +7,7 @@ except a hard crash (segfault, SIGKILL), which the parent classifies from the ex
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import traceback
@@ -39,7 +40,8 @@ def run_spec(spec: TrialSpec) -> TrialResult:
                                    wall_time_s=time.perf_counter() - start)
         options = BenchOptions(max_time_s=spec.max_time_s, compute_only=spec.compute_only)
         workload = load_workload(spec.workload)
-        bench = run_bench(workload, spec.config, options, device=spec.device, accuracy=_accuracy_guard(spec, workload)).to_dict()
+        bench = run_bench(workload, spec.config, options, device=spec.device, accuracy=_accuracy_guard(spec, workload),
+                          own_root_pid=os.getppid()).to_dict()  # the tuner (or bench) that started this trial
         status = NONFINITE if is_nonfinite(bench["loss_values"]) else OK
         error = "loss became NaN/Inf while measuring" if status == NONFINITE else ""
         verdict = _profile_verdict(spec) if spec.profile and status == OK else None
