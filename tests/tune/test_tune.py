@@ -145,6 +145,7 @@ def test_sigkill_mid_trial_then_resume_loses_and_repeats_nothing(tmp_path):
     assert len(finished_slots) == len(set(finished_slots))  # nothing measured twice
 
 
+@pytest.mark.timeout(1200)  # its own subprocess limits add up to 900 s
 def test_two_tuners_on_one_sqlite_study_both_make_progress(tmp_path):
     first = subprocess.run(_tune_cmd(tmp_path, "--max-trials", "1"), cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr  # creates the study with its baseline
