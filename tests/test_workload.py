@@ -77,3 +77,58 @@ def test_builtins_build_locally_and_deterministically(name, tmp_path, monkeypatc
     if name in ("vision", "inference"):
         jpegs = list((tmp_path / "torchpace").rglob("*.jpg"))
         assert len(jpegs) == len(a.dataset) and jpegs[0].read_bytes()[:2] == b"\xff\xd8"
+
+
+# ---- a user who arrives with a train.py --------------------------------------------------------
+
+_TRAIN_PY = '''
+import argparse
+import torch
+
+class SmallNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=0)
+    args = parser.parse_args()
+    return None
+'''
+
+
+def test_a_file_without_a_function_suggests_script_mode(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(_TRAIN_PY)
+    with pytest.raises(UsageError, match=r"-- python .*train.py ARGS"):
+        load_workload(str(script))
+
+
+def test_a_function_that_is_not_a_workload_sees_its_own_argv_and_is_pointed_to_script_mode(tmp_path, monkeypatch):
+    script = tmp_path / "train.py"
+    script.write_text(_TRAIN_PY)
+    monkeypatch.setattr("sys.argv", ["torchpace", "bench", f"{script}:main", "--max-time", "3"])
+    with pytest.raises(UsageError, match=r"returned NoneType.*script mode: `torchpace bench -- python .*train.py ARGS`"):
+        load_workload(f"{script}:main")  # argparse in main() saw [train.py], not torchpace's arguments
+    import sys
+
+    assert sys.argv[:2] == ["torchpace", "bench"]
+
+
+def test_a_workload_file_imports_its_neighbours(tmp_path, monkeypatch):
+    (tmp_path / "train.py").write_text(_TRAIN_PY)
+    (tmp_path / "tp_workload.py").write_text(
+        "import torch, torchpace\nfrom train import SmallNet\n"
+        "def make():\n    data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))\n"
+        "    return torchpace.Workload(model=SmallNet(), dataset=data, batch_size=4,\n"
+        "                              loss=lambda out, batch: torch.nn.functional.cross_entropy(out, batch[1]))\n")
+    monkeypatch.chdir(tmp_path.parent)  # not the file's folder: its folder must come from the spec
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))  # restored after the test
+    try:
+        assert load_workload(f"{tmp_path / 'tp_workload.py'}:make").batch_size == 4
+    finally:
+        __import__("sys").modules.pop("train", None)

@@ -128,6 +128,11 @@ def _resolve_spec(spec: str) -> tuple[str, str]:
     """Split a spec into (module-or-file, function name), mapping built-in names."""
     spec = BUILTIN_WORKLOADS.get(spec, spec)
     target, sep, func = spec.rpartition(":")
+    if not sep and (spec.endswith(".py") or Path(spec).is_file()):
+        raise UsageError(
+            f"workload spec {spec!r} names a file, not a function: to measure that script as it is, run it in "
+            f"script mode, `torchpace bench -- python {spec} ARGS` (also tune, profile); to use a function in it "
+            f"that returns a torchpace.Workload, give '{spec}:FUNCTION'")
     if not sep or not target or not func:
         raise UsageError(
             f"workload spec {spec!r} is not valid: expected 'pkg.module:function', "
@@ -142,18 +147,35 @@ def _import_target(spec: str, target: str) -> Any:
         path = Path(target)
         if not path.is_file():
             raise UsageError(f"workload spec {spec!r}: file {target!r} does not exist")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:  # `from train import SmallCNN` in a workload file next to train.py
+            sys.path.insert(0, folder)
         module_name = f"_torchpace_workload_{path.stem}"
         module_spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module
-        _run_user_code(f"importing {target}", module_spec.loader.exec_module, module)
+        with _as_program(target):
+            _run_user_code(f"importing {target}", module_spec.loader.exec_module, module)
         return module
     try:
         if importlib.util.find_spec(target) is None:
             raise ModuleNotFoundError(target)
     except ModuleNotFoundError:
         raise UsageError(f"workload spec {spec!r}: no module named {target!r} (is it on sys.path?)") from None
-    return _run_user_code(f"importing {target}", importlib.import_module, target)
+    with _as_program(target):
+        return _run_user_code(f"importing {target}", importlib.import_module, target)
+
+
+@contextmanager
+def _as_program(path: str) -> Iterator[None]:
+    """`sys.argv` is `[path]` within the block: a module that parses its command line at import or in
+    its workload function (argparse in a train.py) sees no arguments, not torchpace's own."""
+    saved = sys.argv
+    sys.argv = [path]
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 def _run_user_code(where: str, func: Callable, *args: Any) -> Any:
@@ -203,11 +225,14 @@ def load_workload(spec: str | None = None) -> Workload:
     func = getattr(module, func_name, None)
     if not callable(func):
         raise UsageError(f"workload spec {spec!r}: {target!r} has no function {func_name!r}")
-    workload = _run_user_code(f"building workload {spec!r}", func)
+    with _as_program(target):
+        workload = _run_user_code(f"building workload {spec!r}", func)
     if not isinstance(workload, Workload):
+        program = f"python {target}" if target.endswith(".py") else f"python -m {target}"
         raise UsageError(
-            f"workload spec {spec!r}: {func_name}() returned {type(workload).__name__}, "
-            "expected a torchpace.Workload"
+            f"workload spec {spec!r}: {func_name}() returned {type(workload).__name__}, expected a torchpace.Workload. "
+            f"If {func_name}() is your training loop, measure it unchanged in script mode: "
+            f"`torchpace bench -- {program} ARGS` (also tune, profile)"
         )
     check_workload(workload, spec)
     if not workload.name:
