@@ -1,4 +1,5 @@
-"""`torchpace knobs [WORKLOAD]`: which knobs apply on this host for this workload, and why not."""
+"""`torchpace knobs [WORKLOAD | -- python train.py ARGS]`: which knobs apply on this host for this
+workload (or reach this unmodified script), and why not."""
 
 from __future__ import annotations
 
@@ -6,6 +7,18 @@ import click
 
 from torchpace.cli._common import emit_json, json_option, make_console
 from torchpace.cli._options import workload_argument
+from torchpace.cli._script import ScriptVerb, script_command
+
+# The change a script needs for a knob that only prepare() can apply (the Workload path).
+PREPARE_CHANGE = ('run = torchpace.prepare(config="torchpace.toml", model=model, dataset=dataset, loss=loss_fn, batch_size=B)\n'
+                  "for batch in run.loader: run.step(batch)   # in place of your forward / backward / step")
+_REACH = {
+    "process": "the script's process (env / argv) before it starts",
+    "global": "torch's global state when the script imports torch",
+    "loader": "every DataLoader the script builds, over its own arguments",
+    "optimizer": "every torch.optim optimizer the script builds, over its own argument",
+    "autocast": "autocast around the forward of the outermost module with parameters",
+}
 
 
 def plan_knob_table(host, workload) -> list[dict]:
@@ -23,15 +36,42 @@ def plan_knob_table(host, workload) -> list[dict]:
     return rows
 
 
-@click.command("knobs")
+def plan_script_knob_table(host, label: str) -> list[dict]:
+    """One row per knob for an unmodified script: how it reaches the script and its candidates here,
+    or that it needs `torchpace.prepare()` (with the code change), or why it does not apply here."""
+    from torchpace.knobs import knobs_in_stage_order
+    from torchpace.script.run import script_target
+
+    target, rows = script_target(label), []
+    for knob in knobs_in_stage_order():
+        row = knob.describe()
+        reason = knob.applies(host, target) if knob.script_reach else None
+        candidates = [v for v in knob.candidates(host, target) if knob.script_reason(v) is None] if knob.script_reach else []
+        row.update(applies=knob.script_reach is not None and reason is None, reason=reason, candidates=candidates if reason is None else [],
+                   reaches=_REACH.get(knob.script_reach or ""), needs_prepare=knob.script_reach is None,
+                   prepare_values=[v for v in (knob.choices or ()) if knob.script_reason(v)] if knob.script_reach else [],
+                   prepare_change=PREPARE_CHANGE if knob.script_reach is None or any(knob.script_reason(v) for v in knob.choices or ()) else None)
+        rows.append(row)
+    return rows
+
+
+@click.command("knobs", cls=ScriptVerb)
 @workload_argument
 @json_option
 def command(workload, as_json):
-    """List every knob: its stage, default, the values worth trying here, or why it does not apply."""
+    """List every knob: its stage, default, the values worth trying here, or why it does not apply.
+
+    With `-- python train.py ARGS`: which knobs reach that script unchanged (and how), and which need
+    `torchpace.prepare()` in it, with the code change.
+    """
     from torchpace.host import probe_host
-    from torchpace.workload import load_workload
 
     host = probe_host()
+    command_argv = script_command(workload)
+    if command_argv:
+        return _script_knobs(host, command_argv, as_json)
+    from torchpace.workload import load_workload
+
     loaded = load_workload(workload)
     rows = plan_knob_table(host, loaded)
     if as_json:
@@ -46,4 +86,34 @@ def command(workload, as_json):
         detail = ", ".join(map(str, row["candidates"])) if row["applies"] else f"[dim]does not apply: {row['reason']}[/]"
         table.add_row(row["name"], row["stage"], str(row["default"]), detail)
     make_console().print(table)
+    return 0
+
+
+def _script_knobs(host, command_argv: list[str], as_json: bool) -> int:
+    from torchpace.launch.command import parse_python_command
+
+    label = parse_python_command(command_argv).label
+    rows = plan_script_knob_table(host, label)
+    if as_json:
+        emit_json({"command": command_argv, "host": host.summary(), "knobs": rows, "prepare_change": PREPARE_CHANGE})
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"knobs for the unmodified script {label} on this host")
+    for column in ("knob", "stage", "reaches the script through / candidates here"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        if row["needs_prepare"]:
+            detail = "[yellow]needs torchpace.prepare()[/] in the script"
+        elif not row["applies"]:
+            detail = f"[dim]does not apply here: {row['reason']}[/]"
+        else:
+            detail = f"{row['reaches']}: {', '.join(map(str, row['candidates']))}"
+            if row["prepare_values"]:
+                detail += f" ({', '.join(map(str, row['prepare_values']))} needs torchpace.prepare())"
+        table.add_row(row["name"], row["stage"], detail)
+    console = make_console()
+    console.print(table)
+    console.print("For the knobs that need torchpace.prepare(), build the loop with it (two lines):")
+    console.print(PREPARE_CHANGE, markup=False, highlight=False)
     return 0

@@ -1,15 +1,19 @@
-"""`torchpace tune [WORKLOAD]`: one knob at a time, keep what is faster and still converges."""
+"""`torchpace tune [WORKLOAD | -- python train.py ARGS]`: one knob at a time, keep what is faster and still converges."""
 
 from __future__ import annotations
 
 import re
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import click
 
 from torchpace.cli._common import check_outputs, emit_json, study_file, json_option, make_console
 from torchpace.cli._options import SECONDS, FiniteFloat, workload_argument, workload_inputs
+from torchpace.cli._script import ScriptVerb, samples_per_step_option, script_command, script_inputs
 from torchpace.errors import UsageError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
@@ -23,7 +27,7 @@ def parse_duration_s(text: str) -> float:
     return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
 
 
-@click.command("tune")
+@click.command("tune", cls=ScriptVerb)
 @workload_argument
 @click.option("--budget", default="15m", show_default=True, help="Wall-time budget: 90s, 15m, 1h.")
 @click.option("--max-trials", type=click.IntRange(min=1), default=None, help="Stop after this many trials (this session).")
@@ -46,39 +50,63 @@ def parse_duration_s(text: str) -> float:
               help="Inference: write the tuned model here (torch.export .pt2; TorchScript where export fails).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
               help="Also write an HTML report of the tune here (as `torchpace report` does).")
+@samples_per_step_option
 @json_option
 def command(workload, budget, max_trials, strategy, storage, study_name, resume, out_path, guard_steps, trial_time,
-            knob_names, objective, accuracy_rtol, min_top1, export_path, report_path, as_json):
-    """Tune WORKLOAD (default: the built-in `tabular`): baseline, then one knob at a time.
+            knob_names, objective, accuracy_rtol, min_top1, export_path, report_path, samples_per_step, as_json):
+    """Tune WORKLOAD (default: the built-in `tabular`), or an unmodified training script given after
+    `--` (`torchpace tune -- python train.py ARGS`): baseline, then one knob at a time.
 
     Each trial is its own process; failures (oom, crash, timeout, nonfinite, guard, invalid) are
-    recorded and the search goes on. Writes the best config to --out.
+    recorded and the search goes on. Writes the best config to --out. A script is tuned on the knobs
+    that reach it unchanged (`torchpace knobs -- CMD` lists them); `torchpace launch --config
+    torchpace.toml -- python train.py ARGS` then runs it as it was measured.
     """
     from torchpace.host import probe_host
     from torchpace.knobs import get_knob
     from torchpace.tune.tuner import TuneOptions, Tuner
 
     budget_s = parse_duration_s(budget)
+    command_argv = script_command(workload)
+    inputs = script_inputs(command_argv, None) if command_argv else workload_inputs(workload)
     check_outputs({"--out": out_path, "--export": export_path, "--report": report_path},
-                  [*workload_inputs(workload), ("the study storage", study_file(storage))])
+                  [*inputs, ("the study storage", study_file(storage))])
     knobs = frozenset(get_knob(name).name for name in knob_names) or None
-    options = TuneOptions(workload=workload, budget_s=budget_s, max_trials=max_trials, strategy=strategy, storage=storage,
+    options = TuneOptions(workload=workload, command=tuple(command_argv or ()), samples_per_step=samples_per_step, budget_s=budget_s, max_trials=max_trials, strategy=strategy, storage=storage,
                           study=study_name, resume=resume, out=Path(out_path), guard_steps=guard_steps,
                           trial_time_s=trial_time, knobs=knobs, objective=objective, accuracy_rtol=accuracy_rtol,
                           min_top1_agreement=min_top1, export_path=Path(export_path) if export_path else None)
-    with _progress(not as_json, budget_s) as on_event:
+    with _sigterm_as_interrupt(), _progress(not as_json, budget_s) as on_event:
         tuner = Tuner(options, probe_host(), on_event=on_event)
         try:
             outcome = tuner.run()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             outcome = tuner.outcome
-            click.echo("interrupted: the best config so far was written" if outcome.out_path else "interrupted", err=True)
+            why = "terminated (SIGTERM)" if isinstance(stop, _Terminated) else "interrupted"
+            click.echo(f"{why}: the best config so far was written" if outcome.out_path else why, err=True)
             _report(outcome, as_json)
             _write_html_report(outcome, tuner.host, report_path)
-            return 130
+            return 143 if isinstance(stop, _Terminated) else 130
     _report(outcome, as_json)
     _write_html_report(outcome, tuner.host, report_path)
     return 1 if outcome.failed_baseline or (outcome.export or {}).get("error") else 0
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is (the running trial stopped, the best config so far written); exit 143."""
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block SIGTERM raises `_Terminated` in the main thread; the previous handler is restored."""
+    def raise_terminated(signum, frame):
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _write_html_report(outcome, host, report_path: str | None) -> None:

@@ -1,73 +1,13 @@
-"""Convergence guard, measuring side: the same seeded steps over the same data order.
+"""Convergence guard, comparing side (pure, no torch): does a candidate's loss curve, and its
+`evaluate()` figure, stay with the baseline's over the same seeded steps?
 
-Baseline and candidate each run `steps` optimizer steps from the same seed, so their loss curves are
-comparable step by step (the comparing side is pure: `check_guard`).
+The measuring side, which runs those steps, is `guard_steps.py`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
-
-import torch
-
-from torchpace.workload import Workload
-
-GUARD_SEED = 1234
-
-
-def run_guard_steps(workload: Workload, config: Any, steps: int, device: str | None = None) -> tuple[list[float], float | None]:
-    """Loss of each of the first `steps` optimizer steps under `config`, from a fixed seed, and the
-    workload's `evaluate(model)` after them (None when it has none).
-
-    Data order comes from the workload's seeded loader generator; model-side randomness (dropout)
-    from `torch.manual_seed(GUARD_SEED)` set just before the first step.
-
-    Under a distributed config the ranks split each global batch of `batch_size` between them, so
-    over all ranks step k trains on the very batch a single process would, and the loss is the
-    global batch's mean: strategies are compared at equal global batch (every rank returns it).
-    """
-    from torchpace.runtime import prepare
-    from torchpace.runtime.batch import batch_len
-
-    if not workload.is_training:
-        return [], None
-    losses: list[torch.Tensor] = []
-    with prepare(workload, config, device=device) as run:
-        loader = run.loader
-        if run.world_size > 1:
-            from torchpace.runtime.distributed import global_batch_loader, global_mean
-
-            if workload.batch_size < run.world_size:
-                from torchpace.errors import UsageError
-
-                raise UsageError(f"the convergence guard splits each batch of {workload.batch_size} between "
-                                 f"{run.world_size} processes: batch_size must be at least nproc_per_node")
-            loader = global_batch_loader(run.loader, workload.batch_size, run.dist)
-        torch.manual_seed(GUARD_SEED)
-        iterator = iter(loader)
-        while len(losses) < steps:
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                iterator = iter(loader)
-                continue
-            loss = run.step(batch)
-            losses.append(torch.tensor(global_mean(loss, batch_len(batch), run.dist)) if run.world_size > 1 else loss)
-        del iterator
-        metric = _evaluate(workload, run.model)
-    return torch.stack(losses).tolist(), metric
-
-
-def _evaluate(workload: Workload, model) -> float | None:
-    """The workload's quality metric of `model` (eval mode, no grad), or None."""
-    if workload.evaluate is None:
-        return None
-    model.eval()
-    with torch.no_grad():
-        return float(workload.evaluate(model))
-
 
 # The guard's defaults: a candidate's smoothed loss may sit at most 10% (and 0.05 absolute) above the
 # baseline's over the second half of the guard steps; bf16 and reordered reductions move curves a
@@ -133,3 +73,22 @@ def check_guard(baseline: list[float], candidate: list[float], rel_tol: float = 
             return GuardVerdict(False, f"smoothed loss {c:.4g} vs baseline {b:.4g} ({rel:+.1%}, tolerance {rel_tol:.0%})", rel)
         worst = max(worst, rel)
     return GuardVerdict(True, f"within tolerance (worst {worst:+.1%} vs baseline)", worst)
+
+
+def guard_cannot_judge(first: dict, again: dict) -> str | None:
+    """Why the guard cannot judge this workload, or None: two runs of the *baseline* (the stored info
+    of the `baseline` and `baseline#2` trials) already depart from each other by the guard's own rule.
+
+    A Workload's guard steps are seeded and repeat; an unmodified script may draw its own randomness
+    (an unseeded generator, a data order from the clock), and then every candidate would "fail" the
+    guard by noise alone. The guard then says so instead of rejecting.
+    """
+    a, b = first.get("guard_losses") or [], again.get("guard_losses") or []
+    if not a or not b:
+        return None
+    worst = max((check_guard(a, b), check_guard(b, a)), key=lambda v: (not v.ok, v.max_rel_departure))
+    if worst.ok:
+        return None
+    return (f"two runs of the baseline already depart from each other ({worst.reason}): its own randomness "
+            "(unseeded data order, dropout or sampling) hides any change a knob makes, so the convergence guard "
+            "cannot judge it and rejected no candidate")

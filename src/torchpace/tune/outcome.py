@@ -1,9 +1,17 @@
-"""Turning a study's trials into the outcome: baseline, best config, accepted changes, trial table."""
+"""Turning a study's trials into the outcome: baseline, best config, accepted changes, trial table.
+
+`build_outcome` takes data (the trial rows, the greedy policy's replayed state, the study's
+metadata), so a live tune and a study read back from storage (`report/load.py`) build the same
+`TuneOutcome` the same way.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
+from torchpace.tune.figures import FIGURES_NOTE, config_figure, other_load_summary, with_figure
+from torchpace.tune.figures import speedup as figure_speedup
 from torchpace.tune.guard import check_trial_guard
 
 GUARD_NOTE = ("The convergence guard compares each candidate's loss over the first {n} seeded steps (same "
@@ -17,6 +25,52 @@ ACCURACY_NOTE = ("The accuracy guard compares each candidate's outputs on the fi
                  "export; it is not a task metric: check the tuned model on your own validation set.")
 _LATENCY_KEYS = ("latency_p50_s", "latency_p90_s", "latency_p99_s", "latency_p50_ci_low_s", "latency_p50_ci_high_s",
                  "latency_ci_rel_halfwidth", "model_size_bytes")
+
+
+@dataclass
+class TuneOutcome:
+    """What a tune found; `to_dict` is the `--json` output."""
+
+    study: str
+    storage: str
+    strategy: str
+    workload: str
+    baseline: dict[str, Any] | None
+    best_config: dict[str, Any]
+    best: dict[str, Any] | None
+    speedup: float | None
+    accepted: list[dict[str, Any]]
+    trials: list[dict[str, Any]]
+    out_path: str | None
+    stopped: str
+    failed_baseline: str | None = None
+    guard_note: str = ""
+    extras: dict[str, Any] = field(default_factory=dict)
+    objective: str = "throughput"
+    export: dict[str, Any] | None = None  # what --export wrote (ExportInfo), or {"error": ...}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class StudyMeta:
+    """What an outcome says about its study besides the trials.
+
+    Attributes:
+        study, storage: the study's name and storage URL.
+        strategy: greedy, tpe, random or grid.
+        workload: the workload spec.
+        objective: throughput or latency.
+        guard_note: what the guard checked (`build_guard_note`).
+    """
+
+    study: str
+    storage: str
+    strategy: str
+    workload: str
+    objective: str = "throughput"
+    guard_note: str = ""
 
 
 def trial_rows(study) -> list[dict[str, Any]]:
@@ -44,8 +98,15 @@ def _row(trial, info: dict, base: dict) -> dict[str, Any]:
         "peak_memory_bytes": bench.get("peak_memory_bytes"), "input_bound_frac": bench.get("input_bound_frac"),
         "verdict": info.get("verdict"), "guard": None, "guard_reason": None, "guard_losses": info.get("guard_losses") or [],
         "error": (info.get("error") or "").strip().splitlines()[-1:] or None,
+        "window_samples_per_s": bench.get("window_samples_per_s") or [], "other_load_cores": bench.get("other_load_cores"),
+        "usable_cores": bench.get("usable_cores"), "worker": info.get("worker"),
     }
     row["error"] = row["error"][0] if row["error"] else None
+    if row["status"] == "running":
+        started = f", started {trial.datetime_start:%H:%M:%S}" if trial.datetime_start else ""
+        row["error"] = f"still running in tuner {info.get('worker') or '?'}{started}: its figure was not in when this was written"
+    if info["slot"] == "baseline" and base.get("guard_cannot_judge"):
+        row["guard_cannot_judge"] = base["guard_cannot_judge"]
     verdict = check_trial_guard(base, info) if row["status"] == "ok" else None
     if verdict is not None:
         row["guard"], row["guard_reason"] = ("pass" if verdict.ok else "fail"), verdict.reason
@@ -96,7 +157,7 @@ def _accepted_changes(state, rows: list[dict], objective: str = "throughput") ->
         step_gain = decision.best_samples_per_s / decision.incumbent_samples_per_s
         cumulative *= step_gain
         accepted.append({
-            "stage": decision.stage, "knob": decision.knob, "value": decision.accepted_value,
+            "stage": decision.stage, "knob": decision.knob, "value": decision.accepted_value, "config": row.get("config", config),
             "samples_per_s": decision.best_samples_per_s, "samples_per_s_ci_low": row.get("samples_per_s_ci_low"),
             "samples_per_s_ci_high": row.get("samples_per_s_ci_high"),
             "speedup": cumulative, "step_gain": step_gain,
@@ -114,25 +175,30 @@ def _objective_columns(value: float, row: dict, objective: str) -> dict[str, Any
     return columns
 
 
-def _guard_note(tuner) -> str:
-    o = tuner.options
-    if getattr(tuner, "is_inference", False):
-        return ACCURACY_NOTE.format(n=o.accuracy_batches, rtol=o.accuracy_rtol, top1=o.min_top1_agreement)
-    return GUARD_NOTE.format(n=o.guard_steps)
+def build_guard_note(guard_steps: int, accuracy: tuple[int, float, float] | None = None) -> str:
+    """What the guard checked: the loss guard over `guard_steps` steps, or for an inference workload the
+    accuracy guard (`accuracy` = batches compared, relative tolerance, minimal top-1 agreement)."""
+    if accuracy is not None:
+        batches, rtol, top1 = accuracy
+        return ACCURACY_NOTE.format(n=batches, rtol=rtol, top1=top1)
+    return GUARD_NOTE.format(n=guard_steps)
 
 
-def build_outcome(tuner, stopped: str):
-    """The TuneOutcome of `tuner`'s study as it stands now."""
-    from torchpace.tune.tuner import TuneOutcome
+def build_outcome(rows: list[dict[str, Any]], state: Any, meta: StudyMeta, stopped: str) -> TuneOutcome:
+    """The TuneOutcome of a study's trials (pure).
 
-    rows = trial_rows(tuner.study)
-    objective = getattr(tuner.options, "objective", "throughput")
+    Args:
+        rows: `trial_rows(study)`.
+        state: the greedy policy's `GreedyState` replayed over the study, None for the other strategies.
+        meta: the study's name, storage, strategy, workload, objective and guard note.
+        stopped: why the tune stopped (done, budget, interrupted, stored...).
+    """
+    objective = meta.objective
     baseline = next((r for r in rows if r["slot"] == "baseline" and r["status"] == "ok"), None)
     accepted: list[dict] = []
     failed_baseline = None
     decisions: list[dict] = []
-    if tuner.options.strategy == "greedy":
-        state = tuner.sampler.plan(tuner.study)
+    if state is not None:
         failed_baseline = state.failed_baseline
         best_config = dict(state.incumbent)
         best = _matching_row(rows, best_config) if baseline else None
@@ -148,11 +214,31 @@ def build_outcome(tuner, stopped: str):
     if baseline is None and failed_baseline is None and any(r["slot"] == "baseline" for r in rows):
         failed_baseline = "the baseline trial failed; nothing to compare against"
     speedup = None
-    if best and baseline:
+    if best and baseline and objective == "throughput":
+        baseline, best, accepted = _pooled_figures(rows, baseline, best, accepted)
+        speedup = figure_speedup(best, baseline)
+    elif best and baseline:
         speedup = accepted[-1]["speedup"] if accepted else (best["objective_value"] / baseline["objective_value"] if best_config else 1.0)
     return TuneOutcome(
-        study=tuner.study_name, storage=tuner.storage_url, strategy=tuner.options.strategy, workload=tuner.spec,
+        study=meta.study, storage=meta.storage, strategy=meta.strategy, workload=meta.workload,
         baseline=baseline, best_config=best_config, best=best if baseline else None, speedup=speedup,
         accepted=accepted, trials=rows, out_path=None, stopped=stopped, failed_baseline=failed_baseline,
-        guard_note=_guard_note(tuner), extras={"decisions": decisions}, objective=objective,
+        guard_note=" ".join(filter(None, [meta.guard_note, (baseline or {}).get("guard_cannot_judge")])),
+        extras={"decisions": decisions, "figures": FIGURES_NOTE if objective == "throughput" else None,
+                "other_load": other_load_summary(rows)},
+        objective=objective,
     )
+
+
+def _pooled_figures(rows: list[dict], baseline: dict, best: dict, accepted: list[dict]) -> tuple[dict, dict, list[dict]]:
+    """Baseline, tuned and every accepted change with the figures of `torchpace.tune.figures`: each config's
+    pooled windows, step gain = its figure / the previous row's, speedup = its figure / the baseline's."""
+    baseline, best = with_figure(baseline, rows), with_figure(best, rows)
+    previous, changes = baseline, []
+    for change in accepted:
+        change = {**change, **(config_figure(rows, change["config"]) or {})}
+        change.update(objective_value=change["samples_per_s"], step_gain=figure_speedup(change, previous),
+                      speedup=figure_speedup(change, baseline))
+        changes.append(change)
+        previous = change
+    return baseline, best, changes

@@ -26,12 +26,13 @@ class KnobSpace:
 
 
 def build_space(host, workload, stages: tuple[str, ...] = TUNED_STAGES, only: set[str] | None = None,
-                objective: str = "throughput") -> list[KnobSpace]:
+                objective: str = "throughput", script: bool = False) -> list[KnobSpace]:
     """Applicable knobs of `stages` (in stage order) with their candidates; `only` restricts names.
 
     For the `latency` objective, knobs of the input pipeline (DataLoader and dataset points,
     `inference.batch_size` among them) are left out: batch-1 latency is timed on one pre-staged
-    sample, so they cannot change it.
+    sample, so they cannot change it. For an unmodified script (`script`), only knobs that reach it
+    (`Knob.script_reach`) and their values that can (`Knob.script_reason`) are tried.
     """
     from torchpace.knobs import Point
 
@@ -41,9 +42,9 @@ def build_space(host, workload, stages: tuple[str, ...] = TUNED_STAGES, only: se
             continue
         if objective == "latency" and knob.point in (Point.LOADER, Point.DATASET):
             continue
-        if knob.applies(host, workload) is not None:
+        if (script and knob.script_reach is None) or knob.applies(host, workload) is not None:
             continue
-        values = tuple(knob.candidates(host, workload))
+        values = tuple(v for v in knob.candidates(host, workload) if not script or knob.script_reason(v) is None)
         if len(values) > 1:
             companions = {v: knob.companions(v) for v in values if knob.companions(v)}
             space.append(KnobSpace(knob.stage, knob.name, knob.default, values, companions))

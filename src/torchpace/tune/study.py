@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchpace.errors import UsageError
-from torchpace.tune.guard import check_trial_guard
+from torchpace.tune.guard import check_trial_guard, guard_cannot_judge
 from torchpace.tune.policy import COMPLETE, RETRY, RUNNING, Record
 from torchpace.tune.storage import default_storage_url, open_storage  # noqa: F401  (where callers found them)
 
@@ -31,8 +31,9 @@ def check_study_metadata(name: str, meta: dict | None, expected: dict[str, Any])
         raise UsageError(f"study {name!r} exists but is not a torchpace study; choose another --study name")
     if meta.get("schema_version") != STUDY_SCHEMA_VERSION:
         raise UsageError(f"study {name!r} has torchpace study schema {meta.get('schema_version')!r}; this torchpace reads {STUDY_SCHEMA_VERSION}")
-    for key, label in (("workload", "workload"), ("host_fingerprint", "host fingerprint"), ("strategy", "strategy")):
-        if meta.get(key) != expected[key]:
+    for key, label in (("command", "command"), ("workload", "workload"), ("host_fingerprint", "host fingerprint"),
+                       ("strategy", "strategy")):
+        if meta.get(key) != expected.get(key):
             raise UsageError(f"study {name!r} was tuned with {label} {meta.get(key)!r}, not {expected[key]!r}: "
                              "its measurements do not transfer; use a new --study name")
     objective, wanted = meta.get("objective", "throughput"), expected.get("objective", "throughput")
@@ -71,8 +72,16 @@ def trial_info(trial) -> dict[str, Any]:
 
 
 def baseline_info(infos) -> dict[str, Any]:
-    """The torchpace info of the study's finished baseline trial (from (trial, info) pairs), or {}."""
-    return next((i for _, i in infos if i.get("slot") == "baseline" and i.get("status") == "ok"), {})
+    """The torchpace info of the study's finished baseline trial (from (trial, info) pairs), or {}.
+
+    When the two baseline runs depart from each other by the guard's own rule, the guard cannot judge
+    the workload: the info then carries no guard curve (every candidate's guard verdict is None) and
+    `guard_cannot_judge` says why.
+    """
+    first = next((i for _, i in infos if i.get("slot") == "baseline" and i.get("status") == "ok"), {})
+    again = next((i for _, i in infos if i.get("slot") == "baseline#2" and i.get("status") == "ok"), {})
+    why = guard_cannot_judge(first, again) if first and again else None
+    return {**first, "guard_losses": [], "guard_metric": None, "guard_cannot_judge": why} if why else first
 
 
 def build_records(trials) -> list[Record]:
@@ -94,8 +103,8 @@ def _record(trial, info: dict, baseline: dict) -> Record:
 
     state = {optuna.trial.TrialState.RUNNING: RUNNING}.get(trial.state, COMPLETE)
     status = info.get("status", "ok" if trial.state == optuna.trial.TrialState.COMPLETE else "lost")
-    if status in ("budget", "lost"):
-        state = RETRY  # cut by the budget, or its tuner died: not a verdict on the config
+    if status in ("budget", "lost", "interrupted"):
+        state = RETRY  # cut by the budget, its tuner died or was stopped: not a verdict on the config
     if trial.state == optuna.trial.TrialState.RUNNING:
         state, status = RUNNING, "running"
     bench = info.get("bench") or {}

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from torchpace.errors import UsageError
 from torchpace.tune.objective import check_objective, objective_value
+from torchpace.tune.outcome import StudyMeta, TuneOutcome, build_guard_note, build_outcome, trial_rows
 from torchpace.tune.space import KnobSpace, build_space
 
 STRATEGIES = ("greedy", "tpe", "random", "grid")
@@ -27,6 +28,8 @@ class TuneOptions:
     """Everything `torchpace tune` takes. Times in seconds."""
 
     workload: str | None = None
+    command: tuple[str, ...] = ()  # script mode: the unmodified training command (`python train.py ARGS`)
+    samples_per_step: int | None = None  # script mode: when the script's batches do not tell
     budget_s: float = 900.0
     max_trials: int | None = None
     strategy: str = "greedy"
@@ -47,32 +50,6 @@ class TuneOptions:
     accuracy_atol: float = 1e-5
     min_top1_agreement: float = 0.99  # classifiers: share of samples whose argmax must match
     export_path: Path | None = None  # write the chosen model here (torch.export .pt2 or TorchScript)
-
-
-@dataclass
-class TuneOutcome:
-    """What a tune found; `to_dict` is the `--json` output."""
-
-    study: str
-    storage: str
-    strategy: str
-    workload: str
-    baseline: dict[str, Any] | None
-    best_config: dict[str, Any]
-    best: dict[str, Any] | None
-    speedup: float | None
-    accepted: list[dict[str, Any]]
-    trials: list[dict[str, Any]]
-    out_path: str | None
-    stopped: str
-    failed_baseline: str | None = None
-    guard_note: str = ""
-    extras: dict[str, Any] = field(default_factory=dict)
-    objective: str = "throughput"
-    export: dict[str, Any] | None = None  # what --export wrote (ExportInfo), or {"error": ...}
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def _fail_stale_trials(study) -> None:
@@ -138,7 +115,7 @@ class Tuner:
 
         from torchpace.tune.storage import check_storage, default_storage_url, open_storage, storage_failures
         from torchpace.tune.study import open_study, study_metadata
-        from torchpace.workload import DEFAULT_WORKLOAD, load_workload
+        from torchpace.workload import DEFAULT_WORKLOAD
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # torchpace renders its own progress
 
@@ -149,23 +126,36 @@ class Tuner:
         self.storage_url = options.storage or default_storage_url()
         # before the workload is built: a storage that cannot be used is refused with nothing started or written
         check_storage(self.storage_url, on_wait=lambda message: self.on_event("notice", message=message))
-        self.spec = options.workload or DEFAULT_WORKLOAD
-        workload = load_workload(self.spec)
+        self.spec = " ".join(options.command) if options.command else options.workload or DEFAULT_WORKLOAD
+        workload = self._target()
         self.workload_name = workload.name
         self.is_inference = not workload.is_training
         check_objective(options.objective, workload.is_training, self.spec)
-        if options.export_path is not None and workload.is_training:
+        if options.export_path is not None and (workload.is_training or options.command):
             raise UsageError(f"--export writes an optimized inference model, and {self.spec!r} trains (its Workload has "
                              "a loss); export applies to inference workloads (loss=None), e.g. the built-in `inference`")
-        self.space = build_space(host, workload, only=options.knobs, objective=options.objective)
+        self.space = build_space(host, workload, only=options.knobs, objective=options.objective,
+                                 script=bool(options.command))
         self.conflicts = make_conflicts(self.space)
         self.sampler = make_sampler(options.strategy, self.space, self.conflicts, options.seed)
         suffix = "-latency" if options.objective == "latency" else ""
         self.study_name = options.study or f"torchpace-{self.workload_name}{suffix}"
-        meta = {**study_metadata(self.spec, host, options.strategy), "objective": options.objective}
+        meta = {**study_metadata(self.spec, host, options.strategy), "objective": options.objective,
+                "command": list(options.command) if options.command else None}
         with storage_failures(self.storage_url):
             self.study = open_study(open_storage(self.storage_url), self.study_name, meta, options.resume, self.sampler)
         self.deadline = time.monotonic() + options.budget_s
+
+    def _target(self):
+        """The Workload to tune, or for script mode what the knobs can know of the script before it runs."""
+        from torchpace.workload import load_workload
+
+        if not self.options.command:
+            return load_workload(self.spec)
+        from torchpace.launch.command import parse_python_command
+        from torchpace.script.run import script_target
+
+        return script_target(parse_python_command(self.options.command).label)
 
     # ---- the loop -------------------------------------------------------------------------------
     def run(self) -> TuneOutcome:
@@ -242,7 +232,12 @@ class Tuner:
         config = {k.name: config[k.name] for k in self.space if config[k.name] != k.default}
         info = {"slot": f"trial:{trial.number}", "kind": "candidate", **info, "config": config, "worker": _worker_id()}
         self.study._storage.set_trial_system_attr(trial._trial_id, ATTR, info)
-        result = self._run_one(trial.number, info)
+        try:
+            result = self._run_one(trial.number, info)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so on the trial, which --resume runs again
+            trial.set_user_attr(ATTR, {"status": "interrupted", "error": "the tuner was stopped (Ctrl-C or SIGTERM) "
+                                       "during this trial; `--resume` runs it again"})
+            raise
         result["objective_value"], result["objective_ci_rel"] = objective_value(result.get("bench"), self.options.objective)
         trial.set_user_attr(ATTR, result)
         self.on_event("trial_done", number=trial.number, info=info, result=result)
@@ -276,7 +271,9 @@ class Tuner:
         self.on_event("trial_start", number=number, info=info, budget_left_s=self.deadline - time.monotonic())
         spec = TrialSpec(workload=self.spec, config=info["config"], max_time_s=self.options.trial_time_s,
                          guard_steps=self.options.guard_steps, sys_path=[os.getcwd()],
-                         profile=self.options.profile_baseline and info.get("slot") == "baseline", **self._inference_spec())
+                         profile=self.options.profile_baseline and info.get("slot") == "baseline" and not self.options.command,
+                         command=list(self.options.command), samples_per_step=self.options.samples_per_step,
+                         **self._inference_spec())
         cap_s = self.options.trial_timeout_s or self.options.trial_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
         remaining = self.deadline - time.monotonic()
         result = run_trial(spec, self.host, timeout_s=max(1.0, min(cap_s, remaining)))
@@ -285,7 +282,9 @@ class Tuner:
             status = "budget"  # cut by the budget, not a verdict on the config: re-run on --resume
         bench = dict(result.bench or {})
         bench.pop("loss_values", None)
-        bench.pop("host", None)
+        host = bench.pop("host", None)
+        if bench:
+            bench["usable_cores"] = (host or {}).get("usable_cores")  # other_load_cores is out of these
         return {**info, "status": status, "bench": bench or None, "guard_losses": result.guard_losses,
                 "guard_metric": result.guard_metric, "verdict": result.verdict,
                 "error": result.error[-_STORED_STDERR_CHARS:], "stderr_tail": result.stderr_tail[-_STORED_STDERR_CHARS:],
@@ -301,14 +300,19 @@ class Tuner:
 
     # ---- the outcome ----------------------------------------------------------------------------
     def _finish(self, stopped: str) -> TuneOutcome:
-        from torchpace.tune.outcome import build_outcome
-
-        outcome = build_outcome(self, stopped)
+        state = self.sampler.plan(self.study) if self.options.strategy == "greedy" else None
+        outcome = build_outcome(trial_rows(self.study), state, self._study_meta(), stopped)
         if outcome.best is not None:
             self._save(outcome)
             if self.options.export_path is not None and stopped != "interrupted":
                 outcome.export = self._export(outcome.best_config)
         return outcome
+
+    def _study_meta(self) -> StudyMeta:
+        o = self.options
+        accuracy = (o.accuracy_batches, o.accuracy_rtol, o.min_top1_agreement) if self.is_inference else None
+        return StudyMeta(self.study_name, self.storage_url, o.strategy, self.spec, o.objective,
+                         build_guard_note(o.guard_steps, accuracy))
 
     def _export(self, config: dict[str, Any]) -> dict[str, Any]:
         """Write the chosen model to --export (ExportInfo as a dict, or {"error": ...} when no format works)."""
@@ -324,11 +328,10 @@ class Tuner:
     def _save(self, outcome: TuneOutcome) -> None:
         from torchpace.config import RunConfig, save_config
 
+        from torchpace.tune.figures import result_table
+
         result = {"workload": self.spec, "study": self.study_name, "storage": self.storage_url,
-                  "baseline_samples_per_s": outcome.baseline["samples_per_s"],
-                  "tuned_samples_per_s": outcome.best["samples_per_s"],
-                  "tuned_ci_low": outcome.best["samples_per_s_ci_low"], "tuned_ci_high": outcome.best["samples_per_s_ci_high"],
-                  "speedup": outcome.speedup, **_inference_result(outcome)}
+                  **result_table(outcome.to_dict()), **_inference_result(outcome)}
         save_config(RunConfig(outcome.best_config, self.host.summary(), result), self.options.out)
         outcome.out_path = str(self.options.out)
 
