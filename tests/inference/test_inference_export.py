@@ -8,7 +8,8 @@ import textwrap
 import pytest
 import torch
 
-from torchpace.inference.export import ExportFailed, export_workload, read_artifact_format
+from torchpace.inference.capture import ExportFailed, read_artifact_format
+from torchpace.inference.export import export_workload
 from torchpace.runtime import prepare
 
 from inference_planted import branchy, wide_mlp

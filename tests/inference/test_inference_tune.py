@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from torchpace.config import load_config
-from torchpace.inference.export import load_exported
+from torchpace.inference.capture import load_exported
 from torchpace.tune.tuner import TuneOptions, Tuner
 
 from inference_planted import branchy_breaks_under_int8, planted

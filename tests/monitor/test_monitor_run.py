@@ -23,7 +23,6 @@ from torchpace.monitor.run import (
     CommandNotFoundError,
     MonitorOptions,
     build_summary,
-    decide_exit_code,
     resolve_command,
     run_monitor,
     split_output,
@@ -100,10 +99,6 @@ def test_two_busy_processes_and_a_file_write_show_in_the_csv(tmp_path):
 def test_exit_code_is_cmds(code, expected):
     result = run_monitor(MonitorOptions(command=(PY, "-c", code), interval_s=0.1), _quiet_view())
     assert result.exit_code == expected
-
-
-def test_decide_exit_code_follows_the_shell():
-    assert [decide_exit_code(c) for c in (0, 1, -15)] == [0, 1, 143]
 
 
 LEAVES_PROCESSES = """
@@ -228,18 +223,3 @@ def test_help_does_not_import_torch():
     done = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "--interval" in done.stdout and "whole process group" in " ".join(done.stdout.split())
-
-
-def test_a_signal_that_arrives_while_cmd_starts_is_forwarded_once_it_has_started():
-    from torchpace.monitor.run import SignalForwarder
-
-    forwarder = SignalForwarder(None, grace_s=5.0)
-    forwarder.handle(signal.SIGTERM)  # before CMD exists: remembered, nothing to send it to yet
-    forwarder.escalate_if_due()
-    child = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    try:
-        forwarder.attach(child.pid)
-        assert child.wait(timeout=30) == -signal.SIGTERM
-    finally:
-        child.kill()
-    assert forwarder.received == ["SIGTERM"] and not forwarder.killed

@@ -2,7 +2,8 @@
 
 import torch
 
-from torchpace.tune.guard import check_trial_guard, run_guard_steps
+from torchpace.tune.guard import check_trial_guard
+from torchpace.tune.guard_steps import run_guard_steps
 
 from fixtures.workloads import tiny_mlp
 

@@ -9,18 +9,31 @@
 The `data.decoder` and `data.format` knobs swap these for a workload built on them, so `torchpace
 tune` measures decoders and shards against the real step; `torchpace bench-data` measures the input
 pipeline alone.
+
+Importing this package loads nothing heavy: each name is imported from its module when first used,
+so `torchpace shard` (scan + tar writing) runs without torch, numpy or Pillow.
 """
 
-from torchpace.data.decoders import DECODER_NAMES, DecodeError, Decoder, available_decoders, get_decoder
-from torchpace.data.folder import ImageFolderDataset
-from torchpace.data.loading import CorruptImageError, SkippedImageWarning
-from torchpace.data.scan import FolderError, scan_folder
-from torchpace.data.shard_dataset import ShardDataset
-from torchpace.data.shards import ShardError, ShardManifest, load_manifest, write_shards
-from torchpace.data.transforms import CropFlipNormalize
+from __future__ import annotations
 
-__all__ = [
-    "DECODER_NAMES", "DecodeError", "Decoder", "available_decoders", "get_decoder", "ImageFolderDataset",
-    "CorruptImageError", "SkippedImageWarning", "FolderError", "scan_folder", "ShardDataset", "ShardError",
-    "ShardManifest", "load_manifest", "write_shards", "CropFlipNormalize",
-]
+import importlib
+from typing import Any
+
+_SOURCES = {  # name -> the module that defines it
+    "DECODER_NAMES": "decoders", "DecodeError": "decoders", "Decoder": "decoders", "available_decoders": "decoders",
+    "get_decoder": "decoders", "ImageFolderDataset": "folder", "CorruptImageError": "loading",
+    "SkippedImageWarning": "loading", "FolderError": "scan", "scan_folder": "scan", "ShardDataset": "shard_dataset",
+    "ShardError": "shards", "ShardManifest": "shards", "load_manifest": "shards", "write_shards": "shards",
+    "CropFlipNormalize": "transforms",
+}
+__all__ = list(_SOURCES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SOURCES:
+        raise AttributeError(f"module 'torchpace.data' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"torchpace.data.{_SOURCES[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

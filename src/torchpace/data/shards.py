@@ -1,6 +1,7 @@
 """WebDataset-compatible tar shards: plan, write (atomically), verify, read back.
 
-A shard is a plain tar file `shard-NNNNNN.tar` (written with `webdataset.TarWriter`). Each sample is
+A shard is a plain tar file `shard-NNNNNN.tar` (written as `webdataset.TarWriter` writes one, with
+the standard library's `tarfile`, so writing loads neither torch nor webdataset). Each sample is
 a group of consecutive members sharing a key: `<key>.jpg` (the image bytes, unchanged; the member's
 extension is the source file's), `<key>.cls` (the label as decimal text) and `<key>.path.txt` (the
 source path relative to the source folder). Keys are the sample's index in the source folder,
@@ -16,10 +17,12 @@ ever opened for reading.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
 import shutil
+import tarfile
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,6 +39,7 @@ LABEL_FIELD = "cls"
 PATH_FIELD = "path.txt"
 IMAGE_FIELDS = ("jpg", "jpeg", "jpe", "jfif", "png", "bmp", "webp", "tif", "tiff")
 _TAR_BLOCK = 512
+_TAR_OWNER = "bigdata"  # user and group of every member, as webdataset writes them
 _ZERO_BLOCK = bytes(_TAR_BLOCK)
 _OCTAL_DIGITS = frozenset(b"01234567")
 _READ_BUFFER_BYTES = 1 << 20  # shards are read front to back: large buffered reads
@@ -116,23 +120,25 @@ def build_sample(index: FolderIndex, position: int, data: bytes) -> dict[str, An
             PATH_FIELD: os.path.relpath(path, index.root).encode()}
 
 
-def _import_tar_writer():
-    try:
-        from webdataset import TarWriter
-    except ImportError as err:
-        raise UsageError(f"writing shards needs the webdataset package ({err}); install: pip install webdataset") from err
-    return TarWriter
+def _write_tar_sample(tar: tarfile.TarFile, sample: dict[str, Any]) -> None:
+    """Append one sample's members `<key>.<field>` (fields sorted, read-only, mtime 0: the same input
+    gives the same bytes), as `webdataset.TarWriter(encoder=False, mtime=0)` does."""
+    key = sample["__key__"]
+    for name in sorted(k for k in sample if k != "__key__"):
+        info = tarfile.TarInfo(f"{key}.{name}")
+        info.size, info.mtime, info.mode = len(sample[name]), 0, 0o444
+        info.uname = info.gname = _TAR_OWNER
+        tar.addfile(info, io.BytesIO(sample[name]))
 
 
 def _write_shard(path: Path, samples: Iterator[dict[str, Any]]) -> int:
     """Write `samples` to `path` atomically (hidden temp file, fsync, rename); returns its size in bytes."""
-    tar_writer = _import_tar_writer()
     tmp = path.with_name(f"{_TMP_PREFIX}{path.name}{_TMP_MARK}{os.getpid()}")
     try:
         with open(tmp, "xb") as stream:
-            with tar_writer(stream, encoder=False, mtime=0) as writer:  # mtime=0: the same input, the same bytes
+            with tarfile.open(fileobj=stream, mode="w|") as tar:
                 for sample in samples:
-                    writer.write(sample)
+                    _write_tar_sample(tar, sample)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(tmp, path)
@@ -191,7 +197,7 @@ def write_shards(index: FolderIndex, out_dir: str | os.PathLike, shard_size: int
         The manifest, as saved in `out_dir/manifest.json`.
 
     Raises:
-        UsageError: bad `out_dir` or shard size; webdataset missing.
+        UsageError: bad `out_dir` or shard size.
         ShardError: a source file cannot be read, or a shard does not read back with its sample count.
     """
     out = Path(out_dir).expanduser().resolve()

@@ -15,7 +15,6 @@ import importlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -54,6 +53,7 @@ from torchpace.host import (
     read_text,
     which,
 )
+from torchpace.process import kill_tree, start_child
 
 _TORCH_TIMEOUT_S = 60.0  # import torch plus a tiny DataLoader take ~3 s here; 60 s only catches a hang
 _KILL_GRACE_S = 2.0  # after killing a timed-out child's group, how long to wait for its last output
@@ -92,15 +92,15 @@ Runner = Callable[[Sequence[str], float, "Mapping[str, str] | None"], CommandRes
 
 
 def run_command(argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None) -> CommandResult:
-    """Run `argv` (no shell) in its own process group; kill the whole group after `timeout_s` seconds.
+    """Run `argv` (no shell) in its own process group; kill its whole tree after `timeout_s` seconds.
 
-    The group kill matters: a hung DataLoader leaves worker processes that hold the output pipes.
+    The tree kill matters: a hung DataLoader leaves worker processes that hold the output pipes.
     """
     argv = tuple(argv)
     try:
-        proc = subprocess.Popen(
+        proc = start_child(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=dict(env) if env is not None else None, start_new_session=True,
+            text=True, env=dict(env) if env is not None else None,
         )
     except FileNotFoundError as err:
         return CommandResult(argv, None, not_found=True, error=str(err))
@@ -115,11 +115,8 @@ def run_command(argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | 
 
 
 def _kill_and_drain(proc: subprocess.Popen) -> tuple[str, str]:
-    """SIGKILL `proc`'s process group and collect what it had printed."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # the group already exited between the timeout and the kill: nothing left to kill
+    """SIGKILL `proc`'s process tree and collect what it had printed."""
+    kill_tree(proc.pid)
     try:
         return proc.communicate(timeout=_KILL_GRACE_S)
     except subprocess.TimeoutExpired as err:

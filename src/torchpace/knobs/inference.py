@@ -88,7 +88,7 @@ class ExportKnob(_InferenceKnob):
     def apply(self, value, target, ctx):
         if value == "none":
             return target
-        from torchpace.inference.export import example_input, export_module
+        from torchpace.inference.capture import example_input, export_module
 
         example = example_input(ctx.workload, ctx.workload.dataset, ctx.device, bool(ctx.values.get("model.channels_last")))
         return export_module(target, str(value), example)

@@ -19,14 +19,14 @@ def main(argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
-    from torchpace.launch.execute import exit_status
+    from torchpace.process import exit_code
 
     try:
         torchrun_main(argv)
     except ChildFailedError as err:
         sys.stderr.write(render_failures(err))
         _, failure = err.get_first_failure()
-        return exit_status(failure.exitcode) or 1
+        return exit_code(failure.exitcode) or 1
     except SignalException as err:
         return 128 + int(err.sigval)
     return 0

@@ -7,9 +7,10 @@ Lifecycle of `run_monitor`:
 2. Start CMD in a new session, so it leads its own process group, and start the `SamplerThread`.
 3. Loop in the main thread: hand each sample to the symptom tracker, the view and the sinks; pass
    CMD's terminal output to the live view; forward SIGINT, SIGTERM and SIGHUP to CMD's process
-   group (and SIGKILL it if it is still running `stop_grace_s` after the first one).
+   group (and SIGKILL its tree after a second one, or if it is still running `stop_grace_s` after the first).
 4. When CMD exits, stop the sampler, stop whatever CMD left running (its process group and every
    process ever seen in its tree: SIGTERM, then SIGKILL after `leftover_grace_s`), close the sinks.
+Starting, forwarding and stopping are `torchpace.process`'s.
 
 The sampler thread's own CPU time is measured with `time.thread_time()` inside the thread; the
 result reports it next to the thread's wall time, so the cost of sampling is a number, not a claim.
@@ -27,9 +28,9 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import psutil
 
@@ -41,6 +42,7 @@ from torchpace.monitor.samplers import Clock, GpuSampler, HostSampler, Sampler
 from torchpace.monitor.samples import MetricsAccumulator, MetricStats, Sample, build_column_names, flatten_sample
 from torchpace.monitor.sinks import Sink, open_sinks
 from torchpace.monitor.symptoms import SymptomContext, SymptomTracker
+from torchpace.process import SignalForwarder, exit_code, start_child, stop_tree
 
 EXIT_NOT_FOUND = 127  # as POSIX shells: the command was not found
 EXIT_NOT_EXECUTABLE = 126  # as POSIX shells: found, but it cannot be executed
@@ -50,7 +52,6 @@ _LEFTOVER_GRACE_S = 3.0  # processes CMD left behind get this long after SIGTERM
 _POLL_S = 0.1  # how often the main loop checks whether CMD exited: exit is noticed within 0.1 s
 _MAX_PENDING_OUTPUT = 65536  # a "line" longer than this without a newline is shown as it is
 _OUTPUT_BATCH_S = 0.05  # CMD's output is passed to the view at most every 50 ms: bounded redraws, no visible lag
-_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class CommandNotFoundError(TorchpaceError):
@@ -76,7 +77,7 @@ class MonitorOptions:
         tensorboard_dir: write TensorBoard scalars here (needs ``torchpace[tensorboard]``).
         capture_output: pass CMD's (stdout, stderr) through the view, for the live view on a terminal;
             False leaves CMD's streams untouched.
-        stop_grace_s: after a forwarded signal, seconds before CMD's process group gets SIGKILL.
+        stop_grace_s: after a forwarded signal, seconds before CMD's process tree gets SIGKILL.
         leftover_grace_s: after CMD exits, seconds its leftover processes get between SIGTERM and SIGKILL.
     """
 
@@ -121,11 +122,6 @@ def check_options(options: MonitorOptions) -> None:
         raise UsageError("no CMD given: write it after `--`, e.g. `torchpace monitor -- python train.py`")
     if not (math.isfinite(options.interval_s) and options.interval_s > 0):
         raise UsageError(f"--interval must be a number of seconds > 0, got {options.interval_s}")
-
-
-def decide_exit_code(returncode: int) -> int:
-    """CMD's exit status as a shell reports it: a death by signal N becomes 128 + N."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 def build_child_env(environ: Mapping[str, str], capture_output: tuple[bool, bool]) -> dict[str, str]:
@@ -210,12 +206,13 @@ def resolve_command(command: Sequence[str], path: str | None = None) -> str:
 
 
 def start_command(options: MonitorOptions) -> subprocess.Popen:
-    """Start CMD in a new session (its own process group, detached from our terminal's signals)."""
+    """Start CMD in a new session (its own process group, detached from our terminal's signals); it
+    gets SIGTERM should torchpace die without forwarding anything (kill -9)."""
     out, err = options.capture_output
     try:
-        return subprocess.Popen(
-            list(options.command),
-            start_new_session=True,
+        return start_child(
+            options.command,
+            death_signal=signal.SIGTERM,
             env=build_child_env(os.environ, options.capture_output),
             stdout=subprocess.PIPE if out else None,
             stderr=subprocess.PIPE if err else None,
@@ -224,15 +221,6 @@ def start_command(options: MonitorOptions) -> subprocess.Popen:
         raise CommandNotFoundError(f"command not found: {options.command[0]!r}") from exc
     except OSError as exc:
         raise CommandNotExecutableError(f"cannot execute {options.command[0]!r}: {exc.strerror or exc}") from exc
-
-
-def signal_group(pgid: int, signum: int) -> bool:
-    """Send `signum` to process group `pgid`; False when the group is empty (or not ours)."""
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 # --------------------------------------------------------------------------- the sampler thread
@@ -284,61 +272,6 @@ class SamplerThread(threading.Thread):
         """Ask the thread to finish and wait until it has."""
         self._stop_event.set()
         self.join()
-
-
-# --------------------------------------------------------------------------- signal forwarding
-
-
-@dataclass
-class SignalForwarder:
-    """Forwards the signals torchpace receives to CMD's process group.
-
-    CMD runs in its own session, so Ctrl-C at the terminal reaches only torchpace; this passes it
-    on. If CMD is still running `grace_s` after the first forwarded signal, `escalate_if_due`
-    sends SIGKILL to the group. The handlers go in before CMD starts (`pgid` None): a signal that
-    arrives before `attach` is passed on as soon as CMD's group is known.
-    """
-
-    pgid: int | None
-    grace_s: float
-    clock: Clock = time.monotonic
-    received: list[str] = field(default_factory=list)
-    first_at_s: float | None = None
-    killed: bool = False
-
-    def handle(self, signum: int, frame: Any = None) -> None:
-        self.received.append(signal.Signals(signum).name)
-        if self.first_at_s is None:
-            self.first_at_s = self.clock()
-        if self.pgid is not None:
-            signal_group(self.pgid, signum)
-
-    def attach(self, pgid: int) -> None:
-        """CMD started in group `pgid`: forward from now on, and what arrived while it was starting."""
-        self.pgid = pgid
-        for name in list(self.received):
-            signal_group(pgid, signal.Signals[name])
-
-    def escalate_if_due(self) -> None:
-        if self.first_at_s is None or self.killed or self.pgid is None or self.clock() - self.first_at_s < self.grace_s:
-            return
-        self.killed = True
-        if signal_group(self.pgid, signal.SIGKILL):
-            self.received.append(f"SIGKILL (still running {self.grace_s:g} s after the first signal)")
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        """Install the handlers (main thread only); signals torchpace was told to ignore stay ignored."""
-        previous: dict[int, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            for signum in _FORWARDED_SIGNALS:
-                if signal.getsignal(signum) is not signal.SIG_IGN:
-                    previous[signum] = signal.signal(signum, self.handle)
-        try:
-            yield
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
 
 
 # --------------------------------------------------------------------------- CMD's output in live mode
@@ -407,59 +340,6 @@ class OutputPump:
         if self._lines or self._progress is not None:
             self._view.on_output(self._lines, self._progress)
         self._lines, self._progress = [], None
-
-
-# --------------------------------------------------------------------------- clean-up
-
-
-def find_leftovers(pgid: int, known: Sequence[psutil.Process], root_pid: int) -> list[psutil.Process]:
-    """Processes still running from CMD: members of its process group, and any process ever seen in
-    its tree (a descendant that started its own session leaves the group, not our records)."""
-    found: dict[int, psutil.Process] = {}
-    for proc in psutil.process_iter():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if os.getpgid(proc.pid) == pgid:
-                found[proc.pid] = proc
-    for proc in known:
-        if proc.is_running():
-            found.setdefault(proc.pid, proc)
-    return [p for p in found.values() if p.pid != root_pid and _is_live(p)]
-
-
-def _is_live(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def stop_leftovers(pgid: int, known: Sequence[psutil.Process], root_pid: int, grace_s: float) -> int:
-    """SIGTERM what CMD left running, SIGKILL what is still there after `grace_s`; how many there were."""
-    leftovers = find_leftovers(pgid, known, root_pid)
-    if not leftovers:
-        return 0
-    signal_group(pgid, signal.SIGTERM)
-    for proc in leftovers:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.terminate()
-    _, alive = psutil.wait_procs(leftovers, timeout=grace_s)
-    if alive:
-        signal_group(pgid, signal.SIGKILL)
-        for proc in alive:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.kill()
-        psutil.wait_procs(alive, timeout=grace_s)
-    return len(leftovers)
-
-
-def stop_command(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM CMD's group, SIGKILL it after `grace_s`; for when torchpace itself fails."""
-    signal_group(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        signal_group(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 # --------------------------------------------------------------------------- the run
@@ -580,12 +460,10 @@ def _run_started(options: MonitorOptions, view: View, clock: Clock, gpu: GpuSamp
             view.start()
             ended_s = _supervise(proc, supervisor, pump, forwarder, clock)
         finally:
-            if proc.poll() is None:
-                stop_command(proc, options.leftover_grace_s)
             if thread is not None and thread.is_alive():
                 thread.stop()
             known = host.known_processes() if host is not None else []
-            leftovers = stop_leftovers(proc.pid, known, proc.pid, options.leftover_grace_s)
+            leftovers = stop_tree(proc, options.leftover_grace_s, known)  # CMD too, when torchpace itself failed
             pump.drain(options.leftover_grace_s)
             pump.close()
             supervisor.drain()
@@ -593,7 +471,7 @@ def _run_started(options: MonitorOptions, view: View, clock: Clock, gpu: GpuSamp
     if thread.error is not None:
         notes.append(_sampler_note(thread.error))
     return MonitorResult(
-        command=tuple(options.command), exit_code=decide_exit_code(proc.returncode),
+        command=tuple(options.command), exit_code=exit_code(proc.returncode),
         started_unix_s=supervisor.started_unix_s, wall_s=ended_s - t0, interval_s=options.interval_s,
         usable_cores=usable_cores, sample_count=supervisor.sample_count,
         metrics=tuple(supervisor.metrics.stats()), alerts=tuple(supervisor.tracker.alerts()),

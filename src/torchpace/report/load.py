@@ -206,40 +206,26 @@ def pick_study(candidates: list[tuple[str, Any, datetime | None, int]], wanted: 
     return wanted, note
 
 
-@dataclass(frozen=True)
-class _StoredTuner:
-    """What `build_outcome` reads from a Tuner, for a study read back from storage (no workload is loaded)."""
-
-    study: Any
-    study_name: str
-    storage_url: str
-    spec: str
-    options: Any
-    sampler: Any
-
-
 def build_stored_outcome(study, name: str, url: str, meta: Mapping[str, Any]) -> dict[str, Any]:
     """`TuneOutcome.to_dict()` of a stored study, built by the tuner's own `build_outcome`.
 
     The greedy policy is replayed over the knobs and values the study tried (`rebuild_space`);
     `stopped` says whether that replay finds the search complete.
     """
-    from torchpace.tune.outcome import build_outcome, trial_rows
-    from torchpace.tune.sampler import GreedySampler
-    from torchpace.tune.tuner import TuneOptions
+    from torchpace.tune.outcome import StudyMeta, build_guard_note, build_outcome, trial_rows
+    from torchpace.tune.policy import plan_greedy
+    from torchpace.tune.study import build_records
 
     rows = trial_rows(study)
     base = next((r for r in rows if r["slot"] == "baseline" and r["status"] == "ok"), {})
-    options = TuneOptions(workload=str(meta.get("workload", "?")), strategy=str(meta.get("strategy", "greedy")),
-                          study=name, guard_steps=len(base.get("guard_losses") or []),
-                          objective=str(meta.get("objective", "throughput")))
-    sampler = GreedySampler(rebuild_space(rows), lambda config: None)
-    tuner = _StoredTuner(study, name, url, str(meta.get("workload", "?")), options, sampler)
-    stopped = "stored"
-    if options.strategy == "greedy":
-        state = sampler.plan(study)
+    strategy = str(meta.get("strategy", "greedy"))
+    state, stopped = None, "stored"
+    if strategy == "greedy":
+        state = plan_greedy(rebuild_space(rows), build_records(study.get_trials(deepcopy=False)), lambda config: None)
         stopped = "done" if state.done else ("baseline failed" if state.failed_baseline else "unfinished")
-    return build_outcome(tuner, stopped).to_dict()
+    study_meta = StudyMeta(name, url, strategy, str(meta.get("workload", "?")), str(meta.get("objective", "throughput")),
+                           build_guard_note(len(base.get("guard_losses") or [])))
+    return build_outcome(rows, state, study_meta, stopped).to_dict()
 
 
 def rebuild_space(rows: list[Mapping[str, Any]]) -> list:

@@ -31,7 +31,7 @@ def run_spec(spec: TrialSpec) -> TrialResult:
         guard_losses: list[float] = []
         guard_metric = None
         if spec.guard_steps:
-            from torchpace.tune.guard import GUARD_SEED, run_guard_steps
+            from torchpace.tune.guard_steps import GUARD_SEED, run_guard_steps
 
             torch.manual_seed(GUARD_SEED)  # same initial weights for every trial, even unseeded workloads
             guard_losses, guard_metric = run_guard_steps(load_workload(spec.workload), spec.config, spec.guard_steps, device=spec.device)

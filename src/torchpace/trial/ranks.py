@@ -39,7 +39,7 @@ def rank_file(result_path: Path, rank: int, kind: str) -> Path:
 # ---- child side ---------------------------------------------------------------------------------
 def enter_rank(result_path: Path, rank: int) -> None:
     """In a rank process: die with torchrun (even on its SIGKILL), and write stderr to this rank's file."""
-    from torchpace.trial.runner import die_with_parent
+    from torchpace.process import die_with_parent
 
     die_with_parent()
     err = os.open(rank_file(result_path, rank, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
