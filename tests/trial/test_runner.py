@@ -62,3 +62,19 @@ def test_a_config_that_needs_a_missing_tool_is_an_invalid_trial(host):
     bare = dataclasses.replace(host, allocators=())
     result = run_trial(_spec("tiny_mlp", config={"system.allocator": "jemalloc"}), bare, timeout_s=120)
     assert result.status == "invalid" and "jemalloc was asked for" in result.error
+
+
+def test_trial_folders_of_a_killed_tuner_are_removed_and_running_ones_kept(tmp_path):
+    import subprocess
+
+    from torchpace.trial.runner import remove_orphan_trial_dirs
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names a process that no longer runs, like a SIGKILLed tuner's
+    orphan, ours, unnamed = (tmp_path / f"torchpace-trial-{gone.pid}-abc", tmp_path / f"torchpace-trial-{os.getpid()}-x",
+                             tmp_path / "torchpace-trial-oldstyle")
+    for folder in (orphan, ours, unnamed):
+        (folder / "spec.json").parent.mkdir()
+        (folder / "spec.json").write_text("{}")
+    assert remove_orphan_trial_dirs(tmp_path) == [orphan]
+    assert not orphan.exists() and ours.exists() and unnamed.exists()

@@ -7,6 +7,7 @@ process group, enforce the timeout, and kill the whole group and every process i
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -26,6 +27,7 @@ from torchpace.trial.ranks import all_ranks_stderr, read_rank_failure
 
 _STDERR_TAIL_BYTES = 4000
 _KILL_GRACE_S = 3.0  # SIGTERM first, then SIGKILL after this
+_TRIAL_DIR_PREFIX = "torchpace-trial-"  # + the pid of the process running the trial
 
 
 def plan_trial(config: Mapping[str, object], host: HostFacts, base_env: Mapping[str, str], spec_path: Path,
@@ -58,7 +60,8 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
               workdir: Path | None = None) -> TrialResult:
     """Run one trial in a child process and return its result (never raises for the child's failures)."""
     base_env = os.environ if base_env is None else base_env
-    with tempfile.TemporaryDirectory(prefix="torchpace-trial-", dir=workdir) as tmp:
+    remove_orphan_trial_dirs(workdir)
+    with tempfile.TemporaryDirectory(prefix=f"{_TRIAL_DIR_PREFIX}{os.getpid()}-", dir=workdir) as tmp:
         spec_path, result_path, err_path = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "stderr.txt"
         spec.save(spec_path)
         nofile = None  # the child's soft RLIMIT_NOFILE, as `launch` gives it (None: inherited)
@@ -93,6 +96,30 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
         if returncode != 0 and nproc_of(spec.config) > 1:
             return read_rank_failure(result_path, _tail(err_path), returncode, wall_s)
         return _read_result(result_path, returncode, _tail(err_path), wall_s)
+
+
+def remove_orphan_trial_dirs(root: Path | None = None) -> list[Path]:
+    """Remove the trial folders a killed tuner left behind (SIGKILL skips its clean-up) and return them.
+
+    A trial folder is named after the process that runs the trial (`torchpace-trial-PID-...`); one
+    whose process is no longer running belongs to nobody. Folders of running tuners are kept."""
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{_TRIAL_DIR_PREFIX}*-*"):
+        owner = folder.name[len(_TRIAL_DIR_PREFIX):].partition("-")[0]
+        if owner.isdigit() and not _is_running(int(owner)):
+            shutil.rmtree(folder, ignore_errors=True)  # another tuner may be removing it at the same time
+            removed.append(folder)
+    return removed
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # running, as another user
+        return True
+    return True
 
 
 def _tail(path: Path) -> str:
