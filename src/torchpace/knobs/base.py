@@ -11,7 +11,12 @@ Lifecycle, in the order torchpace calls it:
    process: `torchpace.launch.plan.plan_child` (the one planner of trials, bench, profile and launch)
    turns their values into the child's env and argv, never torchpace's own; `in_effect(value, host)`
    says whether this process already runs with them;
-6. `apply(value, target, ctx)` inside `prepare()`, at exactly the knob's `point`.
+6. `apply(value, target, ctx)` inside `prepare()`, at exactly the knob's `point`; knobs of one point
+   apply in `apply_order` (lower first: layout and checkpointing, then the DDP/FSDP wrapper, export,
+   compile last);
+7. `configure_step(value, options, ctx)` once every knob has applied: what else a value changes in how
+   each step runs (the mutable StepOptions), for knobs whose point is not STEP (pinned loader batches
+   are copied with non_blocking=True; channels_last models get channels_last inputs).
 
 Script mode (an unmodified `train.py`, see `torchpace.script`): `script_reach` says how a knob reaches
 a script it cannot edit — `process` (the child's env/argv), `global` (torch state set at import),
@@ -77,6 +82,7 @@ class Knob:
     help: ClassVar[str] = ""
     training_only: ClassVar[bool] = False
     script_reach: ClassVar[str | None] = None  # how it reaches an unmodified script; None: prepare() only
+    apply_order: ClassVar[int] = 50  # among the knobs of one point, lower applies first
 
     def script_reason(self, value: KnobValue) -> str | None:
         """None when `value` reaches an unmodified script through the launch hook, else why not."""
@@ -139,6 +145,10 @@ class Knob:
     def apply(self, value: KnobValue, target: Any, ctx: ApplyContext) -> Any:
         """Take effect on `target` (see the module docstring for each point); return the target."""
         return target
+
+    def configure_step(self, value: KnobValue, options: Any, ctx: ApplyContext) -> None:
+        """Set what `value` changes in how each step runs on `options` (runtime.prepare.StepOptions);
+        called for every knob after all have applied. Nothing by default."""
 
     def describe(self) -> dict[str, Any]:
         return {

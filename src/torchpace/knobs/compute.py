@@ -121,6 +121,9 @@ class ChannelsLastKnob(Knob):
             target = target.to(memory_format=torch.channels_last)
         return target
 
+    def configure_step(self, value, options, ctx):
+        options.channels_last_inputs = bool(value)  # 4-D inputs in the layout the weights use
+
 
 class CompileKnob(Knob):
     name = "compile.mode"

@@ -57,6 +57,9 @@ class PinMemoryKnob(Knob):
         target["pin_memory"] = bool(value)
         return target
 
+    def configure_step(self, value, options, ctx):
+        options.non_blocking = bool(value) and ctx.device.type == "cuda"  # a pinned batch's copy need not wait
+
 
 class _WorkerOptionKnob(Knob):
     """A DataLoader option that only means something with worker processes."""

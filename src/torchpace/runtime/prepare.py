@@ -31,7 +31,7 @@ from torchpace.workload import Workload, check_workload
 
 @dataclass
 class StepOptions:
-    """How the step function runs; STEP knobs fill it in."""
+    """How the step function runs; STEP knobs fill it in, and the others' `configure_step`."""
 
     amp_dtype: torch.dtype | None = None
     grad_scaler: bool = False
@@ -241,7 +241,7 @@ def prepare(
         dist, device = setup_distributed(values, device, host.cuda_available)
     device = device or _default_device(host)
     ctx = ApplyContext(host, workload, device, values, dist)
-    by_point = {p: sorted((k for k in REGISTRY.values() if k.point is p), key=lambda k: getattr(k, "apply_order", 50)) for p in Point}
+    by_point = {p: sorted((k for k in REGISTRY.values() if k.point is p), key=lambda k: k.apply_order) for p in Point}
 
     stack = contextlib.ExitStack()
     for knob in by_point[Point.GLOBAL]:
@@ -261,8 +261,8 @@ def prepare(
         options = StepOptions(label_phases=label_phases)
         for knob in by_point[Point.STEP]:
             knob.apply(values[knob.name], options, ctx)
-        options.non_blocking = bool(loader_kwargs.get("pin_memory")) and device.type == "cuda"
-        options.channels_last_inputs = bool(values.get("model.channels_last"))
+        for knob in REGISTRY.values():  # what knobs of the other points change in the step (see Knob.configure_step)
+            knob.configure_step(values[knob.name], options, ctx)
     except BaseException:
         stack.close()
         raise

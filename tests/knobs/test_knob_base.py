@@ -1,0 +1,74 @@
+"""The knob plug-in contract as prepare() uses it: a plug-in declares its `apply_order` among the knobs
+of its point and what else it changes in the step (`configure_step`); prepare() hard-codes neither."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+import torch
+
+from torchpace.knobs import REGISTRY, Point
+from torchpace.knobs.base import ApplyContext, Knob
+from torchpace.runtime import prepare
+from torchpace.runtime.prepare import StepOptions
+
+from fixtures.workloads import tiny_mlp
+
+
+class _MarkModelKnob(Knob):
+    """A MODEL plug-in that records when it applied and asks for micro-batches in the step."""
+
+    stage = "compute"
+    point = Point.MODEL
+    default = False
+    choices = (False, True)
+    seen: ClassVar[list[str]] = []
+
+    def apply(self, value, target, ctx):
+        _MarkModelKnob.seen.append(self.name)
+        return target
+
+    def configure_step(self, value, options, ctx):
+        if value:
+            options.micro_batch_size = 2
+
+
+class _EarlyKnob(_MarkModelKnob):
+    name = "test.early"
+    apply_order = 10
+
+
+class _LateKnob(_MarkModelKnob):
+    name = "test.late"
+    apply_order = 95  # after compile.mode's 90
+
+
+@pytest.fixture
+def plugins(monkeypatch):
+    _MarkModelKnob.seen.clear()
+    for knob in (_LateKnob(), _EarlyKnob()):  # registered late-first: the order must come from apply_order
+        monkeypatch.setitem(REGISTRY, knob.name, knob)
+
+
+def test_every_knob_declares_an_integer_apply_order():
+    assert all(isinstance(knob.apply_order, int) for knob in REGISTRY.values())
+
+
+def test_prepare_applies_in_declared_order_and_takes_step_effects_from_the_knobs(plugins, host):
+    with prepare(tiny_mlp(), {"test.late": True}, host=host, device="cpu") as run:
+        assert _MarkModelKnob.seen == ["test.early", "test.late"]
+        assert run.options.micro_batch_size == 2  # declared by the plug-in, not known to prepare()
+        assert torch.isfinite(run.step(next(iter(run.loader))))
+
+
+@pytest.mark.parametrize("name, value, device, expected", [
+    ("data.pin_memory", True, "cuda", {"non_blocking": True}),  # a pinned batch's copy need not wait
+    ("data.pin_memory", True, "cpu", {"non_blocking": False}),  # nothing to overlap without a GPU
+    ("model.channels_last", True, "cpu", {"channels_last_inputs": True}),
+    ("model.channels_last", False, "cpu", {"channels_last_inputs": False}),
+])
+def test_step_effects_of_the_built_in_knobs_are_declared_on_them(host, name, value, device, expected):
+    options = StepOptions()
+    REGISTRY[name].configure_step(value, options, ApplyContext(host, tiny_mlp(), torch.device(device), {}))
+    assert {key: getattr(options, key) for key in expected} == expected
