@@ -67,3 +67,15 @@ def test_dry_run_json_is_the_plan(child_env):
     assert threads == {"name": "OMP_NUM_THREADS", "value": "1", "source": "env",
                        "reason": "already set in your environment; left as is"}
     assert "OMP_NUM_THREADS" not in plan["env_changes"]
+
+
+def test_a_config_runs_what_it_says_and_auto_only_when_asked(tmp_path, child_env):
+    config = tmp_path / "torchpace.toml"
+    config.write_text('schema_version = 1\n[knobs]\n"precision.matmul" = "high"\n')
+    plan = json.loads(run_launch(["--dry-run", "--json", "--config", str(config), "--", SCRIPT, "0"], child_env).stdout)
+    allocator = next(s for s in plan["settings"] if s["name"] == "allocator")
+    assert allocator["source"] == "default" and "does not set system.allocator" in allocator["reason"]
+    assert "LD_PRELOAD" not in plan["env_changes"] and "OMP_NUM_THREADS" not in plan["env_changes"]
+    asked = json.loads(run_launch(["--dry-run", "--json", "--config", str(config), "--allocator", "auto", "--", SCRIPT, "0"],
+                                  child_env).stdout)
+    assert next(s for s in asked["settings"] if s["name"] == "allocator")["source"] == "auto"
