@@ -174,6 +174,7 @@ def test_a_trial_runs_its_config_over_the_callers_environment():
     launched = plan(ONE_NODE, env, config=config)
     trial = plan(ONE_NODE, env, config=config, config_over_env=True)
     assert picked(launched, "OMP_NUM_THREADS", "allocator") == {"OMP_NUM_THREADS": ("5", "env"), "allocator": ("tcmalloc", "env")}
+    assert [n.split(" in your")[0] for n in launched.notes if "wins over" in n] == ["OMP_NUM_THREADS=5", "LD_PRELOAD with tcmalloc"]
     assert picked(trial, "OMP_NUM_THREADS", "MKL_NUM_THREADS", "allocator") == {
         "OMP_NUM_THREADS": ("2", "config"), "MKL_NUM_THREADS": ("2", "config"), "allocator": ("jemalloc", "config")}
     assert trial.env["LD_PRELOAD"] == f"{JEMALLOC}:/x/libfoo.so"

@@ -359,7 +359,11 @@ def _plan_threads(config: RunConfig, options: ChildOptions, host: HostFacts, bas
     if isinstance(given, int):
         threads, source, reason = given, Source.CLI, f"--omp-threads {given}"
     elif "OMP_NUM_THREADS" in base_env and not over_env:
-        return _env_part({"OMP_NUM_THREADS": base_env["OMP_NUM_THREADS"]}, Source.ENV, "", base_env)
+        part = _env_part({"OMP_NUM_THREADS": base_env["OMP_NUM_THREADS"]}, Source.ENV, "", base_env)
+        if configured != "auto" and str(configured) != base_env["OMP_NUM_THREADS"]:
+            part.notes.append(_env_wins_note(f"OMP_NUM_THREADS={base_env['OMP_NUM_THREADS']}",
+                                             f"threads.intra_op = {configured}", "OMP_NUM_THREADS", options))
+        return part
     elif configured != "auto":
         threads, source, reason = int(configured), Source.CONFIG, f"threads.intra_op = {configured} in {options.config_name}"
     elif options.wants_auto(given) or nproc > 1 or bindings:
@@ -369,6 +373,12 @@ def _plan_threads(config: RunConfig, options: ChildOptions, host: HostFacts, bas
         why = f"left unset: torch picks its thread count (threads.intra_op is auto in {options.config_name})"
         return _Part([Setting(name, None, Source.DEFAULT, why) for name in _THREAD_VARS])
     return _env_part(dict.fromkeys(_THREAD_VARS, str(threads)), source, reason, base_env, over_env)
+
+
+def _env_wins_note(what: str, tuned: str, variable: str, options: ChildOptions) -> str:
+    """A note that the caller's environment (`what`) overrides the config's `tuned` value."""
+    return (f"{what} in your environment wins over {tuned} in {options.config_name}, so the script does not run "
+            f"as it was tuned; unset {variable} (or pass the option) to run the tuned value")
 
 
 def _auto_threads(host: HostFacts, nproc: int, bindings: Sequence[RankBinding]) -> tuple[int, str]:
@@ -523,7 +533,11 @@ def _plan_allocator(config: RunConfig, options: ChildOptions, host: HostFacts, b
     if options.allocator not in (None, "auto"):
         wanted, source, asked = options.allocator, Source.CLI, f"--allocator {options.allocator}"
     elif preloaded is not None and not (configured and options.config_over_env):
-        return _Part([Setting("allocator", preloaded, Source.ENV, "LD_PRELOAD in your environment already preloads it")])
+        part = _Part([Setting("allocator", preloaded, Source.ENV, "LD_PRELOAD in your environment already preloads it")])
+        if configured and config.values["system.allocator"] != preloaded:
+            part.notes.append(_env_wins_note(f"LD_PRELOAD with {preloaded}",
+                                             f"system.allocator = {config.values['system.allocator']}", "LD_PRELOAD", options))
+        return part
     elif configured:
         wanted = str(config.values["system.allocator"])
         source, asked = Source.CONFIG, f"system.allocator = {wanted} in {options.config_name}"
