@@ -32,7 +32,7 @@ def test_python_programs_are_recognised(argv, expected):
 @pytest.mark.parametrize("argv, message", [
     ([], "missing the command"),
     (["bash", "run.sh"], "'bash' is not a Python program"),
-    (["./train"], "runs as `python ./train`"),
+    (["./train"], "'./train' is not a Python program"),
     (["-m", "pkg.train"], "'-m' is not a script: put torchpace's options before `--`"),
     (["python"], "runs no program"),
     (["python", "-u"], "runs no program"),

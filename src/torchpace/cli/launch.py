@@ -99,11 +99,11 @@ def check_here(config, given: dict, host) -> None:
               help="This node's rank; node 0 hosts the c10d rendezvous store.")
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", default=None, help="c10d rendezvous address every node can reach.")
 @click.option("--numa", type=click.Choice(["auto", "off", "node"]), default=None,
-              help="Bind each rank's CPUs and memory to a NUMA node (auto: when there are several).  [default: auto]")
+              help="Bind each rank's CPUs and memory to a NUMA node (auto: when there are several).  [default: auto without --config; with one, as its trials ran]")
 @click.option("--allocator", type=click.Choice(["auto", "jemalloc", "tcmalloc", "system"]), default=None,
-              help="malloc to preload (auto: jemalloc, else tcmalloc, when installed).  [default: auto]")
+              help="malloc to preload (auto: jemalloc, else tcmalloc, when installed).  [default: auto without --config; with one, as its trials ran]")
 @click.option("--omp-threads", metavar="auto|N", callback=_omp_threads, default=None,
-              help="OMP_NUM_THREADS per rank (auto: usable cores / ranks).  [default: auto]")
+              help="OMP_NUM_THREADS per rank (auto: usable cores / ranks).  [default: auto without --config; with one, as its trials ran]")
 @click.option("--nofile", type=click.IntRange(min=1), default=None,
               help="Soft limit of open files for the script (default: raised toward the hard limit).")
 @click.option("--dry-run", is_flag=True, help="Print the exact command and the env changes with their sources; run nothing.")

@@ -99,8 +99,8 @@ def parse_python_command(argv: Sequence[str]) -> PythonCommand:
         return _parse_interpreter_args(first, argv[1:])
     if first.endswith(_SCRIPT_SUFFIXES):
         return PythonCommand(script=first, args=tuple(argv[1:]))
-    raise UsageError(f"{first!r} is not a Python program (a Python interpreter or a .py file); {_ANY_COMMAND}. "
-                     f"A Python script without the .py suffix runs as `python {first}`")
+    raise UsageError(f"{first!r} is not a Python program (a Python interpreter or a .py file); {_ANY_COMMAND} "
+                     "(a Python script without the .py suffix runs as `python FILE ARGS`)")
 
 
 def is_python_interpreter(name: str) -> bool:
