@@ -39,6 +39,19 @@ def _no_env_or_thread_leaks(request):
 
 
 
+# Variables the launcher decides on; launch and script-mode tests start children without them, so
+# "auto" (or the config) is what the children see.
+_DECIDED = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "LD_PRELOAD", "MALLOC_CONF", "GOMP_CPU_AFFINITY", "KMP_AFFINITY",
+            "PYTHONPATH", "TORCHPACE_LAUNCH_CONFIG", "TORCHPACE_LAUNCH_BINDINGS", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+            "TORCHPACE_SCRIPT_MEASURE")
+
+
+@pytest.fixture
+def child_env() -> dict[str, str]:
+    """The environment to launch from: ours without the variables the launcher decides on."""
+    return {k: v for k, v in os.environ.items() if k not in _DECIDED}
+
+
 @pytest.fixture(scope="session")
 def host():
     """This machine's HostFacts, probed once."""

@@ -6,6 +6,7 @@ import click
 
 from torchpace.cli._common import check_outputs, emit_json, json_option, make_console
 from torchpace.cli._options import build_config, config_options, device_option, workload_argument, workload_inputs
+from torchpace.cli._script import ScriptVerb, script_command, script_inputs
 
 DEFAULT_TRACE = "torchpace-profile.json.gz"
 
@@ -16,7 +17,7 @@ def _at_least_one(ctx: click.Context, param: click.Parameter, value: int) -> int
     return value
 
 
-@click.command("profile")
+@click.command("profile", cls=ScriptVerb)
 @workload_argument
 @config_options
 @click.option("--steps", type=int, default=5, show_default=True, callback=_at_least_one,
@@ -33,10 +34,16 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
     Runs a few real steps under torch.profiler and reports a verdict (input-bound,
     host-sync-bound, compute-bound, memory-bound or communication-bound), the evidence, what to
     do, and the knobs `torchpace tune` would try first. WORKLOAD is `pkg.module:function`,
-    `path/to/file.py:function`, or one of vision, language, tabular, inference.
+    `path/to/file.py:function`, or one of vision, language, tabular, inference. An unmodified
+    training script runs after `--` (`torchpace profile -- python train.py ARGS`): its own steps are
+    traced, labelled by torchpace's hook (input wait, forward, backward, optimizer).
     """
-    check_outputs({"--trace": trace_path}, workload_inputs(workload, config_path))
+    command_argv = script_command(workload)
+    inputs = script_inputs(command_argv, config_path) if command_argv else workload_inputs(workload, config_path)
+    check_outputs({"--trace": trace_path}, inputs)
     config = build_config(config_path, assignments)
+    if command_argv:
+        return _profile_script(command_argv, config, steps, python_steps, trace_path, as_json)
     from torchpace.knobs.distributed import nproc_of
     from torchpace.runtime.distributed import RankEnv
 
@@ -55,6 +62,23 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
         result = profile_workload(workload, config, options, device=device, trace_path=trace_path if ranks.rank == 0 else None)
     if ranks.rank != 0:
         return 0  # rank 0 reports for the job
+    payload = result.to_dict()
+    if as_json:
+        emit_json(payload)
+    else:
+        from torchpace.profile.render import render_profile
+
+        render_profile(make_console(), payload)
+    return 0
+
+
+def _profile_script(command_argv: list[str], config, steps: int, python_steps: int, trace_path: str, as_json: bool) -> int:
+    from torchpace.host import probe_host
+    from torchpace.profile.capture import CaptureOptions
+    from torchpace.script.run import profile_script
+
+    options = CaptureOptions(steps=steps, python_steps=python_steps)
+    result = profile_script(command_argv, config, options, probe_host(), trace_path=trace_path, show_progress=not as_json)
     payload = result.to_dict()
     if as_json:
         emit_json(payload)

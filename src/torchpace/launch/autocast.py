@@ -20,36 +20,33 @@ GradScaler around backward and step, which only `torchpace.prepare()` can place.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
 _DTYPES = {"bf16": "bfloat16"}
 
 
-class OutermostAutocast:
-    """The pair of global forward hooks; `entered` counts forwards run under autocast."""
+class OutermostModule:
+    """A pair of global forward hooks that hold a context open around the forward of the outermost
+    module with parameters that this thread calls (autocast here; a profiler label in script mode).
 
-    def __init__(self, dtype_name: str, on_enter=None):
-        import torch
+    Args:
+        make_context: module -> the context manager to enter before its forward.
+        finish_output: output -> what the forward returns instead (None: the output as it is).
+    """
 
-        self.dtype = getattr(torch, _DTYPES[dtype_name])
+    def __init__(self, make_context: Callable[[Any], Any], finish_output: Callable[[Any], Any] | None = None):
+        self.make_context, self.finish_output = make_context, finish_output
         self.local = threading.local()
         self.entered = 0
-        self.on_enter = on_enter
 
     def before(self, module, args) -> None:
         depth = getattr(self.local, "depth", 0)
         self.local.depth = depth + 1
-        if depth == 0 and getattr(self.local, "open", None) is None:
-            device_type = _device_type(module)
-            if device_type is not None:
-                import torch
-
-                context = torch.autocast(device_type=device_type, dtype=self.dtype)
-                context.__enter__()
-                self.local.open = (module, context)
-                self.entered += 1
-                if self.on_enter is not None:
-                    self.on_enter()
+        if depth == 0 and getattr(self.local, "open", None) is None and _device_type(module) is not None:
+            context = self.make_context(module)
+            context.__enter__()
+            self.local.open = (module, context)
+            self.entered += 1
 
     def after(self, module, args, output) -> Any:
         self.local.depth = max(0, getattr(self.local, "depth", 1) - 1)
@@ -58,7 +55,9 @@ class OutermostAutocast:
             return None
         self.local.open = None
         opened[1].__exit__(None, None, None)
-        return None if output is None else _to_float32(output, self.dtype)
+        if output is None or self.finish_output is None:
+            return None
+        return self.finish_output(output)
 
 
 def _device_type(module) -> str | None:
@@ -83,11 +82,18 @@ def _to_float32(output: Any, dtype) -> Any:
     return output
 
 
-def install_outermost_autocast(value: str, report, knob_name: str) -> OutermostAutocast:
+def install_outermost_autocast(value: str, report, knob_name: str) -> OutermostModule:
     """Register the hooks for the rest of the process; `report.reached` gets `knob_name` at the first forward."""
+    import torch
     from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-    hooks = OutermostAutocast(value, on_enter=lambda: report.reached.add(knob_name))
+    dtype = getattr(torch, _DTYPES[value])
+
+    def autocast_for(module):
+        report.reached.add(knob_name)
+        return torch.autocast(device_type=_device_type(module), dtype=dtype)
+
+    hooks = OutermostModule(autocast_for, lambda output: _to_float32(output, dtype))
     register_module_forward_pre_hook(hooks.before)
     register_module_forward_hook(hooks.after, always_call=True)
     return hooks

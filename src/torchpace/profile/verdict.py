@@ -260,7 +260,15 @@ def _toml(value: Any) -> str:
 def _bench_command(spec: str, offer: _Offer, wanted: Sequence[str]) -> str | None:
     """`torchpace bench SPEC --set K=V ...` for the wanted knobs that are on offer here."""
     sets = [f"--set {k}={_toml(offer.first_try(k))}" for k in wanted if offer.first_try(k) is not None]
-    return f"torchpace bench {spec} " + " ".join(sets) if sets else None
+    return verb_command("bench", spec, " ".join(sets)) if sets else None
+
+
+def verb_command(verb: str, spec: str, options: str = "") -> str:
+    """`torchpace VERB SPEC OPTIONS`, or for a script-mode command (a spec with spaces: `python train.py`)
+    `torchpace VERB OPTIONS -- COMMAND`."""
+    if " " in spec:
+        return " ".join(filter(None, ["torchpace", verb, options, "--", spec]))
+    return " ".join(filter(None, ["torchpace", verb, spec, options]))
 
 
 def _remedy(key: str, title: str, text: str, command: str | None, severity: Severity = Severity.WARN) -> Finding:
@@ -268,7 +276,7 @@ def _remedy(key: str, title: str, text: str, command: str | None, severity: Seve
 
 
 def _remedies(kind: VerdictKind, knobs: _Offer, spec: str, on_gpu: bool) -> list[Finding]:
-    tune = f"torchpace tune {spec}"
+    tune = verb_command("tune", spec)
     if kind is VerdictKind.INPUT:
         return [
             _remedy("data_workers", "load batches in parallel with the step",
@@ -308,6 +316,6 @@ def _compute_remedies(knobs: _Offer, spec: str, on_gpu: bool) -> list[Finding]:
                 precision, _bench_command(spec, knobs, ["precision.amp"]), Severity.INFO),
         _remedy("compute_compile", "fuse the model's operators",
                 "Compile the model (compile.mode=default; reduce-overhead for many small kernels) and use the "
-                "foreach/fused optimizer.", _bench_command(spec, knobs, ["compile.mode"]) or f"torchpace tune {spec}",
+                "foreach/fused optimizer.", _bench_command(spec, knobs, ["compile.mode"]) or tune,
                 Severity.INFO),
     ]

@@ -45,6 +45,8 @@ NO_STEP_MESSAGE = ("no optimizer step or backward() seen: script mode counts a s
 class ScriptProbe:
     """The measurement state inside the script's process (one per process)."""
 
+    label_phases = False  # profile mode: record_function labels around the script's phases
+
     def __init__(self, spec: ScriptMeasure, clock=time.perf_counter):
         self.spec, self.clock = spec, clock
         self.started_s = clock()
@@ -255,11 +257,13 @@ def install(spec: ScriptMeasure) -> ScriptProbe:
 
     if spec.seed is not None:
         seed_everything(spec.seed)
-    probe = ScriptProbe(spec)
     if spec.mode == "profile":
         from torchpace.script.profile import ScriptProfiler
 
         probe = ScriptProfiler(spec)
+        _label_forward_and_optimizer(torch)
+    else:
+        probe = ScriptProbe(spec)
     _hook_optimizers(torch, probe)
     _hook_backward(torch, probe)
     _hook_loader(probe)
@@ -308,7 +312,8 @@ def _hook_backward(torch, probe) -> None:
 
     @functools.wraps(original)
     def backward(tensors, *args, **kwargs):
-        result = original(tensors, *args, **kwargs)
+        with _phase(probe, "torchpace.backward"):
+            result = original(tensors, *args, **kwargs)
         probe.on_backward(tensors)
         return result
 
@@ -324,11 +329,49 @@ def _hook_loader(probe) -> None:
     @functools.wraps(original)
     def __next__(self):
         start = clock()
-        batch = original(self)
+        with _phase(probe, "torchpace.input_wait"):
+            batch = original(self)
         probe.on_batch(batch, clock() - start)
         return batch
 
     _BaseDataLoaderIter.__next__ = __next__
+
+
+def _phase(probe, name: str):
+    """A `record_function` label in profile mode, nothing otherwise."""
+    import contextlib
+
+    if not probe.label_phases:
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.profiler.record_function(name)
+
+
+def _label_forward_and_optimizer(torch) -> None:
+    """Profile mode: `torchpace.forward` around the outermost module with parameters, and
+    `torchpace.optimizer` around each optimizer step (global module and optimizer hooks)."""
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    from torchpace.launch.autocast import OutermostModule
+
+    forward = OutermostModule(lambda module: torch.profiler.record_function("torchpace.forward"))
+    register_module_forward_pre_hook(forward.before)
+    register_module_forward_hook(forward.after, always_call=True)
+    optimizer_labels: list = []
+
+    def before_step(optimizer, args, kwargs):
+        label = torch.profiler.record_function("torchpace.optimizer")
+        label.__enter__()
+        optimizer_labels.append(label)
+
+    def after_step(optimizer, args, kwargs):
+        if optimizer_labels:
+            optimizer_labels.pop().__exit__(None, None, None)
+
+    register_optimizer_step_pre_hook(before_step)
+    register_optimizer_step_post_hook(after_step)
 
 
 def _excepthook_marks_crash(probe) -> None:

@@ -156,9 +156,58 @@ class waiting_bar:
             self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                                      console=Console(stderr=True), transient=True)
             self.progress.__enter__()
-            self.progress.add_task(f"{self.label} (measures up to {self.cap_s:.0f} s after its first step)", total=None)
+            cap = f" (measures up to {self.cap_s:.0f} s after its first step)" if self.cap_s else ""
+            self.progress.add_task(f"{self.label}{cap}", total=None)
         return self
 
     def __exit__(self, *exc):
         if self.enabled:
             self.progress.__exit__(*exc)
+
+
+def profile_script(command: Sequence[str], config: RunConfig, options, host: HostFacts, *,
+                   trace_path: str | None, show_progress: bool = True):
+    """`torchpace profile -- CMD`: a few of the script's own steps traced inside its process
+    (`torchpace.script.profile`), then the same analyzers and verdict as a Workload's profile.
+
+    Args:
+        options: a `torchpace.profile.capture.CaptureOptions` (steps, warm-up, cProfile steps).
+
+    Raises:
+        UsageError: the command is not a Python program, or a knob cannot reach it here.
+        UserCodeError: the script failed or ended before the profile's steps.
+    """
+    import tempfile
+    import time
+
+    from torchpace.launch.command import parse_python_command
+    from torchpace.profile.capture import save_trace
+    from torchpace.profile.result import build_profile_result
+    from torchpace.profile.trace import METADATA_KEY, parse_trace
+    from torchpace.trial import run_trial
+    from torchpace.tune.space import build_space
+
+    start = time.perf_counter()
+    label = parse_python_command(command).label
+    check_script_config(config, host, label)
+    with tempfile.TemporaryDirectory(prefix="torchpace-profile-") as tmp:
+        raw = Path(tmp) / "trace.json"
+        schedule = {"trace_path": str(raw), "wait": options.wait_steps, "warmup": options.warmup_steps,
+                    "active": options.steps, "python_steps": options.python_steps, "profile_memory": options.profile_memory}
+        spec = script_trial_spec(command, config, 60.0, script_mode="profile", script_profile=schedule)
+        with waiting_bar(show_progress, f"profile {label}", 0):
+            result = run_trial(spec, host, timeout_s=_BENCH_TIMEOUT_MARGIN_S * 3)
+        if not result.ok:
+            raise UserCodeError(f"profiling the script `{' '.join(command)}` ({result.status}): {result.error}",
+                                result.stderr_tail)
+        document = json.loads(raw.read_text())
+    document[METADATA_KEY]["config"] = config.non_default()
+    if trace_path is not None:
+        save_trace(document, trace_path)
+    space = build_space(host, script_target(label), script=True)
+    knobs_by_stage: dict[str, list[str]] = {}
+    for knob in space:
+        knobs_by_stage.setdefault(knob.stage, []).append(knob.name)
+    return build_profile_result(parse_trace(document), workload_spec=" ".join(command), knobs_by_stage=knobs_by_stage,
+                                candidates={k.name: list(k.values) for k in space}, trace_path=trace_path,
+                                wall_time_s=time.perf_counter() - start, usable_cores=host.usable_cores)

@@ -155,7 +155,8 @@ class Tuner:
         from torchpace.launch.command import parse_python_command
         from torchpace.script.run import script_target
 
-        return script_target(parse_python_command(self.options.command).label)
+        program = parse_python_command(self.options.command)
+        return script_target(Path(program.script).name if program.script else str(program.module))
 
     # ---- the loop -------------------------------------------------------------------------------
     def run(self) -> TuneOutcome:
@@ -330,7 +331,8 @@ class Tuner:
 
         from torchpace.tune.figures import result_table
 
-        result = {"workload": self.spec, "study": self.study_name, "storage": self.storage_url,
+        result = {"workload": self.spec, **({"command": list(self.options.command)} if self.options.command else {}),
+                  "study": self.study_name, "storage": self.storage_url,
                   **result_table(outcome.to_dict()), **_inference_result(outcome)}
         save_config(RunConfig(outcome.best_config, self.host.summary(), result), self.options.out)
         outcome.out_path = str(self.options.out)

@@ -1,0 +1,146 @@
+"""Inside an unmodified script's process: trace a few of its steps with `torch.profiler` (script mode
+of `torchpace profile`), with the same step labels the Workload profile has.
+
+The steps are the script's own (see `torchpace.script.hook` for what a step is). The labels come from
+the hook: `torchpace.input_wait` around the DataLoader iterator's `__next__`, `torchpace.forward`
+around the forward of the outermost module with parameters, `torchpace.backward` around
+`backward()`, `torchpace.optimizer` around the optimizer's `step()`. The schedule is the Workload
+profile's (`torchpace.profile.capture`): `wait` steps untraced (the first holds start-up and
+compile), `warmup` traced and dropped, `active` exported as `ProfilerStep#N` spans; then a few steps
+under cProfile for the interpreted-Python share. The trace document, with torchpace's metadata
+block, is written to `profile["trace_path"]` and the process ends; the parent analyses it.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from torchpace.script.hook import ScriptProbe
+from torchpace.script.spec import ScriptMeasure
+from torchpace.trial.protocol import CRASH, OK, TrialResult
+
+
+class ScriptProfiler(ScriptProbe):
+    """A `ScriptProbe` whose steps drive the profiler schedule instead of the window meter."""
+
+    label_phases = True
+
+    def __init__(self, spec: ScriptMeasure):
+        super().__init__(spec)
+        options = spec.profile
+        self.wait = max(1, int(options.get("wait", 1)))
+        self.warmup, self.active = int(options.get("warmup", 1)), int(options.get("active", 5))
+        self.python_steps = int(options.get("python_steps", 0))
+        self.profile_memory = bool(options.get("profile_memory", True))
+        self.prof = None
+        self.traced = 0
+        self.cprofile = None
+        self.python_done = 0
+        self.document: dict[str, Any] | None = None
+        self.python: dict[str, Any] | None = None
+        self._tmp = tempfile.mkdtemp(prefix="torchpace-script-profile-")
+
+    def on_step(self) -> None:
+        if self.finished:
+            return
+        self._close_step_loss()
+        self.steps += 1
+        self.pending_samples, samples = 0, self.pending_samples
+        if samples:
+            self.last_step_samples = samples
+        if self.steps == self.wait:
+            self._start_profiler()
+        elif self.prof is not None:
+            self._profiler_step()
+        elif self.cprofile is not None:
+            self.python_done += 1
+            if self.python_done >= self.python_steps:
+                self._stop_python()
+
+    def _start_profiler(self) -> None:
+        import torch
+
+        schedule = torch.profiler.schedule(wait=0, warmup=self.warmup, active=self.active, repeat=1)
+        raw = str(Path(self._tmp) / "trace.json")
+        self.prof = torch.profiler.profile(activities=_activities(), schedule=schedule, profile_memory=self.profile_memory,
+                                           on_trace_ready=lambda prof: prof.export_chrome_trace(raw))
+        self.prof.__enter__()
+
+    def _profiler_step(self) -> None:
+        self.prof.step()
+        self.traced += 1
+        if self.traced < self.warmup + self.active:
+            return
+        self.prof.__exit__(None, None, None)
+        self.prof = None
+        with open(Path(self._tmp) / "trace.json", encoding="utf-8") as fh:
+            self.document = json.load(fh)
+        if self.python_steps:
+            import cProfile
+
+            self.cprofile = cProfile.Profile()
+            self.cprofile.enable()
+        else:
+            self.finish(ended_early=False)
+
+    def _stop_python(self) -> None:
+        import pstats
+
+        from torchpace.profile.capture import summarize_cprofile
+
+        self._sync()  # queued GPU work finishes inside the pass, so its wait is counted
+        self.cprofile.disable()
+        self.python = summarize_cprofile(pstats.Stats(self.cprofile).stats, self.python_done)
+        self.cprofile = None
+        self.finish(ended_early=False)
+
+    def build_result(self, ended_early: bool) -> TrialResult:
+        wall_s = self.clock() - self.started_s
+        if self.document is None:
+            needed = self.wait + self.warmup + self.active
+            return TrialResult(CRASH, wall_time_s=wall_s, error=(
+                f"the script ended after {self.steps} step(s), before the profile's {needed} "
+                f"({self.wait} untraced, {self.warmup} warm-up, {self.active} traced): let it run longer or lower --steps"))
+        from torchpace.profile.trace import METADATA_KEY
+
+        self.document[METADATA_KEY] = self._metadata()
+        with open(self.spec.profile["trace_path"], "w", encoding="utf-8") as fh:
+            json.dump(self.document, fh, separators=(",", ":"))
+        return TrialResult(OK, wall_time_s=wall_s)
+
+    def _metadata(self) -> dict[str, Any]:
+        import torch
+
+        from torchpace.measure.memory import read_peak_memory
+        from torchpace.profile.capture import METADATA_SCHEMA_VERSION
+
+        device = self.device if self.device is not None else torch.device("cpu")
+        peak_bytes, peak_kind = read_peak_memory(device)
+        return {"schema_version": METADATA_SCHEMA_VERSION, "workload": " ".join(self.spec.command), "device": str(device),
+                "config": {}, "batch_size": self.last_step_samples, "steps": self.active, "wait_steps": self.wait,
+                "warmup_steps": self.warmup, "peak_memory_bytes": peak_bytes, "peak_memory_kind": peak_kind,
+                "memory_capacity_bytes": _capacity_bytes(device), "torch_version": torch.__version__,
+                "python_profile": self.python, "script": True}
+
+
+def _activities() -> list:
+    """CPU always; CUDA too when the script has started using a CUDA device."""
+    import torch
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return activities
+
+
+def _capacity_bytes(device) -> int | None:
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    import psutil
+
+    return int(psutil.virtual_memory().total)

@@ -1,0 +1,84 @@
+"""Script-mode conformance: every knob that claims to reach an unmodified script (`Knob.script_reach`)
+really changes what it claims, seen from inside a plain training script (scripts/knob_probe.py), both
+under `torchpace launch --config` and in a script-mode bench (one hook path: what is measured is what runs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchpace.knobs import REGISTRY
+from torchpace.script.run import script_target
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+# knob -> (config to run, what the script must see: report key -> value)
+CLAIMS = {
+    "threads.intra_op": ({"threads.intra_op": 1}, {"threads": 1}),
+    "system.allocator": ({"system.allocator": "jemalloc"}, {"allocator": "jemalloc"}),
+    "system.numa": ({"system.numa": "bind"}, {}),  # checked by the affinity claim below
+    "data.num_workers": ({"data.num_workers": 2}, {"num_workers": 2}),  # the script passes num_workers=0 itself
+    "data.pin_memory": ({"data.pin_memory": True}, {"pin_memory": True}),
+    "data.prefetch_factor": ({"data.num_workers": 1, "data.prefetch_factor": 4}, {"prefetch_factor": 4}),
+    "data.persistent_workers": ({"data.num_workers": 1, "data.persistent_workers": True}, {"persistent_workers": True}),
+    "precision.matmul": ({"precision.matmul": "high"}, {"matmul": "high"}),
+    "backends.cudnn_benchmark": ({"backends.cudnn_benchmark": True}, {"cudnn_benchmark": True}),
+    "optimizer.impl": ({"optimizer.impl": "fused"}, {"fused": True}),  # the script passes fused=False itself
+    # bf16 inside the outermost forward only: the loss gets float32, the optimizer step runs outside autocast
+    "precision.amp": ({"precision.amp": "bf16"}, {"autocast": True, "inner_dtype": "torch.bfloat16",
+                                                  "output_dtype": "torch.float32", "autocast_in_step": False}),
+}
+SCRIPT_KNOBS = sorted(name for name, knob in REGISTRY.items() if knob.script_reach)
+
+
+def test_every_script_knob_has_a_claim():
+    assert sorted(CLAIMS) == SCRIPT_KNOBS
+
+
+def _skip_unless_it_applies(host, config):
+    target = script_target("knob_probe.py")
+    for name, value in config.items():
+        reason = REGISTRY[name].applies(host, target) or REGISTRY[name].value_applies(value, host, target)
+        if reason:
+            pytest.skip(f"{name} does not apply on this host: {reason}")
+
+
+def _launch(config: dict, tmp_path: Path, child_env: dict) -> dict:
+    toml = tmp_path / "torchpace.toml"
+    toml.write_text("schema_version = 1\n[knobs]\n" + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in config.items()))
+    report = tmp_path / "seen.json"
+    result = subprocess.run([sys.executable, "-m", "torchpace", "launch", "--config", str(toml), "--",
+                             "python", str(SCRIPTS / "knob_probe.py"), str(report), "3"],
+                            env=child_env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("name", SCRIPT_KNOBS)
+def test_script_knob_changes_what_it_claims_under_launch(name, host, tmp_path, child_env):
+    config, expected = CLAIMS[name]
+    _skip_unless_it_applies(host, config)
+    seen = _launch(config, tmp_path, child_env)
+    assert {key: seen[key] for key in expected} == expected
+    if name == "system.numa":
+        assert set(seen["affinity"]) <= set(host.numa_nodes[0].cpus)
+
+
+def test_defaults_leave_the_script_as_it_is(host, tmp_path, child_env):
+    seen = _launch({}, tmp_path, child_env)
+    assert (seen["num_workers"], seen["fused"], seen["autocast"], seen["output_dtype"]) == (0, False, False, "torch.float32")
+
+
+@pytest.mark.slow
+def test_a_script_bench_applies_the_knobs_the_same_way(cli_run, tmp_path):
+    report = tmp_path / "seen.json"
+    result = cli_run("bench", "--max-time", "3", "--json", "--set", "data.num_workers=1", "--set", "precision.amp=bf16",
+                     "--", "python", str(SCRIPTS / "knob_probe.py"), str(report), "100000", timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(report.read_text())
+    assert seen["num_workers"] == 1 and seen["autocast"] is True and seen["output_dtype"] == "torch.float32"
+    assert sorted(json.loads(result.stdout)["script"]["reached"]) == ["data.num_workers", "precision.amp"]
