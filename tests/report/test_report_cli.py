@@ -37,7 +37,7 @@ def test_the_report_never_overwrites_its_input(tuned_study, tmp_path, capsys):
     db = tmp_path / "s.db"
     db.write_bytes(tuned_study.db.read_bytes())
     assert main(["report", str(db), "-o", str(db)]) == 2
-    assert "input file itself" in capsys.readouterr().err
+    assert "is the input" in capsys.readouterr().err
     assert db.read_bytes() == tuned_study.db.read_bytes()
 
 
@@ -71,3 +71,13 @@ def test_tune_report_writes_the_report_and_keeps_json_clean_and_both_reports_sho
     assert main(["report", str(tuned_study.db), "-o", str(stored), "--no-doctor"]) == 0
     for html in (tuned_study.report.read_text(), stored.read_text()):
         assert "<strong>crash</strong>" in html and "DataLoader worker" in html and 'data-chart="trials"' in html
+
+
+def test_with_no_argument_the_study_tune_wrote_here_is_reported(tuned_study, tmp_path, monkeypatch, capsys):
+    (tmp_path / ".torchpace").mkdir()
+    (tmp_path / ".torchpace" / "studies.db").write_bytes(tuned_study.db.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--no-doctor", "-o", "r.html"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "r.html").stat().st_size > 0
+    assert main(["report", "--no-doctor", "-o", ".torchpace/studies.db"]) == 2
+    assert "is the input" in capsys.readouterr().err
