@@ -1,5 +1,6 @@
-"""The sitecustomize hook: a config's global and DataLoader knobs reach an unmodified script, explicit
-arguments stay the script's, and a script that never imports torch pays (almost) nothing."""
+"""The sitecustomize hook: a config's global and DataLoader knobs reach an unmodified script, also over
+the arguments it passes itself (each change reported), and a script that never imports torch pays
+(almost) nothing."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from launch_helpers import WORKERS, run_launch
 from torchpace.knobs import get_knob
-from torchpace.launch.inprocess import loader_defaults
+from torchpace.launch.inprocess import loader_overrides
 from torchpace.launch.plan import CONFIG_ENV
 from torchpace.launch.probe import HOOK_DIR
 
@@ -52,20 +53,26 @@ def _launch_json(args, env) -> tuple[dict, str]:
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
 
 
-def test_hook_changes_defaults_and_leaves_explicit_arguments(config_file, child_env, shadowed_sitecustomize):
-    env = {**child_env, "PYTHONPATH": str(shadowed_sitecustomize)}
-    seen, stderr = _launch_json(["--config", str(config_file), "--allocator", "system", "--",
-                                 str(WORKERS / "hook_probe.py")], env)
+def test_hook_gives_every_loader_the_config_and_reports_what_it_changed(child_env, shadowed_sitecustomize):
+    # the hook itself, given the config as launch would (launch refuses the CUDA-only knobs on a CPU host)
+    values = {"precision.matmul": "medium", "backends.cudnn_benchmark": True, "data.num_workers": 2,
+              "data.prefetch_factor": 4, "data.persistent_workers": True}
+    env = {**child_env, "PYTHONPATH": f"{HOOK_DIR}:{shadowed_sitecustomize}", CONFIG_ENV: json.dumps(values)}
+    result = subprocess.run([sys.executable, str(WORKERS / "hook_probe.py")], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["matmul"] == "medium" and seen["cudnn_benchmark"] is True
     assert seen["plain"] == {"num_workers": 2, "pin_memory": False, "prefetch_factor": 4, "persistent_workers": True, "batch_size": 1}
     assert seen["subclass"]["num_workers"] == 2 and seen["subclass"]["batch_size"] == 2
-    assert seen["explicit_kw"] == {"num_workers": 0, "pin_memory": False, "prefetch_factor": None,
-                                   "persistent_workers": False, "batch_size": 1}
-    assert seen["explicit_positional"]["num_workers"] == 1 and seen["explicit_positional"]["batch_size"] == 4
-    assert seen["explicit_positional"]["prefetch_factor"] == 4
+    # the script's own num_workers=0 / =1 is what a tuned config changes: it reaches those loaders too
+    assert seen["explicit_kw"] == {"num_workers": 2, "pin_memory": False, "prefetch_factor": 4,
+                                   "persistent_workers": True, "batch_size": 1}
+    assert seen["explicit_positional"]["num_workers"] == 2 and seen["explicit_positional"]["batch_size"] == 4
     assert seen["iterable"]["num_workers"] == 0  # an IterableDataset would be read once per worker
     assert seen["sitecustomize_marker"] == "ran"
-    assert "precision.amp" in stderr and "torchpace.prepare" in stderr
+    assert "DataLoader at" in result.stderr and "hook_probe.py" in result.stderr and "num_workers 0 -> 2" in result.stderr
+    assert "num_workers 1 -> 2" in result.stderr
 
 
 def test_hook_is_cheap_when_torch_is_never_imported(config_file, child_env, shadowed_sitecustomize):
@@ -74,12 +81,15 @@ def test_hook_is_cheap_when_torch_is_never_imported(config_file, child_env, shad
     assert seen == {"torch": False, "torchpace": False, "chained": "ran"}
 
 
-def test_loader_defaults_never_override_what_the_script_passed():
+def test_loader_overrides_change_what_the_script_passed_and_say_from_what():
     knobs = [(get_knob("data.num_workers"), 4), (get_knob("data.prefetch_factor"), 8),
              (get_knob("data.persistent_workers"), True)]
-    assert loader_defaults(knobs, {}) == {"num_workers": 4, "prefetch_factor": 8, "persistent_workers": True}
-    assert loader_defaults(knobs, {"num_workers": 0}) == {}
-    assert loader_defaults(knobs, {"num_workers": 1, "prefetch_factor": 2}) == {"persistent_workers": True}
+    assert loader_overrides(knobs, {}) == {"num_workers": (None, 4, "data.num_workers"),
+                                          "prefetch_factor": (None, 8, "data.prefetch_factor"),
+                                          "persistent_workers": (None, True, "data.persistent_workers")}
+    assert loader_overrides(knobs, {"num_workers": 0})["num_workers"] == (0, 4, "data.num_workers")
+    changed = loader_overrides(knobs, {"num_workers": 4, "prefetch_factor": 8, "persistent_workers": False})
+    assert changed == {"persistent_workers": (False, True, "data.persistent_workers")}  # equal values are no change
 
 
 def test_hook_constant_matches_the_planner():

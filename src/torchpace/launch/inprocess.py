@@ -154,10 +154,10 @@ def loader_overrides(knobs: Sequence[tuple[Knob, KnobValue]], explicit: Mapping[
         scratch = dict(merged)
         knob.apply(value, scratch, None)
         for name, new in scratch.items():
-            old = merged.get(name, _default_of(signature, name))
-            if name not in changes and old == new and type(old) is type(new):
-                continue
-            changes[name] = (changes[name][0] if name in changes else old, new, knob.name)
+            current = merged[name] if name in merged else _default_of(signature, name)
+            if _same(current, new):
+                continue  # not this knob's change
+            changes[name] = (changes[name][0] if name in changes else current, new, knob.name)
             merged[name] = new
     return {name: change for name, change in changes.items() if not _same(change[0], change[1])}
 
