@@ -443,3 +443,13 @@ def test_format_bytes():
     assert checks.format_bytes(None) == "unknown"
     assert checks.format_bytes(512) == "512 B"
     assert checks.format_bytes(3 * GiB) == "3.0 GiB"
+
+
+def test_allocator_evidence_names_one_path_per_library_and_the_json_keeps_them_all(healthy):
+    jemalloc = ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/lib/x86_64-linux-gnu/libjemalloc.so.2")
+    tcmalloc = tuple(f"/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4.{n}" for n in range(9))
+    facts = replace(healthy, allocator=replace(healthy.allocator, ld_preload=(), jemalloc_paths=jemalloc,
+                                               tcmalloc_paths=tcmalloc), torch=replace(healthy.torch, loaded_libraries=()))
+    [finding] = checks.check_allocator(facts)
+    assert finding.evidence == f"jemalloc: {jemalloc[0]} (+1 more); tcmalloc: {tcmalloc[0]} (+8 more)"
+    assert finding.data["installed"] == [*jemalloc, *tcmalloc]

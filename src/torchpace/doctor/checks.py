@@ -739,12 +739,20 @@ def check_allocator(facts: DoctorFacts) -> list[Finding]:
     installed = a.jemalloc_paths + a.tcmalloc_paths
     if installed:
         name = "jemalloc" if a.jemalloc_paths else "tcmalloc"
-        return [_finding("allocator", "allocator.malloc", INFO, f"{name} installed but not preloaded", ", ".join(installed),
+        return [_finding("allocator", "allocator.malloc", INFO, f"{name} installed but not preloaded", _one_per_library(a),
                          Remedy(f"Let the tuner measure it (torchpace launch --allocator {name}), or preload it.",
                                 f"export LD_PRELOAD={installed[0]}"), installed=list(installed))]
     return [_finding("allocator", "allocator.malloc", INFO, "No jemalloc or tcmalloc installed",
                      "glibc malloc returns memory slowly under many-threaded CPU training and data loading",
                      _install(facts, "jemalloc", "Install jemalloc so the tuner can measure it."), installed=[])]
+
+
+def _one_per_library(a) -> str:
+    """`jemalloc: PATH; tcmalloc: PATH` with the first path of each installed library (the JSON
+    `installed` field keeps them all: the same library is often found under several names and dirs)."""
+    firsts = [f"{name}: {paths[0]}" + (f" (+{len(paths) - 1} more)" if len(paths) > 1 else "")
+              for name, paths in (("jemalloc", a.jemalloc_paths), ("tcmalloc", a.tcmalloc_paths)) if paths]
+    return "; ".join(firsts)
 
 
 # =================================================================================== smoke
