@@ -55,7 +55,12 @@ def tuned_study(tmp_path_factory, host) -> TunedStudy:
     outcome = json.loads(done.stdout)
     statuses = {t["slot"]: t["status"] for t in outcome["trials"]}
     seen = "\n".join(f"{t['slot']}: {t['status']} {(t.get('error') or '')[-600:]}" for t in outcome["trials"])
-    assert statuses == EXPECTED_STATUSES, f"{seen}\nfailed_baseline: {outcome.get('failed_baseline')}\n{done.stderr[-2000:]}"
+    # a candidate measured again (its first run unsettled, or its gain not clear against the noise) adds
+    # `confirm` slots: the same study for these tests
+    extra = {slot: status for slot, status in statuses.items() if slot not in EXPECTED_STATUSES}
+    assert {slot: statuses.get(slot) for slot in EXPECTED_STATUSES} == EXPECTED_STATUSES and all(
+        slot.startswith("confirm") and status == "ok" for slot, status in extra.items()), \
+        f"{seen}\nfailed_baseline: {outcome.get('failed_baseline')}\n{done.stderr[-2000:]}"
     return TunedStudy(db, STUDY, outcome, report, done.stderr, host.summary())
 
 

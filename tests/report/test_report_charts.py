@@ -66,10 +66,3 @@ def test_drawing_leaves_matplotlib_settings_as_they_were():
 def test_every_chart_is_well_formed_svg(render):
     root = _parse(render())
     assert root.tag == "svg" and root.find("title") is not None
-
-
-def test_a_tuned_estimate_outside_its_latest_interval_is_explained():
-    from torchpace.report.view import estimate_note
-
-    assert estimate_note(_ROW) is None
-    assert "median of its most recent measurements" in estimate_note({**_ROW, "samples_per_s": 110.0})

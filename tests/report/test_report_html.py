@@ -93,6 +93,27 @@ def test_a_real_study_renders_every_chart_as_inline_svg(study_report, tuned_stud
     assert_self_contained(page)
 
 
+def test_toml_json_and_report_show_the_same_figures_by_one_stated_definition(study_report, tuned_study):
+    """Baseline, tuned, their CIs and the speedup agree in torchpace.toml, `tune --json` and the report
+    (built again from the stored study), each figure inside its own CI, the speedup their shown ratio."""
+    toml = load_config(tuned_study.db.parent / "torchpace.toml").result
+    live = tuned_study.outcome
+    stored = load_report_data(str(tuned_study.db)).tune
+    for outcome in (live, stored):
+        for row, prefix in ((outcome["baseline"], "baseline"), (outcome["best"], "tuned")):
+            assert row["samples_per_s_ci_low"] <= row["samples_per_s"] <= row["samples_per_s_ci_high"]
+            assert (row["samples_per_s"], row["samples_per_s_ci_low"], row["samples_per_s_ci_high"]) == pytest.approx(
+                (toml[f"{prefix}_samples_per_s"], toml[f"{prefix}_ci_low"], toml[f"{prefix}_ci_high"]))
+        assert outcome["speedup"] == pytest.approx(outcome["best"]["samples_per_s"] / outcome["baseline"]["samples_per_s"])
+        assert outcome["speedup"] == pytest.approx(toml["speedup"])
+        assert outcome["extras"]["figures"] == toml["figures"]
+    html = study_report.read_text()
+    for row in (live["baseline"], live["best"]):
+        shown = f"{row['samples_per_s']:,.0f} [{row['samples_per_s_ci_low']:,.0f}, {row['samples_per_s_ci_high']:,.0f}]"
+        assert shown in html
+    assert f"{live['speedup']:.2f}×" in html and "speedup = tuned / baseline samples/s, as shown" in html
+
+
 def test_the_study_report_shows_host_doctor_decisions_and_the_guard(study_report, tuned_study):
     html = study_report.read_text()
     assert tuned_study.host["fingerprint"] in html and "Doctor findings that are not ok" in html

@@ -201,18 +201,9 @@ def tune_view(tune: Mapping[str, Any]) -> dict[str, Any]:
         "tuned_is_baseline": best_losses is None,
         "tuned_guard": (tuned or {}).get("guard_reason") if tune.get("best_config") else None,
         "same_config_note": same_config_note(baseline, tuned, tune.get("best_config")),
-        "estimate_note": estimate_note(tuned) if tune.get("strategy") == "greedy" else None,
+        "figures_note": (tune.get("extras") or {}).get("figures"),
+        "contention_note": ((tune.get("extras") or {}).get("other_load") or {}).get("note"),
     }
-
-
-def estimate_note(tuned: Mapping[str, Any] | None) -> str | None:
-    """Why the tuned figure can lie outside its bracket: it is the tuner's estimate, the CI one measurement's."""
-    if not tuned or tuned.get("samples_per_s_ci_low") is None or tuned.get("samples_per_s_ci_high") is None:
-        return None
-    if tuned["samples_per_s_ci_low"] <= tuned["samples_per_s"] <= tuned["samples_per_s_ci_high"]:
-        return None
-    return ("The tuned figure is the greedy tuner's estimate for the tuned config: the median of its most recent "
-            "measurements. The bracket is the 95% CI of the latest single measurement, so the estimate can fall outside it.")
 
 
 def same_config_note(baseline: Mapping[str, Any] | None, tuned: Mapping[str, Any] | None,

@@ -23,7 +23,7 @@ def render_outcome(console, o: dict[str, Any]) -> None:
         _render_inference_waterfall(console, o)
     elif base:
         table = Table(title=f"torchpace tune: {o['workload']} ({o['strategy']}, {len(o['trials'])} trials, stopped: {o['stopped']})")
-        for column in ("change", "samples/s [95% CI]", "step gain", "cumulative speedup", "peak memory"):
+        for column in ("change", "samples/s [95% CI]", "step gain", "speedup vs baseline", "peak memory"):
             table.add_column(column)
         table.add_row("baseline (PyTorch defaults)", f"{base['samples_per_s']:,.1f}{_ci(base)}", "", "1.00x", format_bytes(base["peak_memory_bytes"]))
         for a in o["accepted"]:
@@ -33,7 +33,15 @@ def render_outcome(console, o: dict[str, Any]) -> None:
     _render_rejected(console, o["trials"])
     if o["speedup"] is not None:
         config = ", ".join(f"{k}={v}" for k, v in o["best_config"].items()) or "PyTorch defaults (nothing beat the noise)"
-        console.print(f"[bold]best:[/] {config}  ->  {o['speedup']:.2f}x the baseline")
+        figures = ""
+        if o.get("best") and o.get("baseline") and o["objective"] == "throughput":
+            figures = f"  ({o['best']['samples_per_s']:,.1f} / {o['baseline']['samples_per_s']:,.1f} samples/s)"
+        console.print(f"[bold]best:[/] {config}  ->  {o['speedup']:.2f}x the baseline{figures}")
+    extras = o.get("extras") or {}
+    if (extras.get("other_load") or {}).get("note"):
+        console.print(f"[yellow]warning:[/] {extras['other_load']['note']}.")
+    if extras.get("figures"):
+        console.print(f"[dim]{extras['figures']}[/]")
     if o["out_path"]:
         console.print(f"wrote {o['out_path']}  (apply it: torchpace.prepare(workload, '{o['out_path']}') or "
                       f"torchpace launch --config {o['out_path']} -- train.py)")
@@ -95,7 +103,7 @@ def _render_rejected(console, trials: list[dict]) -> None:
     rows = [t for t in trials if t["status"] != "ok" or t["guard"] == "fail"]
     if not rows:
         return
-    table = Table(title="failed and guard-rejected trials")
+    table = Table(title="failed, guard-rejected and unfinished trials")
     for column in ("#", "config", "status", "reason"):
         table.add_column(column)
     for t in rows:
