@@ -88,3 +88,12 @@ def test_knobs_json_lists_every_knob_with_a_reason_or_candidates(cli_run):
 
     assert [r["name"] for r in rows if r["name"] in REGISTRY] and len(rows) == len(REGISTRY)
     assert all(r["candidates"] if r["applies"] else r["reason"] for r in rows)
+
+
+def test_knobs_table_shows_every_knob_name_whole_at_80_columns(cli_run):
+    from torchpace.knobs import REGISTRY
+
+    done = cli_run("knobs", env_extra={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert max(map(len, done.stdout.splitlines())) <= 80
+    assert [name for name in REGISTRY if name not in done.stdout] == []

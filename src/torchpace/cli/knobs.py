@@ -77,11 +77,7 @@ def command(workload, as_json):
     if as_json:
         emit_json({"workload": loaded.name, "host": host.summary(), "knobs": rows})
         return 0
-    from rich.table import Table
-
-    table = Table(title=f"knobs for {loaded.name} on this host")
-    for column in ("knob", "stage", "default", "candidates here / why not"):
-        table.add_column(column)
+    table = _knob_table(f"knobs for {loaded.name} on this host", ("stage", "default", "candidates here / why not"))
     for row in rows:
         detail = ", ".join(map(str, row["candidates"])) if row["applies"] else f"[dim]does not apply: {row['reason']}[/]"
         table.add_row(row["name"], row["stage"], str(row["default"]), detail)
@@ -97,11 +93,8 @@ def _script_knobs(host, command_argv: list[str], as_json: bool) -> int:
     if as_json:
         emit_json({"command": command_argv, "host": host.summary(), "knobs": rows, "prepare_change": PREPARE_CHANGE})
         return 0
-    from rich.table import Table
-
-    table = Table(title=f"knobs for the unmodified script {label} on this host")
-    for column in ("knob", "stage", "reaches the script through / candidates here"):
-        table.add_column(column, overflow="fold")
+    table = _knob_table(f"knobs for the unmodified script {label} on this host",
+                        ("stage", "reaches the script through / candidates here"))
     for row in rows:
         if row["needs_prepare"]:
             detail = "[yellow]needs torchpace.prepare()[/] in the script"
@@ -117,3 +110,17 @@ def _script_knobs(host, command_argv: list[str], as_json: bool) -> int:
     console.print("For the knobs that need torchpace.prepare(), build the loop with it (two lines):")
     console.print(PREPARE_CHANGE, markup=False, highlight=False)
     return 0
+
+
+def _knob_table(title: str, columns: tuple[str, ...]):
+    """A Rich table whose first column holds whole knob names at any terminal width (never cut to
+    `data.persistent_wo…`); the other columns fold long words instead of cutting them."""
+    from rich.table import Table
+
+    from torchpace.knobs import REGISTRY
+
+    table = Table(title=title)
+    table.add_column("knob", no_wrap=True, min_width=max(map(len, REGISTRY)))
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
