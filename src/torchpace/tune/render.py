@@ -30,6 +30,7 @@ def render_outcome(console, o: dict[str, Any]) -> None:
             table.add_row(f"+ {a['knob']} = {a['value']}", f"{a['samples_per_s']:,.1f}{_ci(a)}", f"{a['step_gain']:.2f}x",
                           f"{a['speedup']:.2f}x", format_bytes(a["peak_memory_bytes"]))
         console.print(table)
+    _render_not_kept(console, (o.get("extras") or {}).get("decisions") or [])
     _render_rejected(console, o["trials"])
     if o["speedup"] is not None:
         config = ", ".join(f"{k}={v}" for k, v in o["best_config"].items()) or "PyTorch defaults (nothing beat the noise)"
@@ -95,6 +96,22 @@ def _render_export(console, export: dict[str, Any] | None) -> None:
     if export.get("runtime"):
         runtime = ", ".join(f"{k}={v}" for k, v in export["runtime"].items())
         console.print(f"apply where you serve it (not part of the file): {runtime}")
+
+
+def _render_not_kept(console, decisions: list[dict]) -> None:
+    """Greedy: each knob tried and not kept, with the policy's one-line reason (no faster, within the
+    noise, every value failed), so the summary accounts for every trial, not only the accepted ones."""
+    from rich.table import Table
+
+    rejected = [d for d in decisions if d.get("accepted_value") is None]
+    if not rejected:
+        return
+    table = Table(title="knobs tried and not kept")
+    for column in ("knob", "why"):
+        table.add_column(column, overflow="fold")
+    for decision in rejected:
+        table.add_row(decision["knob"], decision["reason"].removeprefix("rejected: "))
+    console.print(table)
 
 
 def _render_rejected(console, trials: list[dict]) -> None:
