@@ -124,3 +124,17 @@ def test_config_that_is_not_utf8_and_a_bogus_device_exit_2(cli_run, tmp_path):
     assert done.returncode == 2 and "is not UTF-8 text" in done.stderr, done.stderr
     done = cli_run("bench", "--device", "bogus")
     assert done.returncode == 2 and "'bogus' is not a torch device; valid: cpu, cuda" in done.stderr, done.stderr
+
+
+def test_a_bench_json_missing_fields_and_a_missing_shard_folder_exit_2(cli_run, tmp_path):
+    (tmp_path / "b.json").write_text('{"kind": "torchpace.bench", "schema_version": 1, "workload": "x"}')
+    done = cli_run("report", "b.json", "--no-doctor")
+    assert done.returncode == 2 and "is a bench result without the field(s) config, device" in done.stderr, done.stderr
+    images = tmp_path / "imgs" / "a"
+    images.mkdir(parents=True)
+    from PIL import Image
+
+    for i in range(2):
+        Image.new("RGB", (8, 8)).save(images / f"{i}.jpg")
+    done = cli_run("bench-data", "imgs", "--shards", str(tmp_path / "missing"), "--max-time", "0.2")
+    assert done.returncode == 2 and "is not a shard folder (no manifest.json)" in done.stderr, done.stderr

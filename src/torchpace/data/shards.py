@@ -54,6 +54,10 @@ class ShardError(TorchpaceError):
     """A shard folder or file is missing, unreadable, or does not hold what its manifest says."""
 
 
+class NotAShardFolder(ShardError, UsageError):
+    """The folder given as shards holds no manifest: bad input (exit 2), not a failure while reading."""
+
+
 @dataclass(frozen=True)
 class ShardInfo:
     """One shard file: its name in the shard folder, samples and size."""
@@ -355,7 +359,7 @@ def load_manifest(shard_dir: str | os.PathLike) -> ShardManifest:
     try:
         return ShardManifest.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:
-        raise ShardError(f"{path.parent} is not a shard folder (no {MANIFEST_NAME}); "
+        raise NotAShardFolder(f"{path.parent} is not a shard folder (no {MANIFEST_NAME}); "
                          f"make one with: torchpace shard SRC_DIR --out {path.parent}") from None
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ShardError(f"cannot read {path}: {err}") from err

@@ -142,8 +142,19 @@ def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
                          f"{_SUPPORTED_RESULT_SCHEMA} (a newer torchpace wrote it?)")
     config = dict(doc.get("config") or {})
     if kind == BENCH_KIND:
+        _check_bench_fields(doc, source)
         return ReportData("bench", source, str(doc.get("workload", "?")), config, host=doc.get("host") or None, bench=doc)
     return ReportData("profile", source, str(doc.get("workload", "?")), config, profile=doc)
+
+
+def _check_bench_fields(doc: Mapping[str, Any], source: str) -> None:
+    """UsageError naming the fields a bench result lacks (the schema's required ones: the report shows them)."""
+    from torchpace.measure.schema import BENCH_RESULT_SCHEMA
+
+    missing = [name for name in BENCH_RESULT_SCHEMA["required"] if name not in doc]
+    if missing:
+        raise UsageError(f"{source!r} is a bench result without the field(s) {', '.join(missing)}; write it again "
+                         "with `torchpace bench --out FILE`")
 
 
 # ---- studies ---------------------------------------------------------------------------------------
