@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import re
 import sys
 
 import pytest
@@ -48,6 +49,26 @@ def test_hang_times_out_and_leaves_no_process_behind(host, own_leftovers):
     result = run_trial(_spec("hangs", config={"data.num_workers": 1}), host, timeout_s=15)
     assert result.status == "timeout"
     assert own_leftovers("torchpace.trial") == []
+    # the child dumped its threads' stacks before the cap (faulthandler's "line N in f" frames): where it
+    # was stuck is in the stderr tail
+    assert re.search(r"line \d+ in _run_module_as_main", result.stderr_tail), result.stderr_tail[-1000:]
+
+
+def test_a_hang_after_a_process_of_the_trial_died_is_a_crash_not_a_timeout(host, own_leftovers):
+    result = run_trial(_spec("worker_dies_unnoticed", config={"data.num_workers": 1}), host, timeout_s=20)
+    assert result.status == "crash" and "had died" in result.error and "made no progress" in result.error
+    assert own_leftovers("torchpace.trial") == []
+    alive = run_trial(_spec("hangs_with_one_worker", config={"data.num_workers": 1}), host, timeout_s=20)
+    assert alive.status == "timeout"  # a worker alive but stuck: slow or hung, not crashed
+
+
+def test_a_worker_death_reported_but_not_acted_on_is_a_crash():
+    from torchpace.trial.protocol import classify_timeout
+
+    swallowed = ("W1130 profiler.py:858] Unexpected error importing torch.profiler._cupti_monitor\n"
+                 "RuntimeError: DataLoader worker (pid 7400) exited unexpectedly with exit code 139.\n")
+    assert classify_timeout(swallowed, [])[0] == "crash"
+    assert classify_timeout("Timeout (0:00:50)!\nThread 0x1 (most recent call first):", []) == ("timeout", "")
 
 
 def test_process_level_knobs_go_into_the_child_env_only(host, tmp_path):

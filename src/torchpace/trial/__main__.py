@@ -89,6 +89,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m torchpace.trial SPEC.json RESULT.json", file=sys.stderr)
         return 2
     spec, result_path = TrialSpec.load(Path(argv[0])), Path(argv[1])
+    if spec.dump_stacks_after_s:  # just before the parent's cap: where a stuck trial was, in its stderr tail
+        import faulthandler
+
+        faulthandler.dump_traceback_later(spec.dump_stacks_after_s, exit=False)
     from torchpace.runtime.distributed import RankEnv
 
     ranks = RankEnv.from_env()

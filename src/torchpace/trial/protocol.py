@@ -61,6 +61,7 @@ class TrialSpec:
     accuracy_atol: float = 1e-5
     min_top1_agreement: float = 0.99
     accuracy_enforce: bool = True  # False: report the accuracy figures, never reject (`torchpace bench`)
+    dump_stacks_after_s: float | None = None  # the child writes every thread's stack to stderr then (faulthandler)
     command: list[str] = field(default_factory=list)
     samples_per_step: int | None = None
     script_mode: str = "bench"
@@ -105,6 +106,26 @@ class TrialResult:
 def is_nonfinite(values: list[float]) -> bool:
     """True when any loss value is NaN or infinite."""
     return any(not math.isfinite(v) for v in values)
+
+
+_DEAD_WORKER_SIGNS = ("DataLoader worker (pid", "exited unexpectedly")
+
+
+def classify_timeout(stderr_tail: str, dead_children: list[int]) -> tuple[str, str]:
+    """(failure class, why) of a trial that reached its cap without a result.
+
+    A child process of the trial (a DataLoader worker) that had died by then, unreaped, or a worker
+    death the loader reported in stderr without acting on it (torch raises it from a SIGCHLD handler,
+    at whatever line runs then: code that catches every exception there swallows it, and the loader
+    then waits for that worker's batch for ever), is a crash: the trial stopped progressing because
+    a process died, not because it was slow. Otherwise it is a timeout.
+    """
+    reported = all(sign in stderr_tail for sign in _DEAD_WORKER_SIGNS)
+    if dead_children or reported:
+        which = f"process(es) {', '.join(map(str, dead_children))} of the trial had died" if dead_children else \
+            "a DataLoader worker died (see the stderr tail)"
+        return CRASH, f"{which} and the trial then made no progress until its cap: a crash, not slowness"
+    return TIMEOUT, ""
 
 
 def classify_exit(returncode: int, stderr_tail: str) -> str:

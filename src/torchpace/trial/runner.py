@@ -12,6 +12,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
@@ -22,11 +23,12 @@ from torchpace.knobs.distributed import nproc_of
 from torchpace.launch.command import PythonCommand
 from torchpace.launch.plan import ChildOptions, LaunchFacts, LaunchPlan, plan_child
 from torchpace.process import start_child, stop_tree
-from torchpace.trial.protocol import CRASH, INVALID, TIMEOUT, TrialResult, TrialSpec, classify_exit
+from torchpace.trial.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit, classify_timeout
 from torchpace.trial.ranks import all_ranks_stderr, read_rank_failure
 
 _STDERR_TAIL_BYTES = 4000
 _KILL_GRACE_S = 3.0  # SIGTERM first, then SIGKILL after this
+_DUMP_BEFORE_CAP_S = 10.0  # the child dumps its threads' stacks this long before the cap (its start-up lags ours)
 _TRIAL_DIR_PREFIX = "torchpace-trial-"  # + the pid of the process running the trial
 
 
@@ -63,7 +65,7 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
     remove_orphan_trial_dirs(workdir)
     with tempfile.TemporaryDirectory(prefix=f"{_TRIAL_DIR_PREFIX}{os.getpid()}-", dir=workdir) as tmp:
         spec_path, result_path, err_path = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "stderr.txt"
-        spec.save(spec_path)
+        replace(spec, dump_stacks_after_s=max(1.0, timeout_s - _DUMP_BEFORE_CAP_S)).save(spec_path)
         nofile = None  # the child's soft RLIMIT_NOFILE, as `launch` gives it (None: inherited)
         if spec.command:  # script mode: the user's script, launched with the trial's config and the hook
             from torchpace.script.run import plan_script_trial
@@ -76,19 +78,22 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
                 return TrialResult(INVALID, error=str(err))
             argv, env, nofile = list(plan.argv), dict(plan.env), plan.nofile
         start = time.perf_counter()
+        dead: list[int] = []
         with open(err_path, "wb") as err_file:
             proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env, stdout=subprocess.DEVNULL,
                                stderr=err_file)
             try:
                 returncode: int | None = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                returncode = None
+                returncode, dead = None, dead_children(proc.pid)  # before stop_tree: its zombies are the evidence
             finally:  # also on Ctrl-C / SIGTERM of the parent: leave nothing behind (workers, ranks)
                 stop_tree(proc, _KILL_GRACE_S)
         wall_s = time.perf_counter() - start
         if returncode is None:
-            return TrialResult(TIMEOUT, error=f"no result after {timeout_s:.0f} s; the trial's process group was killed",
-                               stderr_tail=all_ranks_stderr(result_path) + _tail(err_path), wall_time_s=wall_s)
+            stderr_tail = all_ranks_stderr(result_path) + _tail(err_path)
+            status, why = classify_timeout(stderr_tail, dead)
+            return TrialResult(status, error=f"no result after {timeout_s:.0f} s; the trial's process group was killed"
+                               + (f": {why}" if why else ""), stderr_tail=stderr_tail, wall_time_s=wall_s)
         if spec.command:
             from torchpace.script.run import read_script_result
 
@@ -96,6 +101,25 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
         if returncode != 0 and nproc_of(spec.config) > 1:
             return read_rank_failure(result_path, _tail(err_path), returncode, wall_s)
         return _read_result(result_path, returncode, _tail(err_path), wall_s)
+
+
+def dead_children(pid: int) -> list[int]:
+    """Descendants of `pid` that have exited but were not reaped (zombies): a worker whose death its
+    parent never noticed."""
+    import psutil
+
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    dead = []
+    for child in children:
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                dead.append(child.pid)
+        except psutil.Error:
+            continue  # gone meanwhile: reaped by its parent, so noticed
+    return dead
 
 
 def remove_orphan_trial_dirs(root: Path | None = None) -> list[Path]:
