@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from torchpace.config import RunConfig
-from torchpace.script.run import script_trial_spec
+from torchpace.trial.script import script_trial_spec
 from torchpace.trial import run_trial
 
 SCRIPTS = Path(__file__).parent / "scripts"

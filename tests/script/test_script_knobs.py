@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from torchpace.knobs import REGISTRY
-from torchpace.script.run import script_target
+from torchpace.script.knobs import script_target
 
 SCRIPTS = Path(__file__).parent / "scripts"
 

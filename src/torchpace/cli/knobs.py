@@ -40,7 +40,7 @@ def plan_script_knob_table(host, label: str) -> list[dict]:
     """One row per knob for an unmodified script: how it reaches the script and its candidates here,
     or that it needs `torchpace.prepare()` (with the code change), or why it does not apply here."""
     from torchpace.knobs import knobs_in_stage_order
-    from torchpace.script.run import script_target
+    from torchpace.script.knobs import script_target
 
     target, rows = script_target(label), []
     for knob in knobs_in_stage_order():

@@ -1,8 +1,10 @@
 """Script mode: `bench`, `tune` and `profile` of an unmodified training script.
 
-A script-mode run is a launch of the user's command (`python train.py ARGS`) with a config, planned by
-the same planner as `torchpace launch`, whose sitecustomize hook applies the knobs that can reach the
-script (`torchpace.launch.inprocess`) and, for a measurement, installs `torchpace.script.hook` inside
-the script's process: steps are counted there, measured with `measure.timing.WindowMeter`, and the
-result is written to a file the parent reads (`torchpace.script.run`).
+A script-mode run is a trial that launches the user's command (`python train.py ARGS`) with a config,
+planned by the same planner as `torchpace launch` (`torchpace.trial.script`). Its sitecustomize hook
+applies the knobs that can reach the script (`torchpace.launch.inprocess`) and installs
+`torchpace.script.hook` inside the script's process: steps are counted there (`script.probe`),
+measured with `measure.timing.WindowMeter` or traced (`script.profile`), and the result is written to
+a file the parent reads. `script.knobs` says which knobs reach a script; `script.run` holds the
+`bench -- CMD` and `profile -- CMD` flows.
 """

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from torchpace.script.hook import ScriptProbe
+from torchpace.script.probe import ScriptProbe
 from torchpace.script.spec import ScriptMeasure
 from torchpace.trial.protocol import CRASH, OK, TrialResult
 

@@ -23,6 +23,7 @@ from torchpace.knobs.distributed import nproc_of
 from torchpace.launch.command import PythonCommand
 from torchpace.launch.plan import ChildOptions, LaunchFacts, LaunchPlan, plan_child
 from torchpace.process import start_child, stop_tree
+from torchpace.trial.script import plan_script_trial, read_script_result
 from torchpace.trial.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit, classify_timeout
 from torchpace.trial.ranks import all_ranks_stderr, read_rank_failure
 
@@ -67,16 +68,14 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
         spec_path, result_path, err_path = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "stderr.txt"
         replace(spec, dump_stacks_after_s=max(1.0, timeout_s - _DUMP_BEFORE_CAP_S)).save(spec_path)
         nofile = None  # the child's soft RLIMIT_NOFILE, as `launch` gives it (None: inherited)
-        if spec.command:  # script mode: the user's script, launched with the trial's config and the hook
-            from torchpace.script.run import plan_script_trial
-
-            argv, env = plan_script_trial(spec, host, base_env, result_path, timeout_s)
-        else:
-            try:
+        try:
+            if spec.command:  # script mode: the user's script, launched with the trial's config and the hook
+                argv, env, nofile = plan_script_trial(spec, host, base_env, result_path, timeout_s)
+            else:
                 plan = plan_trial(spec.config, host, base_env, spec_path, result_path)
-            except UsageError as err:  # e.g. numactl or an allocator the config needs is not installed
-                return TrialResult(INVALID, error=str(err))
-            argv, env, nofile = list(plan.argv), dict(plan.env), plan.nofile
+                argv, env, nofile = list(plan.argv), dict(plan.env), plan.nofile
+        except UsageError as err:  # e.g. numactl or an allocator the config needs is not installed
+            return TrialResult(INVALID, error=str(err))
         start = time.perf_counter()
         dead: list[int] = []
         with open(err_path, "wb") as err_file:
@@ -95,8 +94,6 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
             return TrialResult(status, error=f"no result after {timeout_s:.0f} s; the trial's process group was killed"
                                + (f": {why}" if why else ""), stderr_tail=stderr_tail, wall_time_s=wall_s)
         if spec.command:
-            from torchpace.script.run import read_script_result
-
             return read_script_result(spec, result_path, returncode, _tail(err_path), wall_s)
         if returncode != 0 and nproc_of(spec.config) > 1:
             return read_rank_failure(result_path, _tail(err_path), returncode, wall_s)

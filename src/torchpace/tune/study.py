@@ -34,12 +34,17 @@ def check_study_metadata(name: str, meta: dict | None, expected: dict[str, Any])
     for key, label in (("command", "command"), ("workload", "workload"), ("host_fingerprint", "host fingerprint"),
                        ("strategy", "strategy")):
         if meta.get(key) != expected.get(key):
-            raise UsageError(f"study {name!r} was tuned with {label} {meta.get(key)!r}, not {expected[key]!r}: "
+            raise UsageError(f"study {name!r} was tuned with {label} {_shown(meta.get(key))}, not {_shown(expected.get(key))}: "
                              "its measurements do not transfer; use a new --study name")
     objective, wanted = meta.get("objective", "throughput"), expected.get("objective", "throughput")
     if objective != wanted:
         raise UsageError(f"study {name!r} was tuned for --objective {objective}, not {wanted}: its decisions compare "
                          "another figure; use a new --study name")
+
+
+def _shown(value: Any) -> str:
+    """A metadata value in a message: a command as the user typed it, anything else as repr."""
+    return repr(" ".join(value)) if isinstance(value, list) else repr(value)
 
 
 def open_study(storage, name: str, meta: dict[str, Any], resume: bool, sampler):

@@ -153,7 +153,7 @@ class Tuner:
         if not self.options.command:
             return load_workload(self.spec)
         from torchpace.launch.command import parse_python_command
-        from torchpace.script.run import script_target
+        from torchpace.script.knobs import script_target
 
         program = parse_python_command(self.options.command)
         return script_target(Path(program.script).name if program.script else str(program.module))

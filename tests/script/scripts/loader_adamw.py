@@ -15,15 +15,18 @@ from torch.utils.data import DataLoader, Dataset
 
 
 class Squares(Dataset):
-    """Each sample costs real work: a small FFT of a generated signal."""
+    """Each sample costs real work: `work` FFT round trips of a generated signal, after `io_ms` of
+    waiting that stands for reading the sample from storage."""
 
-    def __init__(self, n, width, work):
-        self.n, self.width, self.work = n, width, work
+    def __init__(self, n, width, work, io_ms=0.0):
+        self.n, self.width, self.work, self.io_s = n, width, work, io_ms / 1000
 
     def __len__(self):
         return self.n
 
     def __getitem__(self, i):
+        if self.io_s:
+            time.sleep(self.io_s)
         g = torch.Generator().manual_seed(i)
         x = torch.randn(self.width, generator=g)
         for _ in range(self.work):
@@ -36,11 +39,12 @@ def main():
     parser.add_argument("--epochs", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--work", type=int, default=20)
+    parser.add_argument("--io-ms", type=float, default=0.0)
     parser.add_argument("--stamps", default=None)
     parser.add_argument("--report", default=None)
     args = parser.parse_args()
 
-    loader = DataLoader(Squares(512, 256, args.work), batch_size=args.batch_size, shuffle=True, drop_last=True)
+    loader = DataLoader(Squares(512, 256, args.work, args.io_ms), batch_size=args.batch_size, shuffle=True, drop_last=True)
     model = nn.Sequential(nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 2))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     if args.report:

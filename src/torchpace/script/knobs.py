@@ -1,0 +1,49 @@
+"""What script mode knows of an unmodified script before it runs, and which knobs reached it (pure).
+
+A script's model, data and optimizer are unknown until it runs, so the knobs' `applies` see a
+`script_target` with none of them; a config is checked against the knobs' `script_reason`
+(`check_script_config`); after a trial, `unreached_knobs` names the in-process knobs that never
+took effect in the script (no DataLoader was built, the optimizer has no fused kernel...).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Mapping
+
+from torchpace.config import RunConfig
+from torchpace.errors import UsageError
+from torchpace.knobs import REGISTRY
+
+_IN_PROCESS_REACH = ("loader", "optimizer", "autocast")  # knobs that must meet something in the script
+_WHAT_IT_MISSED = {"loader": "it built no torch.utils.data.DataLoader", "optimizer": "it built no torch.optim optimizer",
+                   "autocast": "it called no module with parameters"}
+
+
+def script_target(label: str) -> SimpleNamespace:
+    """What the knobs' `applies` see of a script: nothing about its model or data is known before it runs."""
+    return SimpleNamespace(name=label, model=None, dataset=None, optimizer=None, is_training=True)
+
+
+
+def check_script_config(config: RunConfig, host, label: str) -> None:
+    """UsageError naming the first knob of `config` that cannot run with an unmodified script here."""
+    target = script_target(label)
+    for name, value in config.non_default().items():
+        knob = REGISTRY[name]
+        reason = knob.script_reason(value) or knob.applies(host, target) or knob.value_applies(value, host, target)
+        if reason:
+            raise UsageError(f"knob {name} = {value!r} cannot be used with `{label}`: {reason}")
+
+
+
+def unreached_knobs(config: Mapping[str, Any], script: Mapping[str, Any]) -> dict[str, str]:
+    """knob -> why, for each non-default knob applied in-process that never took effect in the script."""
+    reached, not_applied = set(script.get("reached") or ()), dict(script.get("not_applied") or {})
+    why: dict[str, str] = {}
+    for name, value in RunConfig(dict(config)).non_default().items():
+        reach = REGISTRY[name].script_reach
+        if reach not in _IN_PROCESS_REACH or name in reached:
+            continue
+        why[name] = not_applied.get(name) or f"never took effect in the script: {_WHAT_IT_MISSED[reach]}"
+    return why

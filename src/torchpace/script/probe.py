@@ -1,0 +1,227 @@
+"""The measurement state inside an unmodified script's process (`ScriptProbe`): the events the hooks of
+`torchpace.script.hook` report (optimizer built and stepped, backward, DataLoader batches) become
+steps, samples, input wait and losses, fed to the Workload bench's `WindowMeter`; the result is
+written for the parent, and the process ends when the measurement is done.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from torchpace.script.spec import ScriptMeasure
+from torchpace.trial.protocol import CRASH, NONFINITE, OK, TIMEOUT, TrialResult, is_nonfinite
+
+_MIN_WINDOWS_IF_ENDED = 2  # a script that ends first must leave at least this many measured windows
+NO_STEP_MESSAGE = ("no optimizer step or backward() seen: script mode counts a step at each step() of a torch.optim "
+                   "optimizer, or at each backward() when the script builds no optimizer")
+
+
+class ScriptProbe:
+    """The measurement state inside the script's process (one per process)."""
+
+    label_phases = False  # profile mode: record_function labels around the script's phases
+
+    def __init__(self, spec: ScriptMeasure, clock=time.perf_counter):
+        self.spec, self.clock = spec, clock
+        self.started_s = clock()
+        self.meter = None
+        self.steps = 0
+        self.optimizer_built = False
+        self.lead_optimizer: int | None = None
+        self.step_losses: list = []
+        self.losses: list = []
+        self.backwards_per_step: list[int] = []
+        self.pending_samples = 0
+        self.batches_seen = 0
+        self.last_step_samples: int | None = None
+        self.wait_s = 0.0
+        self._wait_mark = 0.0
+        self.measured_wait_s = 0.0
+        self.samples_known = False
+        self.device = None
+        self.finished = False
+        self._lock = threading.Lock()
+
+    # ---- events from the script ----------------------------------------------------------------
+    def on_optimizer_built(self) -> None:
+        self.optimizer_built = True
+
+    def on_optimizer_step(self, optimizer: Any) -> None:
+        if self.lead_optimizer is None:
+            self.lead_optimizer = id(optimizer)
+        if id(optimizer) == self.lead_optimizer:
+            self.on_step()
+
+    def on_backward(self, tensors: Any) -> None:
+        loss = _loss_tensor(tensors)
+        if loss is not None:
+            self.step_losses.append(loss)
+        if not self.optimizer_built:
+            self.on_step()
+
+    def on_batch(self, batch: Any, waited_s: float) -> None:
+        from torchpace.runtime.batch import batch_len
+
+        self.wait_s += waited_s
+        try:
+            size = batch_len(batch)
+        except ValueError:  # no tensor with a batch dimension: the samples stay unknown
+            return
+        self.pending_samples += size
+        self.batches_seen += 1
+
+    def on_step(self) -> None:
+        """One step of the script ended: feed the meter; finish when it is done."""
+        if self.finished:
+            return
+        self._close_step_loss()
+        self.steps += 1
+        samples, self.pending_samples = self.pending_samples, 0
+        if self.spec.samples_per_step:
+            samples = self.spec.samples_per_step
+        if samples:
+            self.last_step_samples = samples
+        if self.meter is None:
+            self._start_meter()
+            return
+        measuring = self.meter.phase == "measure"
+        window = self.meter.record(samples if self.samples_known else 1)
+        if window is not None:
+            if measuring:
+                self.measured_wait_s += self.wait_s - self._wait_mark
+            self._wait_mark = self.wait_s
+        if self.meter.done:
+            self.finish(ended_early=False)
+
+    def _close_step_loss(self) -> None:
+        import torch
+
+        self.backwards_per_step.append(len(self.step_losses))
+        if self.step_losses:
+            losses, self.step_losses = self.step_losses, []
+            loss = losses[0] if len(losses) == 1 else torch.stack([l.float() for l in losses]).mean()
+            self.losses.append(loss)
+            self.device = loss.device
+
+    def _start_meter(self) -> None:
+        """The first step ended: timing starts now (that step held start-up and compile)."""
+        from torchpace.measure.bench import WARMUP_SHARE, BenchOptions
+        from torchpace.measure.timing import WindowMeter
+
+        self.samples_known = bool(self.spec.samples_per_step) or self.batches_seen > 0
+        options = BenchOptions(max_time_s=self.spec.max_time_s, target_ci_rel=self.spec.target_ci_rel)
+        now = self.clock()
+        self.meter = WindowMeter(self.clock, self._sync, options.timing(), now + WARMUP_SHARE * options.max_time_s,
+                                 now + options.max_time_s)
+        self.meter.start()
+        self._wait_mark = self.wait_s
+
+    def _sync(self) -> None:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    # ---- the end --------------------------------------------------------------------------------
+    def finish(self, ended_early: bool) -> None:
+        """Write the result; end the process unless the script is already exiting by itself."""
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+        write_result(self.build_result(ended_early), self.spec.result_path)
+        if not ended_early:
+            end_process()
+
+    def on_no_step(self) -> None:
+        """The watchdog: no step after `no_step_timeout_s` ends the script with a `timeout` result."""
+        with self._lock:
+            if self.finished or self.steps:
+                return
+            self.finished = True
+        waited = self.spec.no_step_timeout_s
+        write_result(TrialResult(TIMEOUT, error=f"{NO_STEP_MESSAGE} (waited {waited:.0f} s after `import torch`)",
+                                 wall_time_s=self.clock() - self.started_s), self.spec.result_path)
+        end_process()
+
+    def build_result(self, ended_early: bool) -> TrialResult:
+        """The trial result of what was measured (a failure when nothing usable was)."""
+        from torchpace.launch.inprocess import REPORT
+
+        wall_s = self.clock() - self.started_s
+        losses = _read_losses(self.losses)
+        guard = losses[: self.spec.guard_steps]
+        windows = len(self.meter.windows) if self.meter is not None else 0
+        if self.steps == 0:
+            return TrialResult(CRASH, error=f"the script ended without a step: {NO_STEP_MESSAGE}", wall_time_s=wall_s)
+        if ended_early and windows < _MIN_WINDOWS_IF_ENDED:
+            return TrialResult(CRASH, guard_losses=guard, wall_time_s=wall_s, error=(
+                f"the script ended after {self.steps} step(s), before torchpace had measured enough "
+                f"({windows} window(s); at least {_MIN_WINDOWS_IF_ENDED} needed after warm-up): let it run longer "
+                "(more steps or epochs) or lower --max-time"))
+        bench = self._bench(losses, ended_early, wall_s, REPORT.to_dict())
+        status = NONFINITE if is_nonfinite(losses) else OK
+        error = "loss became NaN/Inf while measuring" if status == NONFINITE else ""
+        return TrialResult(status, bench, guard, error=error, wall_time_s=wall_s)
+
+    def _bench(self, losses: list[float], ended_early: bool, wall_s: float, hook: dict) -> dict[str, Any]:
+        from torchpace.measure.bench import build_script_bench
+
+        real = self.meter.result("script-ended" if ended_early else None)
+        per_step = sorted(n for n in self.backwards_per_step if n)
+        script = {"command": list(self.spec.command), "steps_seen": self.steps, "ended_early": ended_early,
+                  "step_source": "optimizer" if self.optimizer_built else "backward",
+                  "samples_source": ("--samples-per-step" if self.spec.samples_per_step else
+                                     "dataloader" if self.samples_known else None), **hook}
+        return build_script_bench(
+            real, samples_known=self.samples_known, device=self.device, losses=losses, wall_s=wall_s,
+            measured_wait_s=self.measured_wait_s if self.batches_seen else None, batch_size=self.last_step_samples if self.samples_known else None,
+            backwards_per_step=per_step[len(per_step) // 2] if per_step else 1, script=script)
+
+    def on_exit(self) -> None:
+        """atexit: the script finished before the measurement did."""
+        if not self.finished:
+            self.finish(ended_early=True)
+
+
+def _loss_tensor(tensors: Any):
+    """The scalar tensor `backward()` was called on (the first one of a sequence), detached; else None."""
+    import torch
+
+    first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
+    if isinstance(first, torch.Tensor) and first.numel() == 1:
+        return first.detach().reshape(())
+    return None
+
+
+def _read_losses(losses: list) -> list[float]:
+    """All step losses as floats, read from the device once."""
+    import torch
+
+    if not losses:
+        return []
+    return [float(v) for v in torch.stack([l.float().to(losses[0].device) for l in losses]).tolist()]
+
+
+def write_result(result: TrialResult, path: str) -> None:
+    """Write the trial result atomically (the parent reads it after the process ends)."""
+    import json
+
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(result.to_dict(), f)
+    os.replace(tmp, path)
+
+
+def end_process() -> None:
+    """End the script now: flush what it printed, skip its teardown (the parent ends its workers)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing left to say
+            continue
+    os._exit(0)

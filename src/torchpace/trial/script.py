@@ -1,0 +1,80 @@
+"""Script-mode trials, parent side: a script-mode trial is a launch of the user's command with the trial's
+config (planned by `plan_child`, as `torchpace launch --config` plans it) plus the measurement hook;
+its result is read back from the file the hook wrote, or is the script's own failure (labelled as the
+script's, with its stderr tail). A knob that never reached the script makes the trial `invalid`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from torchpace.config import RunConfig
+from torchpace.host import HostFacts
+from torchpace.script.knobs import unreached_knobs
+from torchpace.script.spec import MEASURE_ENV, ScriptMeasure
+from torchpace.trial.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit
+
+_NO_STEP_MARGIN_S = 10.0  # the hook's "no step" verdict comes this long before the parent's timeout
+
+
+def plan_script_trial(spec: TrialSpec, host: HostFacts, base_env: Mapping[str, str], result_path: Path,
+                      timeout_s: float) -> tuple[list[str], dict[str, str], int | None]:
+    """(argv, env, soft RLIMIT_NOFILE) of the script's process for trial `spec`: the launch plan of its
+    config, plus the hook."""
+    measure = ScriptMeasure(result_path=str(result_path), command=tuple(spec.command), mode=spec.script_mode,
+                            max_time_s=spec.max_time_s, guard_steps=spec.guard_steps,
+                            samples_per_step=spec.samples_per_step,
+                            no_step_timeout_s=max(5.0, timeout_s - _NO_STEP_MARGIN_S), profile=dict(spec.script_profile))
+    plan = plan_script_launch(spec.command, RunConfig(spec.config), host, base_env)
+    return list(plan.argv), {**plan.env, MEASURE_ENV: measure.to_json()}, plan.nofile
+
+
+
+def plan_script_launch(command: Sequence[str], config: RunConfig, host: HostFacts, base_env: Mapping[str, str]):
+    """The LaunchPlan of one script-mode trial: `launch --config` of the trial's config, with the config
+    over the caller's env (a trial runs what it measures) and the hook on the path even for the defaults."""
+    from torchpace.launch.command import parse_python_command
+    from torchpace.launch.plan import ChildOptions, plan_child
+    from torchpace.launch.probe import probe_launch_facts
+
+    facts = probe_launch_facts()
+    options = ChildOptions(command=parse_python_command(command), facts=facts, config_name="the trial's config",
+                           config_over_env=True)
+    plan = plan_child(config, host, base_env, options)
+    paths = [p for p in plan.env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if facts.hook_dir not in paths:
+        plan = replace(plan, env={**plan.env, "PYTHONPATH": os.pathsep.join([facts.hook_dir, *paths])})
+    return plan
+
+
+
+def read_script_result(spec: TrialSpec, result_path: Path, returncode: int, stderr_tail: str, wall_s: float) -> TrialResult:
+    """The trial's result: the hook's file when the script's process ended cleanly, else the script's failure."""
+    label = " ".join(spec.command)
+    if returncode == 0 and result_path.exists():
+        result = TrialResult.from_dict(json.loads(result_path.read_text()))
+        bench = dict(result.bench, config=RunConfig(spec.config).non_default()) if result.bench else None
+        result = replace(result, bench=bench, stderr_tail=stderr_tail, returncode=0)
+        unreached = unreached_knobs(spec.config, (bench or {}).get("script") or {})
+        if result.ok and unreached:
+            return replace(result, status=INVALID, error="; ".join(f"{k}: {why}" for k, why in unreached.items()))
+        return result
+    if returncode == 0:
+        return TrialResult(CRASH, stderr_tail=stderr_tail, returncode=0, wall_time_s=wall_s, error=(
+            f"`{label}` exited (status 0) before torchpace's hook saw a step: it must import torch and train "
+            "(an optimizer step() or a backward()) in its own process"))
+    how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}"
+    return TrialResult(classify_exit(returncode, stderr_tail), stderr_tail=stderr_tail, returncode=returncode,
+                       wall_time_s=wall_s, error=f"`{label}` {how} (the script's own failure; its stderr ends above)")
+
+
+
+def script_trial_spec(command: Sequence[str], config: RunConfig, max_time_s: float, *, guard_steps: int = 0,
+                      samples_per_step: int | None = None, **fields: Any) -> TrialSpec:
+    """The TrialSpec of one script-mode run of `command` under `config`."""
+    return TrialSpec(workload=" ".join(command), command=list(command), config=dict(config.values), max_time_s=max_time_s,
+                     guard_steps=guard_steps, samples_per_step=samples_per_step, sys_path=[os.getcwd()], **fields)
