@@ -33,6 +33,9 @@ def workload_copy(tmp_path):
     (["monitor", "--tensorboard", "hard.py", "--", "python", "--x=w.py"], "is a file the command names"),
     (["report", "w.py", "--out", "link.py"], "--out 'link.py' is the input 'w.py'"),
     (["bench-data", ".", "--out", "sub/r.json"], "inside the folder measured"),
+    (["bench", "--out", "hard.py", "--", "python", "w.py"], "--out 'hard.py' is the script 'w.py'"),
+    (["tune", "--out", "link.py", "--", "python", "job.py", "--data=w.py"], "is a file the command names 'w.py'"),
+    (["profile", "--trace", "w.py", "--", "python", "w.py"], "--trace 'w.py' is the script"),
 ])
 def test_an_output_that_is_an_input_is_refused_and_the_input_kept(cli_run, workload_copy, tmp_path, args, message):
     (tmp_path / "sub").mkdir()

@@ -39,10 +39,12 @@ def script_command(workload: str | None) -> list[str] | None:
 
 
 def script_inputs(command: list[str], config_path: str | None) -> list[tuple[str, object]]:
-    """The files a script-mode run reads (the script, the config), for `check_outputs`."""
+    """The files a script-mode run reads (the script, every file its command line names, the config),
+    for `check_outputs`."""
+    from torchpace.cli._common import command_files
     from torchpace.launch.command import parse_python_command
 
-    return [("the script", parse_python_command(command).script), ("the config", config_path)]
+    return [("the script", parse_python_command(command).script), *command_files(command), ("the config", config_path)]
 
 
 def samples_per_step_option(func):
