@@ -21,6 +21,7 @@ from torchpace.data.shards import (MANIFEST_NAME, ensure_cached_shards, iter_tar
                                    plan_shards, remove_stale_temp_files, split_member_name)
 from torchpace.errors import UsageError
 
+from _support import sigint_as_at_a_terminal
 from data_helpers import snapshot, truncated_jpeg, write_folder
 
 
@@ -99,7 +100,8 @@ def test_ctrl_c_on_the_cli_exits_130_and_removes_its_temp_file(tmp_path):
     source = write_folder(tmp_path / "many", classes=2, per_class=150, size=(64, 64))
     out = tmp_path / "shards"
     process = subprocess.Popen([sys.executable, "-m", "torchpace", "shard", str(source), "--out", str(out),
-                                "--shard-size", "20"], stderr=subprocess.PIPE, text=True)
+                                "--shard-size", "20"], stderr=subprocess.PIPE, text=True,
+                               preexec_fn=sigint_as_at_a_terminal)
     deadline = time.monotonic() + 60
     while not (out / "shard-000000.tar").exists() and time.monotonic() < deadline:
         time.sleep(0.005)

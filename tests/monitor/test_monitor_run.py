@@ -17,6 +17,7 @@ import psutil
 import pytest
 from rich.console import Console
 
+from _support import sigint_as_at_a_terminal
 from torchpace.cli import main
 from torchpace.monitor.live import LiveView, PlainView
 from torchpace.monitor.run import (
@@ -38,6 +39,7 @@ def burn(seconds):
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
+    time.sleep(1.0)  # idle, still alive: the sampler (every 0.25 s, later on a loaded host) reads its last CPU time
 
 if __name__ == "__main__":
     out = sys.argv[1]
@@ -123,6 +125,17 @@ def _wait_for(path: Path, timeout_s: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+def _wait_for_tree(csv_path: Path, procs: int, timeout_s: float = 30.0) -> None:
+    """Until a row of the monitor's CSV counts `procs` processes in CMD's tree (however loaded the host)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = list(csv.DictReader(csv_path.open())) if csv_path.exists() else []
+        if any(int(row["tree_procs"]) >= procs for row in rows if row.get("tree_procs")):
+            return
+        assert time.monotonic() < deadline, f"the monitor never saw {procs} processes in the tree: {rows[-1:]}"
+        time.sleep(0.05)
+
+
 def _running(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -133,12 +146,13 @@ def _running(pid: int) -> bool:
 def test_sigterm_is_forwarded_and_nothing_is_left_running(tmp_path):
     pids_file = tmp_path / "pids.json"
     script = _script(tmp_path, "leave.py", LEAVES_PROCESSES)
+    csv_path = tmp_path / "m.csv"
     monitor = subprocess.Popen(
-        [PY, "-m", "torchpace", "monitor", "--interval", "0.1", "--json", "--", PY, str(script), str(pids_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [PY, "-m", "torchpace", "monitor", "--interval", "0.1", "--json", "--csv", str(csv_path), "--", PY, str(script),
+         str(pids_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(pids_file)
-        time.sleep(0.5)  # the sampler (every 0.1 s) has seen the whole tree
+        _wait_for_tree(csv_path, procs=4)  # the sampler has seen the whole tree: CMD, sleeper, stubborn, escaped
         monitor.send_signal(signal.SIGTERM)
         out, err = monitor.communicate(timeout=30)
     finally:
@@ -151,18 +165,11 @@ def test_sigterm_is_forwarded_and_nothing_is_left_running(tmp_path):
     assert [pid for pid in pids if _running(pid)] == []
 
 
-def _sigint_as_at_a_terminal() -> None:
-    """In the monitor's child before exec: SIGINT at its default. A test suite started in the
-    background (`make test &`) inherits SIGINT ignored, and the monitor, like nohup, keeps an
-    ignored signal ignored: then there is no Ctrl-C to forward."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_is_forwarded(tmp_path):
     monitor = subprocess.Popen(
         [PY, "-m", "torchpace", "monitor", "--interval", "0.1", "--json", "--", PY, "-c",
          "import time; print('up', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_at_a_terminal)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_as_at_a_terminal)
     try:
         assert monitor.stdout.readline().strip() == "up"  # CMD is running (its stdout is ours: not live)
         monitor.send_signal(signal.SIGINT)
