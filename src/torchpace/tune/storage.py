@@ -338,10 +338,24 @@ def storage_failures(url: str) -> Iterator[None]:
     import optuna
     import sqlalchemy.exc
 
+    storage_errors = (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError)
     try:
         yield
-    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as err:
+    except storage_errors as err:
         raise StorageFailed(describe_failure(url, err)) from None
+    except AssertionError as err:  # Optuna's `_run_trial` asserts when the storage failed to record a trial's end
+        cause = _chained(err, storage_errors)
+        if cause is None:
+            raise
+        raise StorageFailed(describe_failure(url, cause)) from None
+
+
+def _chained(err: BaseException, types: tuple[type[BaseException], ...]) -> BaseException | None:
+    """The first exception of `types` among those `err` was raised while handling (its context chain)."""
+    seen = err.__context__
+    while seen is not None and not isinstance(seen, types):
+        seen = seen.__context__
+    return seen
 
 
 # ---- several tuners on one study ------------------------------------------------------------------
