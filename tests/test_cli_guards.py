@@ -3,6 +3,7 @@ option is finite, every knob value fits this host; each refusal is exit 2 before
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +142,18 @@ def test_a_bench_json_missing_fields_and_a_missing_shard_folder_exit_2(cli_run, 
         Image.new("RGB", (8, 8)).save(images / f"{i}.jpg")
     done = cli_run("bench-data", "imgs", "--shards", str(tmp_path / "missing"), "--max-time", "0.2")
     assert done.returncode == 2 and "is not a shard folder (no manifest.json)" in done.stderr, done.stderr
+
+
+def test_the_workload_file_of_a_module_spec_is_found_without_running_the_module(tmp_path, monkeypatch):
+    from torchpace.cli._common import workload_file
+
+    package = tmp_path / "pkgx" / "sub"
+    package.mkdir(parents=True)
+    (tmp_path / "pkgx" / "__init__.py").write_text("raise RuntimeError('planted: importing pkgx runs this')\n")
+    (package / "__init__.py").write_text("")
+    (package / "mod.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert workload_file("pkgx.sub.mod:build") == package / "mod.py"
+    assert workload_file("pkgx:build") == tmp_path / "pkgx" / "__init__.py"
+    assert workload_file("tabular") is None and workload_file("no_such_pkg.mod:f") is None
+    assert workload_file("w.py:build") == Path("w.py")

@@ -157,11 +157,17 @@ def workload_file(spec: str | None) -> Path | None:
         return Path(target)
     import importlib.util
 
+    top, *inner = target.split(".")
     try:
-        found = importlib.util.find_spec(target)
-    except (ImportError, ValueError):  # a parent package that does not import: load_workload says so
+        found = importlib.util.find_spec(top)  # finding a top-level module runs none of its code
+    except (ImportError, ValueError):  # not a module name: load_workload says so
         return None
-    return Path(found.origin) if found is not None and found.origin and os.path.isfile(found.origin) else None
+    if found is None or not found.origin or not os.path.isfile(found.origin):
+        return None
+    if not inner:
+        return Path(found.origin)
+    module = Path(found.origin).parent.joinpath(*inner)
+    return next((p for p in (module.with_suffix(".py"), module / "__init__.py") if p.is_file()), None)
 
 
 def study_file(storage: str | None) -> Path | None:
