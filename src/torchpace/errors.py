@@ -36,3 +36,13 @@ class UserCodeError(TorchpaceError):
         super().__init__(f"the workload's own code raised while {where}")
         self.where = where
         self.user_traceback = user_traceback
+
+
+class ScriptFailed(UserCodeError):
+    """Script mode: the user's own script failed, never stepped, or ended too early. Exit 1, with the
+    tail of its stderr in place of a traceback (it ran in its own process)."""
+
+    def __init__(self, message: str, stderr_tail: str):
+        TorchpaceError.__init__(self, message)
+        self.where = message
+        self.user_traceback = stderr_tail or "(the script wrote nothing to stderr)"

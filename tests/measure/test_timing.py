@@ -1,5 +1,7 @@
 """The measurement loop with an injected clock and a scripted step: no torch, no real time."""
 
+import pytest
+
 from torchpace.measure.timing import TimingOptions, measure_throughput, time_window
 
 
@@ -63,3 +65,40 @@ def test_progress_callback_sees_every_measured_window():
     result = measure_throughput(clock.step, clock, clock.sync, TimingOptions(window_s=0.05), 1.0, 10.0,
                                 on_window=lambda phase, n, summary: seen.append(n))
     assert seen == list(range(1, result.summary.n + 1))
+
+
+def test_the_meter_driven_by_step_events_measures_what_the_pull_loop_does():
+    """Script mode pushes one `record` per step into the same WindowMeter; started at the same moment,
+    it closes the same windows with the same decisions."""
+    from torchpace.measure.timing import WindowMeter
+
+    durations = lambda i: 0.5 if i == 0 else 0.02 + 0.002 * (i % 3)
+    pulled_clock = ScriptedClock(durations)
+    pulled = measure_throughput(pulled_clock.step, pulled_clock, pulled_clock.sync, TimingOptions(window_s=0.1), 5.0, 10.0)
+    clock = ScriptedClock(durations)
+    meter = WindowMeter(clock, clock.sync, TimingOptions(window_s=0.1), 5.0, 10.0)
+    meter.start()
+    closed = []
+    while not meter.done:
+        window = meter.record(clock.step())
+        if window is not None:
+            closed.append(window)
+    pushed = meter.result()
+    assert pushed.windows == pulled.windows and pushed.stopped_by == pulled.stopped_by
+    assert (pushed.warmup_steps, pushed.warmup_converged) == (pulled.warmup_steps, pulled.warmup_converged)
+    assert closed[-len(pushed.windows):] == list(pushed.windows)  # record() hands back each window it closes
+    assert clock.syncs == len(closed)  # one device sync per window, none per step
+
+
+def test_a_meter_stopped_early_reports_the_windows_it_has():
+    from torchpace.measure.timing import WindowMeter
+
+    clock = ScriptedClock(lambda i: 0.01 * (1 + i % 4))  # steady enough to warm up, too noisy for a 0.1% CI
+    meter = WindowMeter(clock, clock.sync, TimingOptions(window_s=0.05, target_ci_rel=0.001), 0.5, 100.0)
+    meter.start()
+    with pytest.raises(ValueError):
+        meter.result()
+    for _ in range(200):
+        meter.record(clock.step())
+    partial = meter.result("script-ended")
+    assert not meter.done and partial.stopped_by == "script-ended" and len(partial.windows) >= 2

@@ -35,3 +35,27 @@ def test_evaluate_drop_beyond_tolerance_fails_the_guard():
 
 def test_no_guard_steps_means_no_verdict():
     assert check_trial_guard({"guard_losses": BASE}, {"guard_losses": []}) is None
+
+
+def test_the_guard_cannot_judge_when_two_baseline_runs_already_depart():
+    from torchpace.tune.guard import guard_cannot_judge
+
+    falling = [2.0 - 0.05 * i for i in range(20)]
+    assert guard_cannot_judge({"guard_losses": falling}, {"guard_losses": list(falling)}) is None  # seeded: identical
+    assert guard_cannot_judge({"guard_losses": falling}, {"guard_losses": []}) is None  # nothing to compare
+    unseeded = [v * 1.5 for v in falling]  # the script's own randomness: a run 50% above the other
+    why = guard_cannot_judge({"guard_losses": falling}, {"guard_losses": unseeded})
+    assert why is not None and "cannot judge" in why
+    assert guard_cannot_judge({"guard_losses": unseeded}, {"guard_losses": falling}) == why  # either order
+
+
+def test_baseline_info_drops_the_guard_curve_when_it_cannot_judge():
+    from torchpace.tune.study import baseline_info
+
+    falling = [2.0 - 0.05 * i for i in range(20)]
+    infos = [(None, {"slot": "baseline", "status": "ok", "guard_losses": falling}),
+             (None, {"slot": "baseline#2", "status": "ok", "guard_losses": [v * 1.5 for v in falling]})]
+    base = baseline_info(infos)
+    assert base["guard_losses"] == [] and "cannot judge" in base["guard_cannot_judge"]
+    agreeing = [infos[0], (None, {"slot": "baseline#2", "status": "ok", "guard_losses": list(falling)})]
+    assert baseline_info(agreeing)["guard_losses"] == falling

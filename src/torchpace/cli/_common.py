@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 
 import click
 
-from torchpace.errors import TorchpaceError, UsageError, UserCodeError
+from torchpace.errors import ScriptFailed, TorchpaceError, UsageError, UserCodeError
 
 PathLike = str | os.PathLike
 
@@ -21,10 +21,12 @@ def run_cli(group: click.Group, argv: list[str] | None) -> int:
     try:
         result = group.main(args=argv, prog_name="torchpace", standalone_mode=False)
     except UserCodeError as err:
-        click.echo(f"torchpace: error: {err}.", err=True)
-        click.echo("---- traceback from YOUR code (not torchpace) ----", err=True)
+        what = ("stderr of YOUR script (not torchpace)", "end of your script's stderr") if isinstance(err, ScriptFailed) \
+            else ("traceback from YOUR code (not torchpace)", "end of your traceback")
+        click.echo(f"torchpace: error: {str(err).rstrip('.')}.", err=True)
+        click.echo(f"---- {what[0]} ----", err=True)
         click.echo(err.user_traceback.rstrip(), err=True)
-        click.echo("---- end of your traceback ----", err=True)
+        click.echo(f"---- {what[1]} ----", err=True)
         return err.exit_code
     except TorchpaceError as err:
         click.echo(f"torchpace: error: {err}", err=True)

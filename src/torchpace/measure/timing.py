@@ -123,7 +123,10 @@ class WindowMeter:
         self._begin = self._window_start = self.clock()
 
     def record(self, samples: int) -> Window | None:
-        """One step that processed `samples` finished; returns the window it closed, if any."""
+        """One step that processed `samples` finished; returns the window it closed, if any (steps after
+        the measurement is done are not counted)."""
+        if self.done:
+            return None
         self._steps += 1
         self._samples += samples
         if self._steps < (1 if self.phase == "single" else self._per_window):

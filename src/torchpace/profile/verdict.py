@@ -316,6 +316,6 @@ def _compute_remedies(knobs: _Offer, spec: str, on_gpu: bool) -> list[Finding]:
                 precision, _bench_command(spec, knobs, ["precision.amp"]), Severity.INFO),
         _remedy("compute_compile", "fuse the model's operators",
                 "Compile the model (compile.mode=default; reduce-overhead for many small kernels) and use the "
-                "foreach/fused optimizer.", _bench_command(spec, knobs, ["compile.mode"]) or tune,
+                "foreach/fused optimizer.", _bench_command(spec, knobs, ["compile.mode"]) or verb_command("tune", spec),
                 Severity.INFO),
     ]

@@ -97,6 +97,14 @@ class ScriptProfiler(ScriptProbe):
         self.cprofile = None
         self.finish(ended_early=False)
 
+    def on_exit(self) -> None:
+        """atexit: the script ended before the profile did; stop the profiler first (a profiler still
+        running at interpreter teardown crashes the process)."""
+        if self.prof is not None:
+            self.prof.__exit__(None, None, None)
+            self.prof = None
+        super().on_exit()
+
     def build_result(self, ended_early: bool) -> TrialResult:
         wall_s = self.clock() - self.started_s
         if self.document is None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from torchpace.config import RunConfig
-from torchpace.errors import UsageError, UserCodeError
+from torchpace.errors import ScriptFailed, UsageError
 from torchpace.host import HostFacts
 from torchpace.script.knobs import check_script_config, script_target
 from torchpace.trial.protocol import INVALID
@@ -24,7 +24,7 @@ def bench_script(command: Sequence[str], config: RunConfig, max_time_s: float, h
 
     Raises:
         UsageError: the command is not a Python program, or a knob cannot reach it here.
-        UserCodeError: the script failed, never stepped, or ended before enough windows.
+        ScriptFailed: the script failed, never stepped, or ended before enough windows.
     """
     from torchpace.launch.command import parse_python_command
     from torchpace.measure.bench import BenchResult
@@ -38,7 +38,7 @@ def bench_script(command: Sequence[str], config: RunConfig, max_time_s: float, h
     if result.status == INVALID:
         raise UsageError(result.error)
     if not result.ok:
-        raise UserCodeError(f"running the script `{' '.join(command)}` ({result.status}): {result.error}", result.stderr_tail)
+        raise ScriptFailed(f"the script `{' '.join(command)}` ({result.status}): {result.error}", result.stderr_tail)
     return BenchResult(**result.bench)
 
 
@@ -80,7 +80,7 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
 
     Raises:
         UsageError: the command is not a Python program, or a knob cannot reach it here.
-        UserCodeError: the script failed or ended before the profile's steps.
+        ScriptFailed: the script failed or ended before the profile's steps.
     """
     import tempfile
     import time
@@ -103,8 +103,8 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
         with waiting_bar(show_progress, f"profile {label}", 0):
             result = run_trial(spec, host, timeout_s=_BENCH_TIMEOUT_MARGIN_S * 3)
         if not result.ok:
-            raise UserCodeError(f"profiling the script `{' '.join(command)}` ({result.status}): {result.error}",
-                                result.stderr_tail)
+            raise ScriptFailed(f"the script `{' '.join(command)}` under the profiler ({result.status}): {result.error}",
+                               result.stderr_tail)
         document = json.loads(raw.read_text())
     document[METADATA_KEY]["config"] = config.non_default()
     if trace_path is not None:

@@ -1,6 +1,8 @@
 """What the tuner maximises, as one "higher is better" figure per trial (pure).
 
-- `throughput`: samples/s of the real step at the run's batch size (the bench's `samples_per_s`);
+- `throughput`: samples/s of the real step at the run's batch size (the bench's `samples_per_s`), or
+  steps/s for a script whose samples per step are unknown (`steps_per_s`: the same for every trial
+  of the script, so the ratios are the same);
 - `latency` (inference workloads only): batch-1 requests/s served one at a time, i.e. `1 / p50`
   of the per-call latency. Maximising it minimises the median latency, so the greedy policy and
   Optuna (direction "maximize") need no second comparison rule; every speedup reads the same way
@@ -26,6 +28,8 @@ def objective_value(bench: dict[str, Any] | None, objective: str) -> tuple[float
     if objective == "latency":
         p50_s = bench.get("latency_p50_s")
         return (1.0 / p50_s, bench.get("latency_ci_rel_halfwidth")) if p50_s else (None, None)
+    if bench.get("samples_per_s") is None:  # a script whose samples per step are unknown: steps/s
+        return bench.get("steps_per_s"), bench.get("ci_rel_halfwidth")
     return bench.get("samples_per_s"), bench.get("ci_rel_halfwidth")
 
 

@@ -87,14 +87,24 @@ def trial_rows(study) -> list[dict[str, Any]]:
     return rows
 
 
+def throughput_columns(bench: dict[str, Any]) -> dict[str, Any]:
+    """A trial's throughput figure and its CI under the row's `samples_per_s*` names, with its unit:
+    samples, or steps for a script whose samples per step are unknown (then every trial of the study
+    is in steps/s, and the tables say so)."""
+    if bench.get("samples_per_s") is None and bench.get("steps_per_s") is not None:
+        return {"samples_per_s": bench["steps_per_s"], "samples_per_s_ci_low": bench.get("steps_per_s_ci_low"),
+                "samples_per_s_ci_high": bench.get("steps_per_s_ci_high"), "throughput_unit": "steps"}
+    return {"samples_per_s": bench.get("samples_per_s"), "samples_per_s_ci_low": bench.get("samples_per_s_ci_low"),
+            "samples_per_s_ci_high": bench.get("samples_per_s_ci_high"), "throughput_unit": "samples"}
+
+
 def _row(trial, info: dict, base: dict) -> dict[str, Any]:
     bench = info.get("bench") or {}
     row = {
         "number": trial.number, "slot": info["slot"], "kind": info.get("kind"), "stage": info.get("stage"),
         "knob": info.get("knob"), "value": info.get("value"), "config": info.get("config", {}),
         "status": info.get("status") or ("running" if trial.state.name == "RUNNING" else "lost"),
-        "samples_per_s": bench.get("samples_per_s"), "samples_per_s_ci_low": bench.get("samples_per_s_ci_low"),
-        "samples_per_s_ci_high": bench.get("samples_per_s_ci_high"), "ci_rel_halfwidth": bench.get("ci_rel_halfwidth"),
+        **throughput_columns(bench), "ci_rel_halfwidth": bench.get("ci_rel_halfwidth"),
         "peak_memory_bytes": bench.get("peak_memory_bytes"), "input_bound_frac": bench.get("input_bound_frac"),
         "verdict": info.get("verdict"), "guard": None, "guard_reason": None, "guard_losses": info.get("guard_losses") or [],
         "error": (info.get("error") or "").strip().splitlines()[-1:] or None,

@@ -23,7 +23,8 @@ def render_outcome(console, o: dict[str, Any]) -> None:
         _render_inference_waterfall(console, o)
     elif base:
         table = Table(title=f"torchpace tune: {o['workload']} ({o['strategy']}, {len(o['trials'])} trials, stopped: {o['stopped']})")
-        for column in ("change", "samples/s [95% CI]", "step gain", "speedup vs baseline", "peak memory"):
+        unit = base.get("throughput_unit", "samples")
+        for column in ("change", f"{unit}/s [95% CI]", "step gain", "speedup vs baseline", "peak memory"):
             table.add_column(column)
         table.add_row("baseline (PyTorch defaults)", f"{base['samples_per_s']:,.1f}{_ci(base)}", "", "1.00x", format_bytes(base["peak_memory_bytes"]))
         for a in o["accepted"]:
@@ -36,7 +37,8 @@ def render_outcome(console, o: dict[str, Any]) -> None:
         config = ", ".join(f"{k}={v}" for k, v in o["best_config"].items()) or "PyTorch defaults (nothing beat the noise)"
         figures = ""
         if o.get("best") and o.get("baseline") and o["objective"] == "throughput":
-            figures = f"  ({o['best']['samples_per_s']:,.1f} / {o['baseline']['samples_per_s']:,.1f} samples/s)"
+            unit = o["baseline"].get("throughput_unit", "samples")
+            figures = f"  ({o['best']['samples_per_s']:,.1f} / {o['baseline']['samples_per_s']:,.1f} {unit}/s)"
         console.print(f"[bold]best:[/] {config}  ->  {o['speedup']:.2f}x the baseline{figures}")
     extras = o.get("extras") or {}
     if (extras.get("other_load") or {}).get("note"):

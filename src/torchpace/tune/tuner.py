@@ -331,7 +331,9 @@ class Tuner:
 
         from torchpace.tune.figures import result_table
 
-        result = {"workload": self.spec, **({"command": list(self.options.command)} if self.options.command else {}),
+        script = {"command": list(self.options.command),
+                  "throughput_unit": outcome.baseline.get("throughput_unit", "samples")} if self.options.command else {}
+        result = {"workload": self.spec, **script,
                   "study": self.study_name, "storage": self.storage_url,
                   **result_table(outcome.to_dict()), **_inference_result(outcome)}
         save_config(RunConfig(outcome.best_config, self.host.summary(), result), self.options.out)

@@ -1,0 +1,44 @@
+"""`torchpace profile -- python SCRIPT` and `torchpace knobs -- python SCRIPT` on unmodified fixture scripts."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+@pytest.mark.slow
+def test_profile_of_a_script_labels_its_own_steps_and_gives_a_verdict(cli_run, tmp_path):
+    trace = tmp_path / "trace.json.gz"
+    result = cli_run("profile", "--steps", "3", "--python-steps", "1", "--trace", str(trace), "--json", "--",
+                     "python", str(SCRIPTS / "loader_adamw.py"), "--work", "2", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = json.loads(result.stdout)
+    document = json.loads(gzip.decompress(trace.read_bytes()))
+    names = {event.get("name") for event in document["traceEvents"]}
+    assert {"torchpace.input_wait", "torchpace.forward", "torchpace.backward", "torchpace.optimizer"} <= names
+    assert sum(1 for name in names if str(name).startswith("ProfilerStep#")) == 3
+    assert document["torchpace"]["workload"].endswith("loader_adamw.py --work 2")
+    assert document["torchpace"]["batch_size"] == 32
+    assert payload["verdict"]["kind"] in ("input-bound", "compute-bound", "host-sync-bound", "memory-bound")
+    assert payload["trace_path"] == str(trace)
+
+
+def test_profile_of_a_script_that_ends_first_is_its_failure(cli_run):
+    result = cli_run("profile", "--steps", "5", "--", "python", str(SCRIPTS / "short_run.py"), "3", timeout=300)
+    assert result.returncode == 1
+    assert "ended after 3 step(s), before the profile's" in result.stderr
+
+
+def test_knobs_for_a_script_say_how_each_reaches_it_or_the_prepare_change(cli_run):
+    result = cli_run("knobs", "--json", "--", "python", "train.py", timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)["knobs"]}
+    assert rows["data.num_workers"]["applies"] and "DataLoader" in rows["data.num_workers"]["reaches"]
+    assert rows["model.activation_checkpointing"]["needs_prepare"] and "torchpace.prepare(" in rows["model.activation_checkpointing"]["prepare_change"]
+    assert rows["precision.amp"]["prepare_values"] == ["fp16"]  # bf16 reaches the script, fp16 needs a GradScaler
+    assert "fp16" not in rows["precision.amp"]["candidates"]
