@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.torchpace-installed
 
-.PHONY: install demo test docs bench bench-tune bench-data bench-inference bench-distributed bench-fleet gpu-check clean
+.PHONY: install demo test docs bench bench-tune bench-script bench-data bench-inference bench-distributed bench-fleet gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_measurement.py
 	$(BIN)/python benchmarks/bench_monitor.py --duration 30
 	$(BIN)/python benchmarks/bench_profile.py
+
+bench-script: $(STAMP)  # make bench-script ARGS="--workloads tabular --no-tune"
+	$(BIN)/python benchmarks/bench_script.py $(ARGS)
 
 bench-tune: $(STAMP)  # make bench-tune ARGS="--keep DIR --workloads vision"
 	$(BIN)/python benchmarks/bench_tune.py $(ARGS)
