@@ -23,9 +23,16 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 
 def _bench_json(cli_run, *args, max_time="4"):
+    """`torchpace bench ... --json`, checked against the bench JSON schema."""
+    import jsonschema
+
+    from torchpace.measure.schema import BENCH_RESULT_SCHEMA
+
     result = cli_run("bench", "--max-time", max_time, "--json", *args, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
+    payload = json.loads(result.stdout)
+    jsonschema.validate(payload, BENCH_RESULT_SCHEMA)
+    return payload
 
 
 def _assert_windows_match_stamps(bench: dict, stamps_path: Path) -> None:
