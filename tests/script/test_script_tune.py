@@ -74,3 +74,18 @@ def test_the_study_records_the_command_and_resume_refuses_another(tuned):
                            cwd=folder, capture_output=True, text=True, timeout=300)
     assert other.returncode == 2, other.stderr
     assert repr(" ".join(command)) in other.stderr and repr(" ".join([*command[:2], "--work", "3"])) in other.stderr
+
+
+@pytest.mark.slow
+def test_the_report_of_a_script_study_names_the_command(tuned):
+    import html
+    import subprocess
+    import sys
+
+    folder, command, result = tuned
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = folder / "report.html"
+    run = subprocess.run([sys.executable, "-m", "torchpace", "report", "--no-doctor", "--out", str(out)],
+                         cwd=folder, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert html.escape(" ".join(command)) in out.read_text()
