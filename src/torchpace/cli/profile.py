@@ -62,7 +62,11 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
         result = profile_workload(workload, config, options, device=device, trace_path=trace_path if ranks.rank == 0 else None)
     if ranks.rank != 0:
         return 0  # rank 0 reports for the job
-    payload = result.to_dict()
+    return _report(result.to_dict(), as_json)
+
+
+def _report(payload: dict, as_json: bool) -> int:
+    """Print a profile result as JSON or as the Rich report; exit 0."""
     if as_json:
         emit_json(payload)
     else:
@@ -79,14 +83,7 @@ def _profile_script(command_argv: list[str], config, steps: int, python_steps: i
 
     options = CaptureOptions(steps=steps, python_steps=python_steps)
     result = profile_script(command_argv, config, options, probe_host(), trace_path=trace_path, show_progress=not as_json)
-    payload = result.to_dict()
-    if as_json:
-        emit_json(payload)
-    else:
-        from torchpace.profile.render import render_profile
-
-        render_profile(make_console(), payload)
-    return 0
+    return _report(result.to_dict(), as_json)
 
 
 def _under_torchrun(workload: str | None, config, args: list[str]) -> int:
