@@ -94,7 +94,7 @@ class ScriptProbe:
             if measuring:
                 self.measured_wait_s += self.wait_s - self._wait_mark
             self._wait_mark = self.wait_s
-        if self.meter.done:
+        if self.meter.done and self.steps >= self.spec.guard_steps:  # the guard compares this many first losses
             self.finish(ended_early=False)
 
     def _close_step_loss(self) -> None:
