@@ -30,8 +30,9 @@ def mlp():
 def test_processes_are_capped_by_gpus_else_usable_cores(mlp):
     nproc = get_knob("nproc_per_node")
     assert nproc.candidates(CPU4, mlp) == [1, 2, 4] and nproc.candidates(GPU2, mlp) == [1, 2]
-    assert "more than this host's 4 usable CPU core(s)" in nproc.value_applies(8, CPU4, mlp)
-    assert "more than this host's 2 GPU(s)" in nproc.value_applies(4, GPU2, mlp)
+    assert "8 is more than this host allows: at most 4" in nproc.host_reason(8, CPU4)
+    assert "4 usable CPU core(s)" in nproc.host_reason(8, CPU4) and "2 GPU(s)" in nproc.host_reason(4, GPU2)
+    assert nproc.host_reason(4, CPU4) is None
     assert get_knob("distributed.strategy").candidates(CPU1, mlp) == ["none"]  # one core: nothing to spread over
 
 
