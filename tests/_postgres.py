@@ -23,7 +23,6 @@ SERVER_PACKAGE = "postgresql"  # Debian's metapackage: the current major version
 USER = "postgres"
 PASSWORD = "tp-secret"
 _START_TIMEOUT_S = 60
-_APT_TIMEOUT_S = 600
 
 
 def find_bin_dir() -> Path | None:
@@ -34,17 +33,9 @@ def find_bin_dir() -> Path | None:
 
 def install_server() -> str | None:
     """Install Debian's PostgreSQL server with apt-get when missing and root; None, or why it is absent."""
-    if find_bin_dir():
-        return None
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return f"needs PostgreSQL's server binaries ({BIN_GLOB}): apt-get install {SERVER_PACKAGE} (as root)"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    argv = ["apt-get", "install", "-y", "--no-install-recommends", SERVER_PACKAGE]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=_APT_TIMEOUT_S)
-    if done.returncode != 0:  # a fresh image has no package lists yet
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, text=True, timeout=_APT_TIMEOUT_S)
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=_APT_TIMEOUT_S)
-    return None if find_bin_dir() else f"apt-get install {SERVER_PACKAGE} failed: {done.stderr.strip()[-500:]}"
+    from _support import apt_install
+
+    return apt_install((SERVER_PACKAGE,), lambda: find_bin_dir() is not None)
 
 
 def free_port() -> int:

@@ -17,3 +17,29 @@ def sigint_as_at_a_terminal() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+_APT_TIMEOUT_S = 600
+
+
+def apt_install(packages: tuple[str, ...], present) -> str | None:
+    """Install Debian `packages` with apt-get unless `present()` already holds (root only).
+
+    Returns:
+        None when they are present (now), else why not: the reason a test skips with.
+    """
+    import os
+    import shutil
+    import subprocess
+
+    if present():
+        return None
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return f"needs {', '.join(packages)}: install them, or run as root where apt-get is available"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    argv = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=_APT_TIMEOUT_S)
+    if done.returncode != 0:  # a fresh image has no package lists yet
+        subprocess.run(["apt-get", "update"], env=env, capture_output=True, text=True, timeout=_APT_TIMEOUT_S)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=_APT_TIMEOUT_S)
+    return None if present() else f"apt-get install {' '.join(packages)} failed: {done.stderr.strip()[-500:]}"

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import threading
 
 import pytest
 
+from _support import apt_install
 
 
 # Set by pytest itself, or by torch's lazily imported modules (inductor writes its cache dir into
@@ -77,7 +76,6 @@ def cli_run(tmp_path):
 
 # ---- system packages the allocator / NUMA tests need ------------------------------------------------
 _APT_PACKAGES = ("libjemalloc2", "libtcmalloc-minimal4", "numactl")
-_APT_TIMEOUT_S = 300
 
 
 def _tools_present() -> bool:
@@ -87,26 +85,12 @@ def _tools_present() -> bool:
     return all(host.allocator_library(name) for name in ("jemalloc", "tcmalloc")) and host.numactl is not None
 
 
-def _apt_get(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    return subprocess.run(["apt-get", *args], env=env, capture_output=True, text=True, timeout=_APT_TIMEOUT_S)
-
-
 @pytest.fixture(scope="session")
 def system_packages() -> None:
     """jemalloc, tcmalloc-minimal and numactl installed, or the test skipped with the reason."""
-    if _tools_present():
-        return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip(f"needs {', '.join(_APT_PACKAGES)}: install them, or run as root where apt-get is available")
-    result = _apt_get("install", "-y", "--no-install-recommends", *_APT_PACKAGES)
-    if result.returncode != 0:  # a fresh image has no package lists yet
-        _apt_get("update")
-        result = _apt_get("install", "-y", "--no-install-recommends", *_APT_PACKAGES)
-    if result.returncode != 0 or not _tools_present():
-        pytest.skip(f"apt-get install {' '.join(_APT_PACKAGES)} failed: {result.stderr.strip()[-500:]}")
-
-
+    missing = apt_install(_APT_PACKAGES, _tools_present)
+    if missing:
+        pytest.skip(missing)
 
 
 def pytest_configure(config):

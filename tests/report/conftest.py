@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -12,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from _support import fixture_workload
+from _support import apt_install, fixture_workload
 
-_APT_TIMEOUT_S = 600
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 
 
@@ -69,24 +67,10 @@ def find_chromium() -> str | None:
     return next((path for path in map(shutil.which, CHROMIUM_NAMES) if path), None)
 
 
-def _apt_get(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    return subprocess.run(["apt-get", *args], env=env, capture_output=True, text=True, timeout=_APT_TIMEOUT_S)
-
-
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """Path of a headless-capable Chromium: Debian's `chromium`, installed with apt when root; else skip."""
-    found = find_chromium()
-    if found:
-        return found
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip("needs Chromium for the browser test: install Debian's `chromium`, or run as root where apt-get is available")
-    result = _apt_get("install", "-y", "--no-install-recommends", "chromium")
-    if result.returncode != 0:  # a fresh image has no package lists yet
-        _apt_get("update")
-        result = _apt_get("install", "-y", "--no-install-recommends", "chromium")
-    found = find_chromium()
-    if result.returncode != 0 or not found:
-        pytest.skip(f"apt-get install chromium failed: {result.stderr.strip()[-500:]}")
-    return found
+    missing = apt_install(("chromium",), lambda: find_chromium() is not None)
+    if missing:
+        pytest.skip(f"the browser test needs Chromium: {missing}")
+    return find_chromium()
