@@ -28,7 +28,7 @@ from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_m
 from torchpace.measure.timing import Clock, Throughput, TimingOptions, measure_throughput
 from torchpace.runtime import Prepared, prepare
 from torchpace.runtime.batch import batch_len
-from torchpace.workload import Workload, exits_as_errors
+from torchpace.workload import Workload
 
 if TYPE_CHECKING:
     from torchpace.inference.latency import Latency
@@ -249,7 +249,7 @@ def run_bench(
             start = clock()
         reset_peak_memory(run.device)
         try:
-            with exits_as_errors("running the workload's training step"), measure_other_load(own_root_pid) as load:
+            with measure_other_load(own_root_pid) as load:
                 checked = accuracy(run) if accuracy is not None else None
                 real, compute, latency = _measure_all(run, clock, options, start, losses, on_window)
         except TorchpaceError:

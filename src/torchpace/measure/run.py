@@ -56,7 +56,7 @@ def bench_workload(spec: str | None, config: RunConfig, options: BenchOptions, *
         accuracy_batches: for inference workloads, also report the outputs' distance from the fp32
             eager reference on this many batches (reported, never rejected; 0 skips it).
     """
-    from torchpace.workload import load_workload
+    from torchpace.workload import exits_as_errors, load_workload
 
     workload = load_workload(spec)
     if pending_env_knobs(config, host):  # process-level knobs need a fresh process with their env
@@ -64,9 +64,12 @@ def bench_workload(spec: str | None, config: RunConfig, options: BenchOptions, *
 
         check_config(config, host, workload)  # a knob that does not apply: say so before starting processes
         return _bench_in_trial(spec, config, options, host, device, accuracy_batches)
-    accuracy = _accuracy_report(workload, accuracy_batches)
-    with progress_bar(show_progress, options.max_time_s, f"bench {workload.name}") as on_window:
-        return run_bench(workload, config, options, host=host, device=device, on_window=on_window, accuracy=accuracy)
+    # in this process, an exit in the workload's code would end torchpace silently with its code: say so
+    # (a trial child's exit is classified by its parent from the exit status instead)
+    with exits_as_errors("running the workload's training step"):
+        accuracy = _accuracy_report(workload, accuracy_batches)
+        with progress_bar(show_progress, options.max_time_s, f"bench {workload.name}") as on_window:
+            return run_bench(workload, config, options, host=host, device=device, on_window=on_window, accuracy=accuracy)
 
 
 def _accuracy_report(workload, batches: int):
