@@ -157,3 +157,33 @@ def test_the_workload_file_of_a_module_spec_is_found_without_running_the_module(
     assert workload_file("pkgx:build") == tmp_path / "pkgx" / "__init__.py"
     assert workload_file("tabular") is None and workload_file("no_such_pkg.mod:f") is None
     assert workload_file("w.py:build") == Path("w.py")
+
+
+@pytest.fixture
+def readonly_dir(tmp_path):
+    """A folder no one may write in: mode 0555, or for root (whom modes do not stop) the immutable flag."""
+    import subprocess
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+        pytest.skip("root, and this filesystem cannot mark a folder immutable (chattr +i)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+@pytest.mark.parametrize("args", [["shard", "imgs", "--out", "ro/shards"], ["shard", "imgs", "--out", "ro"],
+                                  ["bench", "--out", "ro/r.json"], ["tune", "--out", "ro/t.toml"],
+                                  ["monitor", "--tensorboard", "ro/tb", "--", "true"]])
+def test_an_output_in_a_read_only_folder_exits_2_before_anything_runs(cli_run, readonly_dir, args):
+    done = cli_run(*args)
+    assert done.returncode == 2, done.stderr
+    assert "cannot be written (is the folder there, and writable?)" in done.stderr
+    assert list(readonly_dir.iterdir()) == []
