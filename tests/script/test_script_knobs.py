@@ -59,8 +59,13 @@ def _launch(config: dict, tmp_path: Path, child_env: dict) -> dict:
 
 
 @pytest.mark.parametrize("name", SCRIPT_KNOBS)
-def test_script_knob_changes_what_it_claims_under_launch(name, host, tmp_path, child_env):
+def test_script_knob_changes_what_it_claims_under_launch(name, host, tmp_path, child_env, request):
     config, expected = CLAIMS[name]
+    if name in ("system.allocator", "system.numa"):
+        from torchpace.host import probe_host
+
+        request.getfixturevalue("system_packages")  # jemalloc and numactl where apt is available
+        host = probe_host()  # the session's host facts predate the install
     _skip_unless_it_applies(host, config)
     seen = _launch(config, tmp_path, child_env)
     assert {key: seen[key] for key in expected} == expected
