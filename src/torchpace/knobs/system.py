@@ -24,6 +24,7 @@ def read_loaded_libraries(maps_path: str = "/proc/self/maps") -> str:
 
 class IntraOpThreadsKnob(IntKnob):
     name = "threads.intra_op"
+    script_reach = "process"
     stage = "system"
     point = Point.GLOBAL
     default = "auto"
@@ -49,6 +50,7 @@ class IntraOpThreadsKnob(IntKnob):
 
 class AllocatorKnob(Knob):
     name = "system.allocator"
+    script_reach = "process"
     stage = "system"
     point = Point.ENV
     default = "system"
@@ -73,6 +75,7 @@ class AllocatorKnob(Knob):
 
 class NumaKnob(Knob):
     name = "system.numa"
+    script_reach = "process"
     stage = "system"
     point = Point.ENV
     default = "off"
