@@ -93,7 +93,11 @@ def test_the_meter_driven_by_step_events_measures_what_the_pull_loop_does():
 def test_a_meter_stopped_early_reports_the_windows_it_has():
     from torchpace.measure.timing import WindowMeter
 
-    clock = ScriptedClock(lambda i: 0.01 * (1 + i % 4))  # steady enough to warm up, too noisy for a 0.1% CI
+    import random
+
+    jitter = random.Random(0)
+    durations = [0.01 * (1 + 0.3 * jitter.random()) for _ in range(1000)]
+    clock = ScriptedClock(lambda i: durations[i])  # no rhythm a window could hold: never a 0.1% CI
     meter = WindowMeter(clock, clock.sync, TimingOptions(window_s=0.05, target_ci_rel=0.001), 0.5, 100.0)
     meter.start()
     with pytest.raises(ValueError):
@@ -102,3 +106,14 @@ def test_a_meter_stopped_early_reports_the_windows_it_has():
         meter.record(clock.step())
     partial = meter.result("script-ended")
     assert not meter.done and partial.stopped_by == "script-ended" and len(partial.windows) >= 2
+
+
+def test_windows_grow_until_they_hold_a_bursty_steps_rhythm():
+    """Two loader workers delivering together: a fast step (batch ready), then a slow one (waiting for
+    the next pair). One-step windows would alternate 80x apart; the measured median must be the true
+    rate (2 steps per 81 ms)."""
+    clock = ScriptedClock(lambda i: 0.001 if i % 2 else 0.080)
+    result = measure_throughput(clock.step, clock, clock.sync, TimingOptions(window_s=0.1), 5.0, 20.0)
+    true_rate = 10 * 2 / 0.081  # samples/s
+    assert abs(result.summary.median - true_rate) / true_rate < 0.05
+    assert min(w.steps for w in result.windows) >= 2 and result.warmup_converged

@@ -17,13 +17,15 @@ SCRIPTS = Path(__file__).parent / "scripts"
 def tuned(tmp_path_factory):
     """One real tune of scripts/loader_adamw.py: its loader waits 10 ms per sample (standing for storage
     reads) in the training process and the model is tiny, so the step is mostly input wait that loader
-    workers overlap (2 workers: about twice the samples/s), a gain far beyond the host's noise."""
+    workers overlap (2 workers: about twice the samples/s), a gain far beyond the host's noise. The
+    launch test reads one short epoch (`--samples 64`), so its later arguments come after these."""
     import os
     import subprocess
     import sys
 
     folder = tmp_path_factory.mktemp("script-tune")
-    command = ["python", str(SCRIPTS / "loader_adamw.py"), "--work", "0", "--io-ms", "10", "--batch-size", "8"]
+    command = ["python", str(SCRIPTS / "loader_adamw.py"), "--work", "0", "--io-ms", "10", "--batch-size", "8",
+               "--samples", "8192"]  # an epoch outlasts a trial: no worker restarts inside the measurement
     result = subprocess.run([sys.executable, "-m", "torchpace", "tune", "--budget", "6m", "--trial-time", "4",
                              "--guard-steps", "5", "--knob", "data.num_workers", "--json", "--", *command],
                             cwd=folder, capture_output=True, text=True, timeout=600, env=dict(os.environ))
@@ -52,7 +54,7 @@ def test_launch_runs_the_tuned_config_as_it_was_measured(tuned, child_env):
     assert result.returncode == 0, result.stderr[-3000:]
     report = folder / "seen.json"
     run = subprocess.run([sys.executable, "-m", "torchpace", "launch", "--config", str(folder / "torchpace.toml"), "--",
-                          *command, "--epochs", "1", "--report", str(report)],
+                          *command, "--epochs", "1", "--samples", "64", "--report", str(report)],
                          cwd=folder, env=child_env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     saved = tomllib.loads((folder / "torchpace.toml").read_text())["knobs"]

@@ -22,6 +22,8 @@ from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize, wind
 
 Clock = Callable[[], float]
 _MAX_STEPS_PER_WINDOW = 10_000  # bounds a window of a near-free step
+_SIZING_STEPS = 8  # the window is sized from the mean of the last few single steps
+_MAX_WINDOW_GROWTH = 8  # warm-up doubles a window while it is shorter than this many `window_s`
 
 
 @dataclass(frozen=True)
@@ -88,9 +90,12 @@ class WindowMeter:
     `torchpace.script.hook`). Either way the phases are the same:
 
     1. ``single``: one-step windows until two consecutive ones agree within 3x `warmup_tolerance`,
-       `max_warmup_steps` or the warm-up deadline; the last one's time sizes the window.
+       `max_warmup_steps` or the warm-up deadline; the agreeing pair (else the mean of the last few,
+       the first step, which holds compile and start-up, left out) sizes the window.
     2. ``warmup``: windows until two consecutive ones agree within `warmup_tolerance` (converged) or
-       the warm-up deadline passes (not converged).
+       the warm-up deadline passes (not converged). When two disagree, the next window is twice as
+       long (up to 8x `window_s`): a window must hold the step's own rhythm, e.g. DataLoader workers
+       that deliver batches in bursts, or a 1-step window alternates fast and slow forever.
     3. ``measure``: windows until `min_windows` and the 95% CI of the median within `target_ci_rel`
        (stopped by "ci"), or the deadline (stopped by "time"); then the phase is ``done``.
 
@@ -111,6 +116,7 @@ class WindowMeter:
         self.stopped_by = ""
         self._per_window = 1
         self._last: Window | None = None  # the previous single / warm-up window
+        self._singles_s: list[float] = []  # single-step times after the first
         self._steps = self._samples = 0
 
     @property
@@ -141,10 +147,14 @@ class WindowMeter:
     def _after_single(self, window: Window) -> None:
         previous, self._last = self._last, window
         self.warmup_steps += 1
+        if previous is not None:  # the first step (compile, start-up) does not size the window
+            self._singles_s.append(window.elapsed_s)
         # single steps jitter more than windows: a looser test only to size the window
         agreed = previous is not None and windows_agree(window.elapsed_s, previous.elapsed_s, self.options.warmup_tolerance * 3)
         if agreed or self.warmup_steps >= self.options.max_warmup_steps or self.clock() >= self.warmup_deadline:
-            step_s = max(window.elapsed_s, 1e-9)
+            # the agreeing pair, else the mean of the last few (steps that alternate fast and slow)
+            recent = self._singles_s[-2 if agreed else -_SIZING_STEPS:] or [window.elapsed_s]
+            step_s = max(sum(recent) / len(recent), 1e-9)
             self._per_window = max(1, min(_MAX_STEPS_PER_WINDOW, round(self.options.window_s / step_s)))
             self._last = None
             self._enter("warmup" if self.clock() < self.warmup_deadline else "measure")
@@ -157,6 +167,10 @@ class WindowMeter:
             self._enter("measure")
         elif self.clock() >= self.warmup_deadline:
             self._enter("measure")
+        elif previous is not None and window.elapsed_s < _MAX_WINDOW_GROWTH * self.options.window_s:
+            # Neighbours disagree: the window may be too short to hold the step's own rhythm (loader
+            # workers that deliver batches in bursts, periodic logging); the next one is twice as long.
+            self._per_window = min(_MAX_STEPS_PER_WINDOW, self._per_window * 2)
 
     def _enter(self, phase: str) -> None:
         self.phase = phase

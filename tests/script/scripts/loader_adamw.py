@@ -40,11 +40,12 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--work", type=int, default=20)
     parser.add_argument("--io-ms", type=float, default=0.0)
+    parser.add_argument("--samples", type=int, default=512)
     parser.add_argument("--stamps", default=None)
     parser.add_argument("--report", default=None)
     args = parser.parse_args()
 
-    loader = DataLoader(Squares(512, 256, args.work, args.io_ms), batch_size=args.batch_size, shuffle=True, drop_last=True)
+    loader = DataLoader(Squares(args.samples, 256, args.work, args.io_ms), batch_size=args.batch_size, shuffle=True, drop_last=True)
     model = nn.Sequential(nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 2))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     if args.report:
