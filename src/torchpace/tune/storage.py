@@ -214,7 +214,7 @@ def say_if_locked(path: str, url: str, on_wait: Callable[[str], None] | None) ->
         with closing(sqlite3.connect(path, timeout=0, isolation_level=None)) as conn:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("ROLLBACK")
-    except sqlite3.OperationalError as err:
+    except sqlite3.DatabaseError as err:
         if "locked" in str(err):
             on_wait(f"{mask_url(url)} is locked by another process: waiting up to {sqlite_timeout_s(url):g} s for it")
         # any other error (not a database, unreadable) is reported by the read that follows
