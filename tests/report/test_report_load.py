@@ -109,8 +109,10 @@ def test_a_study_with_only_its_baseline_reads_as_baseline_equals_tuned(tuned_stu
 
 
 def test_results_are_told_by_kind():
-    bench = {"kind": "torchpace.bench", "schema_version": 1, "workload": "w", "config": {"data.num_workers": 1},
-             "host": {"fingerprint": "f"}}
+    from torchpace.measure.schema import BENCH_RESULT_SCHEMA
+
+    bench = {**dict.fromkeys(BENCH_RESULT_SCHEMA["required"]), "kind": "torchpace.bench", "schema_version": 1,
+             "workload": "w", "config": {"data.num_workers": 1}, "host": {"fingerprint": "f"}}
     assert build_result_data(bench, "b.json").kind == "bench"
     profile = {"kind": "torchpace.profile", "schema_version": 1, "workload": "w", "config": {}}
     data = build_result_data(profile, "p.json")

@@ -3,6 +3,10 @@
 _NUMBER = {"type": "number"}
 _OPT_NUMBER = {"type": ["number", "null"]}
 
+# Fields a bench result has had since steps/s and script mode came (a result written before them is
+# still read by `torchpace report`, which shows them only when present).
+FIELDS_ADDED_WITH_SCRIPT_MODE = ("steps_per_s", "steps_per_s_ci_low", "steps_per_s_ci_high", "window_steps_per_s", "script")
+
 BENCH_RESULT_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "torchpace bench result",

@@ -149,9 +149,9 @@ def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
 
 def _check_bench_fields(doc: Mapping[str, Any], source: str) -> None:
     """UsageError naming the fields a bench result lacks (the schema's required ones: the report shows them)."""
-    from torchpace.measure.schema import BENCH_RESULT_SCHEMA
+    from torchpace.measure.schema import BENCH_RESULT_SCHEMA, FIELDS_ADDED_WITH_SCRIPT_MODE
 
-    missing = [name for name in BENCH_RESULT_SCHEMA["required"] if name not in doc]
+    missing = [name for name in BENCH_RESULT_SCHEMA["required"] if name not in doc and name not in FIELDS_ADDED_WITH_SCRIPT_MODE]
     if missing:
         raise UsageError(f"{source!r} is a bench result without the field(s) {', '.join(missing)}; write it again "
                          "with `torchpace bench --out FILE`")
