@@ -122,9 +122,11 @@ def test_a_script_that_never_steps_times_out_naming_what_was_looked_for(host, tm
 def test_a_script_that_ends_first_gives_its_windows_or_a_clear_failure(cli_run, tmp_path):
     few = cli_run("bench", "--max-time", "4", "--", "python", str(SCRIPTS / "short_run.py"), "5", timeout=240)
     assert few.returncode == 1 and "ended after 5 step(s)" in few.stderr and "let it run longer" in few.stderr
-    bench = _bench_json(cli_run, "--", "python", str(SCRIPTS / "short_run.py"), "400", "0.003")
+    # one step per window: the script ends before six measured windows, whatever the host's speed
+    bench = _bench_json(cli_run, "--", "python", str(SCRIPTS / "short_run.py"), "10", "0.5", max_time="8")
     assert bench["stopped_by"] == "script-ended" and bench["script"]["ended_early"] is True
-    assert bench["windows"] >= 2
+    assert bench["script"]["steps_seen"] == 10 and 2 <= bench["windows"] <= 5
+    assert bench["measured_steps"] == bench["windows"]
 
 
 @pytest.mark.parametrize("args, message", [
