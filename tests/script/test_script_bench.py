@@ -77,6 +77,7 @@ def test_dataloader_and_adamw_loop_counts_optimizer_steps_and_samples(cli_run, t
     assert bench["steps_per_s"] == pytest.approx(statistics.median(bench["window_steps_per_s"]))
     assert 0.0 < bench["input_bound_frac"] < 1.0  # the loader does its FFTs in this process
     assert bench["compute_only_samples_per_s"] is None
+    assert bench["other_load_cores"] is not None and bench["other_load_cores"] >= 0
 
 
 @pytest.mark.slow

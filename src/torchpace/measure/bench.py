@@ -337,13 +337,14 @@ def _build_result(workload, config, run, real: Throughput, compute: Throughput |
 
 def build_script_bench(real: Throughput, *, samples_known: bool, device, losses: list[float], wall_s: float,
                        measured_wait_s: float | None, batch_size: int | None, backwards_per_step: int,
-                       script: dict[str, Any]) -> dict[str, Any]:
+                       script: dict[str, Any], other_load_cores: float | None = None) -> dict[str, Any]:
     """The BenchResult dict of a script measured from inside its process (`torchpace.script.hook`).
 
     There is no compute-only ceiling for a script (its batches cannot be replayed), so
     `input_bound_frac` is the measured share of window time spent inside the DataLoader iterator's
     `__next__` (None when the script read no DataLoader), and `compute_only_samples_per_s` is None. `config` is left empty: the parent, which
-    planned the run, fills it in.
+    planned the run, fills it in. `other_load_cores` is read by the caller over the measurement, as
+    `torchpace.measure.contention` defines it.
     """
     device = device if device is not None else torch.device("cpu")
     elapsed_s = sum(w.elapsed_s for w in real.windows)
@@ -354,5 +355,5 @@ def build_script_bench(real: Throughput, *, samples_known: bool, device, losses:
         **throughput_fields(real, samples_known), compute_only_samples_per_s=None,
         input_bound_frac=min(1.0, measured_wait_s / elapsed_s) if elapsed_s > 0 and measured_wait_s is not None else None,
         peak_memory_bytes=peak_bytes, peak_memory_kind=peak_kind, loss_values=losses, wall_time_s=wall_s,
-        host=probe_host().summary(), script=script)
+        host=probe_host().summary(), script=script, other_load_cores=other_load_cores)
     return result.to_dict()

@@ -112,7 +112,12 @@ class ScriptProbe:
         from torchpace.measure.bench import WARMUP_SHARE, BenchOptions
         from torchpace.measure.timing import WindowMeter
 
+        from torchpace.measure.contention import probe_cpu_times
+
         self.samples_known = bool(self.spec.samples_per_step) or self.batches_seen > 0
+        # other processes' CPU time from here to the result; this script's own tree is the parent's
+        # (the bench or tune process that started it), as for a Workload trial
+        self._cpu_before = probe_cpu_times(os.getppid())
         options = BenchOptions(max_time_s=self.spec.max_time_s, target_ci_rel=self.spec.target_ci_rel)
         now = self.clock()
         self.meter = WindowMeter(self.clock, self._sync, options.timing(), now + WARMUP_SHARE * options.max_time_s,
@@ -170,7 +175,9 @@ class ScriptProbe:
 
     def _bench(self, losses: list[float], ended_early: bool, wall_s: float, hook: dict) -> dict[str, Any]:
         from torchpace.measure.bench import build_script_bench
+        from torchpace.measure.contention import other_load_cores, probe_cpu_times
 
+        load = other_load_cores(self._cpu_before, probe_cpu_times(os.getppid()))
         real = self.meter.result("script-ended" if ended_early else None)
         per_step = sorted(n for n in self.backwards_per_step if n)
         script = {"command": list(self.spec.command), "steps_seen": self.steps, "ended_early": ended_early,
@@ -180,7 +187,7 @@ class ScriptProbe:
         return build_script_bench(
             real, samples_known=self.samples_known, device=self.device, losses=losses, wall_s=wall_s,
             measured_wait_s=self.measured_wait_s if self.batches_seen else None, batch_size=self.last_step_samples if self.samples_known else None,
-            backwards_per_step=per_step[len(per_step) // 2] if per_step else 1, script=script)
+            backwards_per_step=per_step[len(per_step) // 2] if per_step else 1, script=script, other_load_cores=load)
 
     def on_exit(self) -> None:
         """atexit: the script finished before the measurement did."""
