@@ -134,6 +134,7 @@ def test_a_script_that_ends_first_gives_its_windows_or_a_clear_failure(cli_run, 
     (["--"], "nothing after `--`"),
     (["--", "bash", "run.sh"], "torchpace monitor"),
     (["tabular", "--", "python", "train.py"], "not both"),
+    (["--", "python", "-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py"], "the training script itself"),
 ])
 def test_bad_script_commands_are_usage_errors(cli_run, args, message):
     result = cli_run("bench", *args, timeout=120)
@@ -146,3 +147,12 @@ def test_a_knob_that_cannot_reach_a_script_is_a_usage_error_naming_prepare(cli_r
                      str(SCRIPTS / "short_run.py"), timeout=120)
     assert result.returncode == 2
     assert "model.activation_checkpointing" in result.stderr and "prepare()" in result.stderr
+
+
+@pytest.mark.slow
+def test_processes_the_script_starts_are_not_measured_as_the_script(cli_run, tmp_path):
+    report = tmp_path / "hooked.txt"
+    bench = _bench_json(cli_run, "--", "python", str(SCRIPTS / "spawn_children.py"), str(report))
+    hooked = {role: flag for _, role, flag in (line.split() for line in report.read_text().splitlines())}
+    assert hooked == {"main": "True", "subprocess": "False", "worker": "False"}
+    assert bench["batch_size"] == 16 and bench["script"]["samples_source"] == "dataloader"

@@ -12,6 +12,8 @@ import click
 from torchpace.errors import UsageError
 
 _META = "torchpace.script_command"
+# launchers that run the training in child processes: script mode measures the one process it starts
+_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
 class ScriptVerb(click.Command):
@@ -35,6 +37,14 @@ def script_command(workload: str | None) -> list[str] | None:
     if workload is not None:
         raise UsageError(f"give either a WORKLOAD ({workload!r}) or a command after `--` "
                          f"({' '.join(command)!r}), not both")
+    from torchpace.launch.command import parse_python_command
+
+    module = parse_python_command(command).module
+    if module in _LAUNCHER_MODULES:
+        raise UsageError(f"`-m {module}` runs the training in child processes, and script mode measures the one "
+                         "process it starts: give the training script itself (`-- python train.py ARGS`); "
+                         "`torchpace launch --nproc-per-node N --config F -- train.py ARGS` runs the tuned config "
+                         "on several processes")
     return command
 
 

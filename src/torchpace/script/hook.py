@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import atexit
 import functools
-import os
 import sys
 import threading
 
 from torchpace.script.probe import ScriptProbe
-from torchpace.script.spec import MEASURE_ENV, ScriptMeasure
+from torchpace.script.spec import ScriptMeasure
 
 
 # ---- installing the hooks ---------------------------------------------------------------------------
@@ -62,10 +61,10 @@ def install(spec: ScriptMeasure) -> ScriptProbe:
     return probe
 
 
-def install_from_env() -> ScriptProbe | None:
-    """`install` with the spec in `MEASURE_ENV` (None when the variable is not set)."""
-    raw = os.environ.get(MEASURE_ENV)
-    return install(ScriptMeasure.from_json(raw)) if raw else None
+def install_from_json(raw: str) -> ScriptProbe:
+    """`install` with the spec the parent passed in `MEASURE_ENV` (the launch hook has taken it out of
+    the environment, so that the processes the script starts do not measure themselves)."""
+    return install(ScriptMeasure.from_json(raw))
 
 
 def seed_everything(seed: int) -> None:

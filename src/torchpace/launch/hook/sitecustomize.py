@@ -16,8 +16,8 @@ _MEASURE_ENV = "TORCHPACE_SCRIPT_MEASURE"  # torchpace.script.spec.MEASURE_ENV: 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _apply(raw):
-    """Apply the knobs in `raw` (JSON), then start a script-mode measurement when one is asked for.
+def _apply(raw, measure):
+    """Apply the knobs in `raw` (JSON), then start the script-mode measurement `measure` (JSON) if any.
 
     A failure to apply the config is reported and never breaks the script's import; a measurement that
     cannot start is reported too (the parent then finds no result and says the hook did not run).
@@ -33,17 +33,20 @@ def _apply(raw):
         apply_launch_config(json.loads(raw or "{}"))
     except Exception as err:  # the script's `import torch` must still succeed; say what was skipped
         sys.stderr.write(f"torchpace launch: the config was not applied: {err!r}\n")
-    if os.environ.get(_MEASURE_ENV):
-        from torchpace.script.hook import install_from_env
+    if measure:
+        try:
+            from torchpace.script.hook import install_from_json
 
-        install_from_env()
+            install_from_json(measure)
+        except Exception as err:
+            sys.stderr.write(f"torchpace: the measurement could not start in this script: {err!r}\n")
 
 
 class _ThenApply:
     """Loads a module with its own loader, then applies the config."""
 
-    def __init__(self, loader, raw):
-        self.loader, self.raw = loader, raw
+    def __init__(self, loader, raw, measure):
+        self.loader, self.raw, self.measure = loader, raw, measure
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
@@ -51,14 +54,14 @@ class _ThenApply:
     def exec_module(self, module):
         module.__loader__ = module.__spec__.loader = self.loader  # the module sees its real loader
         self.loader.exec_module(module)
-        _apply(self.raw)
+        _apply(self.raw, self.measure)
 
 
 class _TorchImportWatcher:
     """A one-shot meta path finder: when `torch` is imported, apply the config after it loads."""
 
-    def __init__(self, raw):
-        self.raw = raw
+    def __init__(self, raw, measure):
+        self.raw, self.measure = raw, measure
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "torch":
@@ -68,7 +71,7 @@ class _TorchImportWatcher:
 
         spec = importlib.util.find_spec(fullname)
         if spec is not None and spec.loader is not None:
-            spec.loader = _ThenApply(spec.loader, self.raw)
+            spec.loader = _ThenApply(spec.loader, self.raw, self.measure)
         return spec
 
 
@@ -90,12 +93,16 @@ def _run_shadowed_sitecustomize():
 
 def _install():
     raw = os.environ.get(_CONFIG_ENV)
-    if not raw and not os.environ.get(_MEASURE_ENV):
+    # A measurement is of this process only: the processes the script starts itself (spawned DataLoader
+    # workers, a subprocess) do not inherit it, or each would count no step and report for the script.
+    # The config's knobs do reach them, as under `launch`.
+    measure = os.environ.pop(_MEASURE_ENV, None)
+    if not raw and not measure:
         return
     if "torch" in sys.modules:
-        _apply(raw)
+        _apply(raw, measure)
     else:
-        sys.meta_path.insert(0, _TorchImportWatcher(raw))
+        sys.meta_path.insert(0, _TorchImportWatcher(raw, measure))
 
 
 _install()
