@@ -22,7 +22,7 @@ from rich.console import Console
 from torchpace.monitor.live import PlainView
 from torchpace.monitor.run import MonitorOptions, run_monitor
 
-_BUDGET_CORE_PCT = 1.0  # the budget: sampling at 1 Hz costs under 1% of one core
+_BUDGET_CORE_PCT = 1.0  # the target: sampling at 1 Hz costs under 1% of one core
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
