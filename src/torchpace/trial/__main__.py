@@ -7,13 +7,15 @@ except a hard crash (segfault, SIGKILL), which the parent classifies from the ex
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
 
-from torchpace.trial.protocol import CRASH, GUARD, INVALID, NONFINITE, OK, OOM, TrialResult, TrialSpec, is_nonfinite
+from torchpace.trial.protocol import (CRASH, GUARD, INVALID, NONFINITE, OK, OOM, STACK_DUMP_SIGNAL, TrialResult, TrialSpec,
+                                      is_nonfinite)
 
 
 def run_spec(spec: TrialSpec) -> TrialResult:
@@ -89,10 +91,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m torchpace.trial SPEC.json RESULT.json", file=sys.stderr)
         return 2
     spec, result_path = TrialSpec.load(Path(argv[0])), Path(argv[1])
-    if spec.dump_stacks_after_s:  # just before the parent's cap: where a stuck trial was, in its stderr tail
-        import faulthandler
-
-        faulthandler.dump_traceback_later(spec.dump_stacks_after_s, exit=False)
+    # at the cap the parent asks for every thread's stack (where a stuck trial was, in its stderr tail)
+    faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)
     from torchpace.runtime.distributed import RankEnv
 
     ranks = RankEnv.from_env()

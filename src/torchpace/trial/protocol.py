@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,6 @@ class TrialSpec:
     accuracy_atol: float = 1e-5
     min_top1_agreement: float = 0.99
     accuracy_enforce: bool = True  # False: report the accuracy figures, never reject (`torchpace bench`)
-    dump_stacks_after_s: float | None = None  # the child writes every thread's stack to stderr then (faulthandler)
     command: list[str] = field(default_factory=list)
     samples_per_step: int | None = None
     script_mode: str = "bench"
@@ -106,6 +106,9 @@ class TrialResult:
 def is_nonfinite(values: list[float]) -> bool:
     """True when any loss value is NaN or infinite."""
     return any(not math.isfinite(v) for v in values)
+
+
+STACK_DUMP_SIGNAL = signal.SIGUSR1  # at the cap, the parent asks each trial process for its threads' stacks
 
 
 _DEAD_WORKER_SIGNS = ("DataLoader worker (pid", "exited unexpectedly")

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
@@ -24,12 +23,14 @@ from torchpace.launch.command import PythonCommand
 from torchpace.launch.plan import ChildOptions, LaunchFacts, LaunchPlan, plan_child
 from torchpace.process import start_child, stop_tree
 from torchpace.trial.script import plan_script_trial, read_script_result
-from torchpace.trial.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit, classify_timeout
+from torchpace.trial.protocol import (CRASH, INVALID, STACK_DUMP_SIGNAL, TrialResult, TrialSpec, classify_exit,
+                                      classify_timeout)
 from torchpace.trial.ranks import all_ranks_stderr, read_rank_failure
 
 _STDERR_TAIL_BYTES = 4000
 _KILL_GRACE_S = 3.0  # SIGTERM first, then SIGKILL after this
-_DUMP_BEFORE_CAP_S = 10.0  # the child dumps its threads' stacks this long before the cap (its start-up lags ours)
+_DUMP_WAIT_S = 2.0  # at most this long for the dumps, before the group is killed
+_DUMP_SETTLED_S = 0.2  # the dumps are written once stderr stopped growing this long
 _TRIAL_DIR_PREFIX = "torchpace-trial-"  # + the pid of the process running the trial
 
 
@@ -66,7 +67,7 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
     remove_orphan_trial_dirs(workdir)
     with tempfile.TemporaryDirectory(prefix=f"{_TRIAL_DIR_PREFIX}{os.getpid()}-", dir=workdir) as tmp:
         spec_path, result_path, err_path = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "stderr.txt"
-        replace(spec, dump_stacks_after_s=max(1.0, timeout_s - _DUMP_BEFORE_CAP_S)).save(spec_path)
+        spec.save(spec_path)
         nofile = None  # the child's soft RLIMIT_NOFILE, as `launch` gives it (None: inherited)
         try:
             if spec.command:  # script mode: the user's script, launched with the trial's config and the hook
@@ -78,19 +79,24 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
             return TrialResult(INVALID, error=str(err))
         start = time.perf_counter()
         dead: list[int] = []
+        said = ""  # what the trial had written to stderr by its cap
         with open(err_path, "wb") as err_file:
             proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env, stdout=subprocess.DEVNULL,
                                stderr=err_file)
             try:
                 returncode: int | None = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                returncode, dead = None, dead_children(proc.pid)  # before stop_tree: its zombies are the evidence
+                # the evidence is what the trial left before we act on it: its zombies and what it had said
+                # (killing the group makes DataLoader workers die, and their parent say so)
+                returncode, dead = None, dead_children(proc.pid)
+                said = all_ranks_stderr(result_path) + _tail(err_path)
+                dump_stacks(proc.pid, [err_path, *result_path.parent.glob("stderr.rank*.txt")])
             finally:  # also on Ctrl-C / SIGTERM of the parent: leave nothing behind (workers, ranks)
                 stop_tree(proc, _KILL_GRACE_S)
         wall_s = time.perf_counter() - start
         if returncode is None:
             stderr_tail = all_ranks_stderr(result_path) + _tail(err_path)
-            status, why = classify_timeout(stderr_tail, dead)
+            status, why = classify_timeout(said, dead)
             return TrialResult(status, error=f"no result after {timeout_s:.0f} s; the trial's process group was killed"
                                + (f": {why}" if why else ""), stderr_tail=stderr_tail, wall_time_s=wall_s)
         if spec.command:
@@ -98,6 +104,35 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
         if returncode != 0 and nproc_of(spec.config) > 1:
             return read_rank_failure(result_path, _tail(err_path), returncode, wall_s)
         return _read_result(result_path, returncode, _tail(err_path), wall_s)
+
+
+def dump_stacks(pid: int, stderr_paths: list[Path]) -> None:
+    """Ask every trial process in `pid`'s tree (the trial, or its ranks under torchrun) to write its
+    threads' stacks to its stderr, where a stuck trial was; return once they are written.
+
+    Only at the cap, on a trial that is about to be killed: faulthandler reads other threads' frames
+    while they run, which can crash a live process, so a trial that is still working never dumps.
+    """
+    import psutil
+
+    try:
+        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return
+    for process in tree:
+        try:
+            if "torchpace.trial" in process.cmdline():
+                process.send_signal(STACK_DUMP_SIGNAL)
+        except psutil.Error:
+            continue
+    sizes, settled_at, deadline = None, time.monotonic(), time.monotonic() + _DUMP_WAIT_S
+    while time.monotonic() < deadline:
+        now = [path.stat().st_size if path.exists() else 0 for path in stderr_paths]
+        if now != sizes:
+            sizes, settled_at = now, time.monotonic()
+        elif time.monotonic() - settled_at >= _DUMP_SETTLED_S:
+            return
+        time.sleep(0.05)
 
 
 def dead_children(pid: int) -> list[int]:
