@@ -2,7 +2,7 @@
 
 import pytest
 
-from torchpace.measure.timing import TimingOptions, measure_throughput, time_window
+from torchpace.measure.timing import TimingOptions, WindowMeter, measure_throughput, time_window
 
 
 class ScriptedClock:
@@ -117,3 +117,25 @@ def test_windows_grow_until_they_hold_a_bursty_steps_rhythm():
     true_rate = 10 * 2 / 0.081  # samples/s
     assert abs(result.summary.median - true_rate) / true_rate < 0.05
     assert min(w.steps for w in result.windows) >= 2 and result.warmup_converged
+
+
+
+def test_windows_that_disagree_on_a_loaded_host_stop_growing_at_8x_and_at_the_warmup_deadline():
+    """Every window 30% slower or faster than the one before (a host whose load comes and goes in step
+    with the windows): warm-up never converges, so windows double, but none is planned past 8x
+    `window_s`, warm-up ends by its deadline plus one window, and the rest is measured."""
+    clock = ScriptedClock(lambda i: 0.0)
+    closed = []
+    clock.durations = lambda i: 0.01 if len(closed) % 2 == 0 else 0.013
+    meter = WindowMeter(clock, clock.sync, TimingOptions(window_s=0.1), 3.0, 9.0)
+    meter.start()
+    while not meter.done:
+        phase = meter.phase
+        window = meter.record(clock.step())
+        if window is not None:
+            closed.append((phase, window))
+    warmup = [w for phase, w in closed if phase == "warmup"]
+    assert not meter.warmup_converged and len(warmup) >= 4
+    assert max(w.elapsed_s for _, w in closed) <= 8 * 0.1 * 1.3  # planned from a fast window, run slow
+    assert meter.warmup_s <= 3.0 + 8 * 0.1 * 1.3
+    assert len(meter.windows) >= 6

@@ -94,8 +94,9 @@ class WindowMeter:
        the first step, which holds compile and start-up, left out) sizes the window.
     2. ``warmup``: windows until two consecutive ones agree within `warmup_tolerance` (converged) or
        the warm-up deadline passes (not converged). When two disagree, the next window is twice as
-       long (up to 8x `window_s`): a window must hold the step's own rhythm, e.g. DataLoader workers
-       that deliver batches in bursts, or a 1-step window alternates fast and slow forever.
+       long (while that stays within 8x `window_s` and ends before the warm-up deadline): a window
+       must hold the step's own rhythm, e.g. DataLoader workers that deliver batches in bursts, or a
+       1-step window alternates fast and slow forever.
     3. ``measure``: windows until `min_windows` and the 95% CI of the median within `target_ci_rel`
        (stopped by "ci"), or the deadline (stopped by "time"); then the phase is ``done``.
 
@@ -167,9 +168,12 @@ class WindowMeter:
             self._enter("measure")
         elif self.clock() >= self.warmup_deadline:
             self._enter("measure")
-        elif previous is not None and window.elapsed_s < _MAX_WINDOW_GROWTH * self.options.window_s:
+        elif (previous is not None and 2 * window.elapsed_s <= _MAX_WINDOW_GROWTH * self.options.window_s
+              and self.clock() + 2 * window.elapsed_s <= self.warmup_deadline):
             # Neighbours disagree: the window may be too short to hold the step's own rhythm (loader
-            # workers that deliver batches in bursts, periodic logging); the next one is twice as long.
+            # workers that deliver batches in bursts, periodic logging); the next one is twice as long,
+            # as long as it stays within 8x `window_s` and the warm-up's deadline (a host whose load
+            # makes every window disagree must not grow them into the time left for measuring).
             self._per_window = min(_MAX_STEPS_PER_WINDOW, self._per_window * 2)
 
     def _enter(self, phase: str) -> None:
