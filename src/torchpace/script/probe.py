@@ -110,9 +110,8 @@ class ScriptProbe:
     def _start_meter(self) -> None:
         """The first step ended: timing starts now (that step held start-up and compile)."""
         from torchpace.measure.bench import WARMUP_SHARE, BenchOptions
-        from torchpace.measure.timing import WindowMeter
-
         from torchpace.measure.contention import probe_cpu_times
+        from torchpace.measure.timing import WindowMeter
 
         self.samples_known = bool(self.spec.samples_per_step) or self.batches_seen > 0
         # other processes' CPU time from here to the result; this script's own tree is the parent's
