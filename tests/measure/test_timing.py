@@ -139,3 +139,34 @@ def test_windows_that_disagree_on_a_loaded_host_stop_growing_at_8x_and_at_the_wa
     assert max(w.elapsed_s for _, w in closed) <= 8 * 0.1 * 1.3  # planned from a fast window, run slow
     assert meter.warmup_s <= 3.0 + 8 * 0.1 * 1.3
     assert len(meter.windows) >= 6
+
+
+def test_a_window_sized_from_prefetched_batches_ends_early_and_the_next_is_sized_from_steady_steps():
+    """Loader workers had 4 batches ready before the first step: the single steps that size the window
+    take 2 ms, the steady ones 40 ms. A window planned from 2 ms steps (50 steps, 2 s) would use the
+    whole 1.6 s warm-up and leave one measured window; it ends at 4x its plan instead, the next
+    windows last about `window_s`, warm-up converges and the steady rate is measured."""
+    clock = ScriptedClock(lambda i: 0.5 if i == 0 else 0.002 if i <= 4 else 0.040)
+    closed = []
+    meter = WindowMeter(clock, clock.sync, TimingOptions(window_s=0.1), 1.6, 4.0)
+    meter.start()
+    while not meter.done:
+        phase = meter.phase
+        window = meter.record(clock.step())
+        if window is not None:
+            closed.append((phase, window))
+    assert max(w.elapsed_s for phase, w in closed if phase != "single") <= 4 * 0.1 + 0.040  # none ran far past its plan
+    assert meter.warmup_converged and meter.warmup_s < 1.6
+    assert all(w.elapsed_s <= 2 * 0.1 for w in meter.windows) and len(meter.windows) >= TimingOptions().min_windows
+    assert abs(meter.result().summary.median - 10 / 0.040) / (10 / 0.040) < 0.01
+
+
+def test_a_bursty_step_converges_within_the_warm_up_of_a_short_trial():
+    """Two loader workers deliver together (2 ms, then 80 ms): single steps never agree. They stop
+    after `max_single_steps`, so 2-step windows (which do agree) still converge within the 1.6 s
+    warm-up of a 4 s trial instead of the singles using it all."""
+    clock = ScriptedClock(lambda i: 0.5 if i == 0 else 0.002 if i % 2 else 0.080)
+    result = measure_throughput(clock.step, clock, clock.sync, TimingOptions(window_s=0.1), 1.6, 4.0)
+    true_rate = 10 * 2 / 0.082
+    assert result.warmup_converged and result.warmup_s < 1.6
+    assert abs(result.summary.median - true_rate) / true_rate < 0.05 and result.summary.n >= TimingOptions().min_windows

@@ -24,6 +24,7 @@ Clock = Callable[[], float]
 _MAX_STEPS_PER_WINDOW = 10_000  # bounds a window of a near-free step
 _SIZING_STEPS = 8  # the window is sized from the mean of the last few single steps
 _MAX_WINDOW_GROWTH = 8  # warm-up doubles a window while it is shorter than this many `window_s`
+_OVERRUN = 4  # a warm-up window that lasts this many times its plan ends early and re-sizes the next
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,9 @@ class TimingOptions:
     warmup_tolerance: float = 0.10
     target_ci_rel: float = 0.02
     min_windows: int = MIN_WINDOWS_FOR_CI
-    max_warmup_steps: int = 50
+    # single steps at most: a step with a rhythm of its own (loader workers that deliver in bursts)
+    # never has two agreeing singles, and its windows are then sized from the mean of the last 8
+    max_single_steps: int = 16
 
 
 @dataclass(frozen=True)
@@ -90,13 +93,16 @@ class WindowMeter:
     `torchpace.script.hook`). Either way the phases are the same:
 
     1. ``single``: one-step windows until two consecutive ones agree within 3x `warmup_tolerance`,
-       `max_warmup_steps` or the warm-up deadline; the agreeing pair (else the mean of the last few,
+       `max_single_steps` or the warm-up deadline; the agreeing pair (else the mean of the last few,
        the first step, which holds compile and start-up, left out) sizes the window.
     2. ``warmup``: windows until two consecutive ones agree within `warmup_tolerance` (converged) or
        the warm-up deadline passes (not converged). When two disagree, the next window is twice as
        long (while that stays within 8x `window_s` and ends before the warm-up deadline): a window
        must hold the step's own rhythm, e.g. DataLoader workers that deliver batches in bursts, or a
-       1-step window alternates fast and slow forever.
+       1-step window alternates fast and slow forever. A warm-up window still running at 4x its
+       planned length ends at that step, and the next is sized from its own step time: the single
+       steps that sized it were faster than the steady ones (batches a loader had prefetched before
+       the first step), and one such window would otherwise use the whole warm-up.
     3. ``measure``: windows until `min_windows` and the 95% CI of the median within `target_ci_rel`
        (stopped by "ci"), or the deadline (stopped by "time"); then the phase is ``done``.
 
@@ -116,6 +122,7 @@ class WindowMeter:
         self.warmup_converged = False
         self.stopped_by = ""
         self._per_window = 1
+        self._step_s = 0.0  # the step time the window was sized from
         self._last: Window | None = None  # the previous single / warm-up window
         self._singles_s: list[float] = []  # single-step times after the first
         self._steps = self._samples = 0
@@ -136,7 +143,7 @@ class WindowMeter:
             return None
         self._steps += 1
         self._samples += samples
-        if self._steps < (1 if self.phase == "single" else self._per_window):
+        if self._steps < (1 if self.phase == "single" else self._per_window) and not self._overran():
             return None
         self.sync()
         window = Window(self._steps, self._samples, self.clock() - self._window_start)
@@ -152,17 +159,30 @@ class WindowMeter:
             self._singles_s.append(window.elapsed_s)
         # single steps jitter more than windows: a looser test only to size the window
         agreed = previous is not None and windows_agree(window.elapsed_s, previous.elapsed_s, self.options.warmup_tolerance * 3)
-        if agreed or self.warmup_steps >= self.options.max_warmup_steps or self.clock() >= self.warmup_deadline:
+        if agreed or self.warmup_steps >= self.options.max_single_steps or self.clock() >= self.warmup_deadline:
             # the agreeing pair, else the mean of the last few (steps that alternate fast and slow)
             recent = self._singles_s[-2 if agreed else -_SIZING_STEPS:] or [window.elapsed_s]
-            step_s = max(sum(recent) / len(recent), 1e-9)
-            self._per_window = max(1, min(_MAX_STEPS_PER_WINDOW, round(self.options.window_s / step_s)))
+            self._size_windows(max(sum(recent) / len(recent), 1e-9))
             self._last = None
             self._enter("warmup" if self.clock() < self.warmup_deadline else "measure")
+
+    def _size_windows(self, step_s: float) -> None:
+        self._step_s = step_s
+        self._per_window = max(1, min(_MAX_STEPS_PER_WINDOW, round(self.options.window_s / step_s)))
+
+    def _overran(self) -> bool:
+        """A warm-up window has run `_OVERRUN` times its planned length (checked at each step)."""
+        return (self.phase == "warmup" and
+                self.clock() - self._window_start > _OVERRUN * self._per_window * self._step_s)
 
     def _after_warmup(self, window: Window) -> None:
         previous, self._last = self._last, window
         self.warmup_steps += window.steps
+        own_step_s = window.elapsed_s / window.steps
+        resized = own_step_s > _OVERRUN * self._step_s
+        if resized:  # sized from steps faster than the steady ones: the next window from this one's,
+            self._size_windows(own_step_s)  # and the next two compared with each other, not with it
+            previous = self._last = None
         if previous is not None and windows_agree(window.samples_per_s, previous.samples_per_s, self.options.warmup_tolerance):
             self.warmup_converged = True
             self._enter("measure")
