@@ -18,7 +18,12 @@ def tuned(tmp_path_factory):
     """One real tune of scripts/loader_adamw.py: its loader waits 10 ms per sample (standing for storage
     reads) in the training process and the model is tiny, so the step is mostly input wait that loader
     workers overlap (2 workers: about twice the samples/s), a gain far beyond the host's noise. The
-    launch test reads one short epoch (`--samples 64`), so its later arguments come after these."""
+    launch test reads one short epoch (`--samples 64`), so its later arguments come after these.
+    The script runs with one OpenMP thread (OMP_NUM_THREADS=1, which a trial's environment passes on):
+    on a host whose cores other processes keep busy, its two OpenMP threads sometimes spin at their
+    barriers for a whole trial (the main thread at 100% CPU, the workers idle, the samples/s of one
+    worker, other processes' load down to one core), a real cost of that host that is not what this
+    test is about."""
     import os
     import subprocess
     import sys
@@ -28,7 +33,7 @@ def tuned(tmp_path_factory):
                "--samples", "8192"]  # an epoch outlasts a trial: no worker restarts inside the measurement
     result = subprocess.run([sys.executable, "-m", "torchpace", "tune", "--budget", "6m", "--trial-time", "4",
                              "--guard-steps", "5", "--knob", "data.num_workers", "--json", "--", *command],
-                            cwd=folder, capture_output=True, text=True, timeout=600, env=dict(os.environ))
+                            cwd=folder, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return folder, command, result
 
 
