@@ -20,10 +20,15 @@ def test_help_does_not_import_torch():
     assert "TORCH False 0" in out.stdout
 
 
-@pytest.mark.parametrize("steps", ["0", "-3"])
-def test_steps_below_one_is_a_usage_error(steps, capsys, tmp_path):
-    assert main(["profile", spec("raises_on_build"), "--steps", steps, "--trace", str(tmp_path / "t.json.gz")]) == 2
-    assert "--steps" in capsys.readouterr().err
+@pytest.mark.parametrize(("option", "value"), [("--steps", "0"), ("--steps", "-3"), ("--steps", "101"),
+                                               ("--steps", "1000000000"), ("--python-steps", "-1"),
+                                               ("--python-steps", "101")])
+def test_step_counts_outside_their_range_are_usage_errors(option, value, capsys, tmp_path):
+    # the workload would fail with exit 1 if it were loaded: exit 2 shows nothing ran
+    assert main(["profile", spec("raises_on_build"), option, value, "--trace", str(tmp_path / "t.json.gz")]) == 2
+    err = capsys.readouterr().err
+    assert option in err and "100" in err and "planted failure" not in err
+    assert not (tmp_path / "t.json.gz").exists()
 
 
 def test_unwritable_trace_path_exits_2_before_running_anything(capsys, tmp_path):

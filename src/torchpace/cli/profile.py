@@ -7,25 +7,20 @@ import click
 from torchpace.cli._common import check_outputs, emit_json, json_option, make_console
 from torchpace.cli._options import build_config, config_options, device_option, workload_argument, workload_inputs
 from torchpace.cli._script import ScriptVerb, script_command, script_inputs
+from torchpace.profile.trace import MAX_PROFILED_STEPS
 
 DEFAULT_TRACE = "torchpace-profile.json.gz"
-
-
-def _at_least_one(ctx: click.Context, param: click.Parameter, value: int) -> int:
-    if value < 1:
-        raise click.BadParameter(f"must be at least 1, got {value}")
-    return value
 
 
 @click.command("profile", cls=ScriptVerb)
 @workload_argument
 @config_options
-@click.option("--steps", type=int, default=5, show_default=True, callback=_at_least_one,
-              help="Steps recorded in the trace (after 1 untraced and 1 warm-up step).")
+@click.option("--steps", type=click.IntRange(1, MAX_PROFILED_STEPS), default=5, show_default=True,
+              help=f"Steps recorded in the trace (after 1 untraced and 1 warm-up step; at most {MAX_PROFILED_STEPS}).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=DEFAULT_TRACE, show_default=True,
               help="Where to write the Chrome/Perfetto trace (gzip-compressed when it ends in .gz).")
-@click.option("--python-steps", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Steps run under cProfile for the Python-overhead analysis (0 skips it).")
+@click.option("--python-steps", type=click.IntRange(0, MAX_PROFILED_STEPS), default=3, show_default=True,
+              help=f"Steps run under cProfile for the Python-overhead analysis (0 skips it; at most {MAX_PROFILED_STEPS}).")
 @device_option
 @json_option
 def command(workload, config_path, assignments, steps, trace_path, python_steps, device, as_json):

@@ -36,7 +36,7 @@ from torchpace.errors import TorchpaceError, UsageError, UserCodeError
 from torchpace.host import HostFacts, probe_host
 from torchpace.measure.bench import _LoaderCycle
 from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_memory
-from torchpace.profile.trace import METADATA_KEY
+from torchpace.profile.trace import MAX_PROFILED_STEPS, METADATA_KEY
 from torchpace.runtime import Prepared, prepare
 from torchpace.workload import Workload
 
@@ -63,10 +63,12 @@ class CaptureOptions:
     profile_memory: bool = True
 
     def __post_init__(self) -> None:
-        if self.steps < 1:
-            raise UsageError(f"steps must be at least 1, got {self.steps}")
-        if self.wait_steps < 0 or self.warmup_steps < 1 or self.python_steps < 0:
-            raise UsageError("wait_steps and python_steps must be >= 0 and warmup_steps >= 1")
+        if not 1 <= self.steps <= MAX_PROFILED_STEPS:
+            raise UsageError(f"steps must be between 1 and {MAX_PROFILED_STEPS}, got {self.steps}")
+        if not 0 <= self.python_steps <= MAX_PROFILED_STEPS:
+            raise UsageError(f"python_steps must be between 0 and {MAX_PROFILED_STEPS}, got {self.python_steps}")
+        if self.wait_steps < 0 or self.warmup_steps < 1:
+            raise UsageError("wait_steps must be >= 0 and warmup_steps >= 1")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+# a trace holds every op and allocation of every traced step in memory until it is written (tens of MB
+# a step for a large model): a profile records a few steps, at most this many (`--steps`, `--python-steps`)
+MAX_PROFILED_STEPS = 100
 METADATA_KEY = "torchpace"
 STEP_PREFIX = "ProfilerStep#"
 LABEL_PREFIX = "torchpace."
