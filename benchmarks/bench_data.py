@@ -40,6 +40,8 @@ from torchpace.examples.vision import image_root
 from torchpace.measure.bench import BenchOptions, run_bench
 from torchpace.workload import load_workload
 
+from _args import count, seconds
+
 _PHOTO_SIZE = (375, 500)  # (height, width): ImageNet's most common size
 _PHOTOS = 256
 
@@ -47,11 +49,11 @@ _PHOTOS = 256
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tuned", type=Path, default=None, help="torchpace.toml from `torchpace tune vision`")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    parser.add_argument("--decode-time", type=float, default=4.0, help="seconds per decoder per round (default 4)")
-    parser.add_argument("--bench-time", type=float, default=20.0, help="seconds per workload bench (default 20)")
+    parser.add_argument("--rounds", type=count, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--decode-time", type=seconds, default=4.0, help="seconds per decoder per round (default 4)")
+    parser.add_argument("--bench-time", type=seconds, default=20.0, help="seconds per workload bench (default 20)")
     parser.add_argument("--extra", action="append", default=[], help="another config, k=v,k=v (repeatable)")
-    parser.add_argument("--threads", type=int, default=None, help="pin threads.intra_op in every config")
+    parser.add_argument("--threads", type=count, default=None, help="pin threads.intra_op in every config")
     parser.add_argument("--skip-workload", action="store_true", help="decode figures only")
     parser.add_argument("--skip-decode", action="store_true", help="workload figures only")
     return parser.parse_args(argv)

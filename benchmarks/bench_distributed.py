@@ -25,6 +25,8 @@ from pathlib import Path
 from torchpace.host import probe_host
 from torchpace.trial import TrialSpec, run_trial
 
+from _args import count, seconds
+
 WORKLOAD = "tabular"
 CONFIGS = {
     "1 process": {},
@@ -54,8 +56,8 @@ def comm_share(config: dict) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--max-time", type=float, default=12.0, help="bench cap per run, seconds")
+    parser.add_argument("--rounds", type=count, default=3)
+    parser.add_argument("--max-time", type=seconds, default=12.0, help="bench cap per run, seconds")
     args = parser.parse_args()
     host = probe_host()
     print(f"host: {host.cpu_model}, {host.usable_cores} usable cores; torch {host.torch_version}")

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _args import seconds
+
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
 
@@ -66,7 +68,7 @@ def summarize_trials(url: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trial-time", type=float, default=1.0, help="measurement cap per trial, seconds")
+    parser.add_argument("--trial-time", type=seconds, default=1.0, help="measurement cap per trial, seconds")
     args = parser.parse_args()
     missing = install_server()
     if missing:

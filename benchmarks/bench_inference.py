@@ -21,6 +21,8 @@ from torchpace.host import probe_host
 from torchpace.trial import TrialSpec, run_trial
 from torchpace.tune.tuner import TuneOptions, Tuner
 
+from _args import count, seconds
+
 WORKLOAD = "inference"
 
 
@@ -76,10 +78,10 @@ def print_report(outcomes: dict, runs: dict[str, list[dict]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trial-time", type=float, default=12.0, help="bench cap per tune trial, seconds")
-    parser.add_argument("--budget", type=float, default=1500.0, help="budget per tune, seconds")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved confirmation rounds")
-    parser.add_argument("--confirm-time", type=float, default=20.0, help="bench cap per confirmation run, seconds")
+    parser.add_argument("--trial-time", type=seconds, default=12.0, help="bench cap per tune trial, seconds")
+    parser.add_argument("--budget", type=seconds, default=1500.0, help="budget per tune, seconds")
+    parser.add_argument("--rounds", type=count, default=2, help="interleaved confirmation rounds")
+    parser.add_argument("--confirm-time", type=seconds, default=20.0, help="bench cap per confirmation run, seconds")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure here")
     args = parser.parse_args()
     host = probe_host()

@@ -23,6 +23,8 @@ from torchpace.measure.bench import BenchOptions, run_bench
 from torchpace.measure.timing import TimingOptions, measure_throughput
 from torchpace.workload import load_workload
 
+from _args import count, seconds
+
 
 def plain_loop_samples_per_s(name: str, warmup_steps: int, steps: int) -> float:
     """A hand-written training loop (no torchpace code in the timed part)."""
@@ -84,9 +86,9 @@ def instrumentation_overhead_s(host) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", default=["tabular", "language", "vision"])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--max-time", type=float, default=20.0)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=count, default=3)
+    parser.add_argument("--max-time", type=seconds, default=20.0)
+    parser.add_argument("--repeats", type=count, default=5)
     args = parser.parse_args()
     host = probe_host()
     overhead_s = instrumentation_overhead_s(host)

@@ -22,13 +22,15 @@ from rich.console import Console
 from torchpace.monitor.live import PlainView
 from torchpace.monitor.run import MonitorOptions, run_monitor
 
+from _args import seconds
+
 _BUDGET_CORE_PCT = 1.0  # the target: sampling at 1 Hz costs under 1% of one core
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=30.0, help="seconds the sleep child runs (default 30)")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
+    parser.add_argument("--duration", type=seconds, default=30.0, help="seconds the sleep child runs (default 30)")
+    parser.add_argument("--interval", type=seconds, default=1.0, help="seconds between samples (default 1)")
     parser.add_argument("--check", action="store_true", help="exit 1 when over the 1%% budget")
     return parser.parse_args(argv)
 

@@ -26,13 +26,15 @@ from torchpace.profile.capture import profiler_activities
 from torchpace.runtime import prepare
 from torchpace.workload import load_workload
 
+from _args import count
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", action="append", help="built-in or spec (repeatable; default tabular, vision)")
-    parser.add_argument("--rounds", type=int, default=5, help="A B rounds (default 5)")
-    parser.add_argument("--steps", type=int, default=5, help="steps per block (default 5)")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--rounds", type=count, default=5, help="A B rounds (default 5)")
+    parser.add_argument("--steps", type=count, default=5, help="steps per block (default 5)")
+    parser.add_argument("--threads", type=count, default=None,
                         help="intra-op threads (default: torch's); 1 is steadier on a busy host")
     return parser.parse_args(argv)
 

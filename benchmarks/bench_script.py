@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _args import count, seconds
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "examples" / "scripts"
 WORKLOADS = ("tabular", "language", "vision")
@@ -109,10 +111,10 @@ def tune_and_remeasure(workload: str, args, cwd: Path, progress) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--max-time", type=float, default=15.0, help="bench cap per run, seconds")
+    parser.add_argument("--rounds", type=count, default=3)
+    parser.add_argument("--max-time", type=seconds, default=15.0, help="bench cap per run, seconds")
     parser.add_argument("--budget", default="4m", help="tune budget per mode")
-    parser.add_argument("--trial-time", type=float, default=6.0)
+    parser.add_argument("--trial-time", type=seconds, default=6.0)
     parser.add_argument("--no-tune", action="store_true")
     parser.add_argument("--keep", type=Path, default=None, help="keep studies, configs and results.json here")
     args = parser.parse_args()

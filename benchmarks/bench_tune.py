@@ -41,6 +41,8 @@ from torchpace.tune.space import build_space
 from torchpace.tune.tuner import TuneOptions, Tuner
 from torchpace.workload import load_workload
 
+from _args import count, seconds
+
 SPACES = {
     "tabular": {"threads.intra_op", "data.num_workers", "precision.amp", "optimizer.impl"},
     "vision": {"data.num_workers", "data.persistent_workers", "model.channels_last", "precision.amp"},
@@ -161,9 +163,9 @@ def greedy_wins(result: dict) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", default=list(SPACES), choices=list(SPACES))
-    parser.add_argument("--trial-time", type=float, default=6.0, help="each trial's bench cap, seconds")
-    parser.add_argument("--guard-steps", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved re-measurement rounds of the scored configs")
+    parser.add_argument("--trial-time", type=seconds, default=6.0, help="each trial's bench cap, seconds")
+    parser.add_argument("--guard-steps", type=count, default=10)
+    parser.add_argument("--rounds", type=count, default=3, help="interleaved re-measurement rounds of the scored configs")
     parser.add_argument("--keep", type=Path, help="keep the studies, torchpace.toml files and results.json here")
     parser.add_argument("--grid-from", type=Path, help="an earlier --keep DIR: take the grid's single runs from it")
     args = parser.parse_args()

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from _args import seconds
+
 EXIT_NO_CUDA = 77  # automake/meson "skipped": see the module docstring
 _BENCH_TIME_S = "20"
 _TUNE_BUDGET = "90s"
@@ -198,7 +200,7 @@ def cuda_absent_reason() -> str | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=8.0, help="time box for every step together (default 8)")
+    parser.add_argument("--minutes", type=seconds, default=8.0, help="time box for every step together (default 8)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the studies, configs, trace and CSV in DIR")
     parser.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     args = parser.parse_args(argv)

@@ -19,6 +19,7 @@ _SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
 
 
 def _load():
+    sys.path.insert(0, str(_SCRIPT.parent))  # as `python benchmarks/gpu_check.py` has it: its `_args`
     spec = importlib.util.spec_from_file_location("gpu_check", _SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there

@@ -1,0 +1,47 @@
+"""The benchmarks' arguments (`benchmarks/_args.py`): a duration is a finite number > 0 and a count an
+integer >= 1, in every benchmark; anything else is exit 2 before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+from _args import count, seconds  # noqa: E402
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "0", "-2", "", "ten"])
+def test_a_duration_must_be_finite_and_positive(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="finite number > 0"):
+        seconds(text)
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "1.5", "nan", ""])
+def test_a_count_is_a_whole_number_of_at_least_one(text):
+    with pytest.raises(argparse.ArgumentTypeError, match=">= 1"):
+        count(text)
+
+
+def test_valid_values_pass():
+    assert seconds("0.25") == 0.25 and seconds("1e3") == 1000.0 and count("3") == 3
+
+
+def test_no_benchmark_takes_a_bare_float_or_int():
+    bare = [f"{path.name}: {line.strip()}" for path in sorted(BENCHMARKS.glob("*.py"))
+            for line in path.read_text().splitlines() if re.search(r"add_argument\(.*type=(float|int)\b", line)]
+    assert not bare, bare
+
+
+def test_a_benchmark_refuses_nan_with_exit_2_before_running():
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_monitor.py"), "--duration", "nan"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "--duration" in done.stderr and "'nan' is not valid" in done.stderr
+    assert "sleep child" not in done.stdout
