@@ -29,9 +29,12 @@ from typing import Any, Callable, Iterator
 
 from torchpace.errors import TorchpaceError, UsageError
 
-_HEARTBEAT_INTERVAL_S = 2
-_GRACE_PERIOD_S = 10  # a trial whose tuner sent no heartbeat for this long is failed (then re-run)
 SQLITE_TIMEOUT_S = 60.0  # concurrent tuners on one SQLite file wait this long for its lock
+_HEARTBEAT_INTERVAL_S = 2
+# a trial whose tuner sent no heartbeat for this long is failed (then run again): longer than a live
+# tuner's heartbeat may wait for the database's lock, so no live tuner's trial is failed; a tuner on
+# the same host that died is found at once by its pid (`study.fail_stale_trials`)
+_GRACE_PERIOD_S = int(SQLITE_TIMEOUT_S) + 2 * _HEARTBEAT_INTERVAL_S
 SERVER_CONNECT_TIMEOUT_S = 10  # a database server that does not answer within this is unreachable
 POSTGRES_DRIVERS = ("psycopg", "psycopg2")  # preferred first; `torchpace[postgres]` installs psycopg 3
 _LOCK_CLASS = 0x7470  # pg_advisory_xact_lock(class, study_id): "tp", torchpace's assignment lock

@@ -1,13 +1,14 @@
 """The study on Optuna: torchpace metadata checks, and trial records for the policy.
 
 Where the study lives (a SQLite file `.torchpace/studies.db` by default, or a PostgreSQL server several
-identical hosts share) is `torchpace.tune.storage`. Heartbeats mark the trials of a killed tuner as
-failed after a grace period, so `--resume` (or another tuner on the study) re-runs them and loses no
-finished trial.
+identical hosts share) is `torchpace.tune.storage`. The trials of a killed tuner are failed
+(`fail_stale_trials`: at once when it ran on this host, after the heartbeat grace when it ran on another),
+so `--resume` (or another tuner on the study) re-runs them and loses no finished trial.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from torchpace.errors import UsageError
@@ -67,6 +68,55 @@ def open_study(storage, name: str, meta: dict[str, Any], resume: bool, sampler):
         raise UsageError(f"another tuner created study {name!r} a moment ago: pass --resume to work on it too") from None
     study.set_user_attr(ATTR, meta)
     return study
+
+
+def tuner_process() -> str | None:
+    """This process as `fail_stale_trials` recognises it on this machine: boot id, pid namespace, pid and
+    start time (a host name is not enough: containers on one host may share it and not their pids; a pid
+    may be reused). None where unreadable (not Linux): such a tuner's trials are failed after the
+    heartbeat grace only."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}/{_process_start(os.getpid())}"
+    except OSError:
+        return None
+
+
+def _process_start(pid: int) -> str:
+    """pid@start time, as psutil reads it from /proc (the same figure each time it is read)."""
+    import psutil
+
+    return f"{pid}@{psutil.Process(pid).create_time():.2f}"
+
+
+def fail_stale_trials(study) -> None:
+    """Fail the running trials no live tuner runs: those whose tuner sent no heartbeat within the grace
+    (Optuna's check, for any host), and at once those of a tuner on this machine whose process is gone."""
+    import warnings
+
+    import optuna
+    import psutil
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    here = tuner_process()
+    if here is None:
+        return
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        machine, _, process = str(trial.system_attrs.get(ATTR, {}).get("process", "")).rpartition("/")
+        if machine != here.rpartition("/")[0] or not process:
+            continue
+        try:
+            alive = _process_start(int(process.partition("@")[0])) == process
+        except (ValueError, psutil.Error):  # no such process (or not one this reads): gone
+            alive = False
+        if not alive:
+            try:
+                study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:  # another tuner failed it a moment ago
+                continue
 
 
 def trial_info(trial) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from torchpace.errors import UsageError
 from torchpace.tune.objective import check_objective, objective_value
 from torchpace.tune.outcome import StudyMeta, TuneOutcome, build_guard_note, build_outcome, trial_rows
 from torchpace.tune.space import KnobSpace, build_space
+from torchpace.tune.study import fail_stale_trials, tuner_process
 
 STRATEGIES = ("greedy", "tpe", "random", "grid")
 _WAIT_POLL_S = 2.0  # how often a waiting worker looks for a free trial
@@ -50,16 +51,6 @@ class TuneOptions:
     accuracy_atol: float = 1e-5
     min_top1_agreement: float = 0.99  # classifiers: share of samples whose argmax must match
     export_path: Path | None = None  # write the chosen model here (torch.export .pt2 or TorchScript)
-
-
-def _fail_stale_trials(study) -> None:
-    import warnings
-
-    import optuna
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
 
 
 def _worker_id() -> str:
@@ -166,6 +157,7 @@ class Tuner:
         stopped = "done"
         try:
             with storage_failures(self.storage_url):
+                fail_stale_trials(self.study)  # a tuner killed before this --resume: its trial is run again
                 self._enqueue_baseline()
                 if not self._search_done():
                     self.study.optimize(self._objective, n_trials=self.options.max_trials, timeout=self.options.budget_s,
@@ -231,7 +223,8 @@ class Tuner:
             raise optuna.TrialPruned("the search is complete")
         config = {k.name: trial.suggest_categorical(k.name, list(k.values)) for k in self.space}
         config = {k.name: config[k.name] for k in self.space if config[k.name] != k.default}
-        info = {"slot": f"trial:{trial.number}", "kind": "candidate", **info, "config": config, "worker": _worker_id()}
+        info = {"slot": f"trial:{trial.number}", "kind": "candidate", **info, "config": config, "worker": _worker_id(),
+                "process": tuner_process()}
         self.study._storage.set_trial_system_attr(trial._trial_id, ATTR, info)
         try:
             result = self._run_one(trial.number, info)
@@ -259,7 +252,7 @@ class Tuner:
                 return info if info.get("action") != "wait" else {**info, "action": "done"}
             self.on_event("waiting")
             time.sleep(_WAIT_POLL_S)
-            _fail_stale_trials(self.study)  # a killed tuner's trial: failed after its heartbeat grace, then re-run
+            fail_stale_trials(self.study)  # a killed tuner's trial: failed, then run again
             self.sampler.assign(self.study, frozen)
 
     def _run_one(self, number: int, info: dict) -> dict[str, Any]:
