@@ -26,6 +26,17 @@ class ScriptedClock:
         self.syncs += 1
 
 
+def _run_to_the_end(meter, clock, closed):
+    """Drive `meter` with the scripted steps until it is done; each window it closes is appended to
+    `closed` as (the phase it closed in, the window)."""
+    meter.start()
+    while not meter.done:
+        phase = meter.phase
+        window = meter.record(clock.step())
+        if window is not None:
+            closed.append((phase, window))
+
+
 def test_window_syncs_once_and_counts_samples():
     clock = ScriptedClock(lambda i: 0.01)
     window = time_window(clock.step, 5, clock, clock.sync)
@@ -128,12 +139,7 @@ def test_windows_that_disagree_on_a_loaded_host_stop_growing_at_8x_and_at_the_wa
     closed = []
     clock.durations = lambda i: 0.01 if len(closed) % 2 == 0 else 0.013
     meter = WindowMeter(clock, clock.sync, TimingOptions(window_s=0.1), 3.0, 9.0)
-    meter.start()
-    while not meter.done:
-        phase = meter.phase
-        window = meter.record(clock.step())
-        if window is not None:
-            closed.append((phase, window))
+    _run_to_the_end(meter, clock, closed)
     warmup = [w for phase, w in closed if phase == "warmup"]
     assert not meter.warmup_converged and len(warmup) >= 4
     assert max(w.elapsed_s for _, w in closed) <= 8 * 0.1 * 1.3  # planned from a fast window, run slow
@@ -149,12 +155,7 @@ def test_a_window_sized_from_prefetched_batches_ends_early_and_the_next_is_sized
     clock = ScriptedClock(lambda i: 0.5 if i == 0 else 0.002 if i <= 4 else 0.040)
     closed = []
     meter = WindowMeter(clock, clock.sync, TimingOptions(window_s=0.1), 1.6, 4.0)
-    meter.start()
-    while not meter.done:
-        phase = meter.phase
-        window = meter.record(clock.step())
-        if window is not None:
-            closed.append((phase, window))
+    _run_to_the_end(meter, clock, closed)
     assert max(w.elapsed_s for phase, w in closed if phase != "single") <= 4 * 0.1 + 0.040  # none ran far past its plan
     assert meter.warmup_converged and meter.warmup_s < 1.6
     assert all(w.elapsed_s <= 2 * 0.1 for w in meter.windows) and len(meter.windows) >= TimingOptions().min_windows
