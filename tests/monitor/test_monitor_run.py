@@ -187,10 +187,12 @@ def test_missing_command_exits_127_with_a_clear_message(capsys):
         resolve_command(["./no/such/file"])
 
 
-@pytest.mark.parametrize("interval", ["0", "-1"])
-def test_interval_must_be_positive(capsys, interval):
-    assert main(["monitor", "--interval", interval, "--", "true"]) == 2
-    assert "--interval" in capsys.readouterr().err
+@pytest.mark.parametrize("interval", ["0", "-1", "0.000001", "nan", "inf"])
+def test_interval_must_be_at_least_the_shortest_sample(capsys, interval, tmp_path):
+    marker = tmp_path / "started"
+    assert main(["monitor", "--interval", interval, "--", PY, "-c", f"open({str(marker)!r}, 'w')"]) == 2
+    err = capsys.readouterr().err
+    assert "--interval" in err and "0.1" in err and not marker.exists()
 
 
 def test_unwritable_csv_exits_2_before_cmd_starts(tmp_path, capsys):

@@ -12,3 +12,7 @@ Layout, facts -> decisions -> effects:
 
 Importing this package imports neither torch nor psutil; the submodules import what they need.
 """
+
+# the shortest interval between samples: each sample reads every process of CMD's tree and the host's
+# counters (milliseconds of CPU), and its rates are averages over the interval
+MIN_INTERVAL_S = 0.1
