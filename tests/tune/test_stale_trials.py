@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import optuna
+import psutil
 import pytest
 
 from torchpace.tune import storage as storage_module
 from torchpace.tune.storage import open_storage
-from torchpace.tune.study import ATTR, fail_stale_trials, tuner_process
+from torchpace.tune.study import ATTR, _process_start, fail_stale_trials, tuner_process
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")
@@ -30,6 +32,11 @@ def test_a_dead_tuner_on_this_machine_has_its_trial_failed_at_once_and_no_live_o
         trials[name] = study.ask()._trial_id
         if process:
             storage.set_trial_system_attr(trials[name], ATTR, {"worker": "h:1", "process": process})
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])  # ended, not yet reaped: a zombie
+    trials["ended, not reaped"] = study.ask()._trial_id
+    while psutil.Process(exited.pid).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.01)
+    storage.set_trial_system_attr(trials["ended, not reaped"], ATTR, {"process": f"{machine}/{_process_start(exited.pid)}"})
     trials["pid taken by another process"] = study.ask()._trial_id
     later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:  # the pid the dead tuner had, now held by a process that started at another time
@@ -38,9 +45,11 @@ def test_a_dead_tuner_on_this_machine_has_its_trial_failed_at_once_and_no_live_o
     finally:
         later.kill()
         later.wait()
+        exited.wait()
     states = {name: storage.get_trial(trial_id).state.name for name, trial_id in trials.items()}
     assert states == {"dead here": "FAIL", "alive here": "RUNNING", "on another machine": "RUNNING",
-                      "not recorded": "RUNNING", "pid taken by another process": "FAIL"}
+                      "not recorded": "RUNNING", "pid taken by another process": "FAIL",
+                      "ended, not reaped": "FAIL"}
 
 
 def test_the_grace_outlasts_every_wait_of_a_live_tuners_heartbeat():

@@ -109,7 +109,8 @@ def fail_stale_trials(study) -> None:
         if machine != here.rpartition("/")[0] or not process:
             continue
         try:
-            alive = _process_start(int(process.partition("@")[0])) == process
+            pid = int(process.partition("@")[0])
+            alive = _process_start(pid) == process and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
         except (ValueError, psutil.Error):  # no such process (or not one this reads): gone
             alive = False
         if not alive:
