@@ -36,7 +36,7 @@ def test_a_dead_tuner_on_this_machine_has_its_trial_failed_at_once_and_no_live_o
     trials["ended, not reaped"] = study.ask()._trial_id
     while psutil.Process(exited.pid).status() != psutil.STATUS_ZOMBIE:
         time.sleep(0.01)
-    storage.set_trial_system_attr(trials["ended, not reaped"], ATTR, {"process": f"{machine}/{_process_start(exited.pid)}"})
+    storage.set_trial_system_attr(trials["ended, not reaped"], ATTR, {"process": f"{machine}/{_process_start(psutil.Process(exited.pid))}"})
     trials["pid taken by another process"] = study.ask()._trial_id
     later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:  # the pid the dead tuner had, now held by a process that started at another time

@@ -8,6 +8,7 @@ so `--resume` (or another tuner on the study) re-runs them and loses no finished
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -70,24 +71,31 @@ def open_study(storage, name: str, meta: dict[str, Any], resume: bool, sampler):
     return study
 
 
-def tuner_process() -> str | None:
-    """This process as `fail_stale_trials` recognises it on this machine: boot id, pid namespace, pid and
-    start time (a host name is not enough: containers on one host may share it and not their pids; a pid
-    may be reused). None where unreadable (not Linux): such a tuner's trials are failed after the
-    heartbeat grace only."""
+@functools.lru_cache(maxsize=1)
+def _this_machine() -> str | None:
+    """Boot id and pid namespace: where a pid names one process (a host name is not enough: containers on
+    one host may share it and not their pids). None where unreadable (not Linux)."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
-        return f"{boot}/{os.readlink('/proc/self/ns/pid')}/{_process_start(os.getpid())}"
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
     except OSError:
         return None
 
 
-def _process_start(pid: int) -> str:
-    """pid@start time, as psutil reads it from /proc (the same figure each time it is read)."""
+def tuner_process() -> str | None:
+    """This process as `fail_stale_trials` recognises it: this machine, pid and start time (a pid may be
+    reused). None where the machine is unreadable: such a tuner's trials are failed after the heartbeat
+    grace only."""
     import psutil
 
-    return f"{pid}@{psutil.Process(pid).create_time():.2f}"
+    machine = _this_machine()
+    return None if machine is None else f"{machine}/{_process_start(psutil.Process())}"
+
+
+def _process_start(process) -> str:
+    """A psutil process as pid@start time (the start time is read from /proc, the same each time)."""
+    return f"{process.pid}@{process.create_time():.2f}"
 
 
 def fail_stale_trials(study) -> None:
@@ -101,16 +109,16 @@ def fail_stale_trials(study) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
-    here = tuner_process()
-    if here is None:
+    machine = _this_machine()
+    if machine is None:
         return
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        machine, _, process = str(trial.system_attrs.get(ATTR, {}).get("process", "")).rpartition("/")
-        if machine != here.rpartition("/")[0] or not process:
+        recorded_machine, _, recorded = str(trial.system_attrs.get(ATTR, {}).get("process", "")).rpartition("/")
+        if recorded_machine != machine or not recorded:
             continue
         try:
-            pid = int(process.partition("@")[0])
-            alive = _process_start(pid) == process and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            process = psutil.Process(int(recorded.partition("@")[0]))
+            alive = _process_start(process) == recorded and process.status() != psutil.STATUS_ZOMBIE
         except (ValueError, psutil.Error):  # no such process (or not one this reads): gone
             alive = False
         if not alive:
