@@ -57,3 +57,19 @@ def test_every_docs_page_is_reachable_from_the_readme():
                     if not re.match(r"^[a-z]+:", t) and t.partition("#")[0]]
     unreachable = [str(p.relative_to(REPO)) for p in _pages() if p not in seen]
     assert not unreachable, f"no link leads to: {unreachable}"
+
+
+_CODE_REF = re.compile(r"\bdocs/[\w/.-]+\.md(?:#[\w-]+)?")
+
+
+def test_references_from_the_code_to_the_docs_resolve():
+    """A docstring or comment citing `docs/PAGE.md#heading` names a page and a heading that exist."""
+    broken = []
+    for source in sorted([*(REPO / "src" / "torchpace").rglob("*.py"), *(REPO / "benchmarks").rglob("*.py")]):
+        for target in _CODE_REF.findall(source.read_text()):
+            path, _, anchor = target.partition("#")
+            if not (REPO / path).exists():
+                broken.append(f"{source.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and anchor not in _anchors(REPO / path):
+                broken.append(f"{source.relative_to(REPO)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)

@@ -1,4 +1,4 @@
-"""Inference tuning (DESIGN §3, inference row): batch-1 latency percentiles, the accuracy guard
+"""Inference tuning (docs/design.md#inference): batch-1 latency percentiles, the accuracy guard
 against the fp32 eager reference, dynamic int8 quantization and model export (torch.export /
 TorchScript). The knobs that use these live in `torchpace.knobs.inference`; `prepare()` applies them.
 

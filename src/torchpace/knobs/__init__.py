@@ -1,4 +1,4 @@
-"""The knob registry: every knob, by name, in the tuner's stage order (DESIGN §3).
+"""The knob registry: every knob, by name, in the tuner's stage order (docs/design.md#config-and-knobs).
 
 Stages run system -> data -> compute -> memory -> distributed (inference knobs plug in the same way).
 """

@@ -49,7 +49,7 @@ STAGES = ("system", "data", "compute", "memory", "distributed", "inference")
 
 
 class Point(str, enum.Enum):
-    """Where a knob takes effect (DESIGN §3)."""
+    """Where a knob takes effect (docs/design.md#config-and-knobs)."""
 
     ENV = "env"
     GLOBAL = "global"

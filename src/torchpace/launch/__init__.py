@@ -1,4 +1,4 @@
-"""`torchpace launch`: plan (pure) -> execute, as DESIGN §11 describes.
+"""`torchpace launch`: plan (pure) -> execute, as docs/design.md#launch describes.
 
 `plan_child` turns a config, host facts, the caller's environment and options into a `LaunchPlan`
 (argv, the child's env, and every setting's value, source and reason), for launches and trials alike;

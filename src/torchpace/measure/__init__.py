@@ -1,1 +1,1 @@
-"""Measurement: window timing, statistics, memory, and the bench that uses them (DESIGN §5)."""
+"""Measurement: window timing, statistics, memory, and the bench that uses them (docs/design.md#measurement)."""

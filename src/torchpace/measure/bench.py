@@ -1,4 +1,4 @@
-"""`run_bench`: measure a workload's real step under a config (DESIGN §5).
+"""`run_bench`: measure a workload's real step under a config (docs/design.md#measurement).
 
 The timed step is the whole thing a training loop does: next batch from the DataLoader, host-to-device
 copy, forward, loss, backward, optimizer. Then the same step is timed on one batch pre-staged on the

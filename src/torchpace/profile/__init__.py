@@ -1,4 +1,4 @@
-"""`torchpace profile`: why a workload is slow (DESIGN §9).
+"""`torchpace profile`: why a workload is slow (docs/design.md#profile).
 
 capture.py runs the workload's real steps under `torch.profiler` (effects); trace.py parses the
 exported Chrome trace (pure); analyzers.py are the plug-ins that turn it into Findings; verdict.py

@@ -1,4 +1,4 @@
-"""Trials: each measurement runs in its own process (DESIGN §6)."""
+"""Trials: each measurement runs in its own process (docs/design.md#trials-one-process-each)."""
 
 from torchpace.trial.protocol import STATUSES, TrialResult, TrialSpec
 from torchpace.trial.runner import plan_trial, run_trial

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Failure classes (DESIGN §6). "ok" is a finished measurement.
+# Failure classes (docs/design.md#trials-one-process-each). "ok" is a finished measurement.
 OK = "ok"
 OOM = "oom"
 CRASH = "crash"

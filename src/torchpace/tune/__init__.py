@@ -1,1 +1,1 @@
-"""Tuning: the study, strategies and the convergence guard (DESIGN §7)."""
+"""Tuning: the study, strategies and the convergence guard (docs/design.md#the-tuner)."""
