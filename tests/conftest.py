@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
@@ -36,6 +37,26 @@ def _no_env_or_thread_leaks(request):
     if request.node.get_closest_marker("torch_keeps_threads") is None:
         assert not leaked, f"test leaked threads: {[t.name for t in leaked]}"
 
+
+
+class _FormatEveryRecord(logging.Handler):
+    """Formats each torchpace log record as it is made, so a message whose arguments do not fit it fails
+    the test that logged it (a handler that writes would only print "--- Logging error ---")."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        record.getMessage()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _every_log_record_formats():
+    """Every torchpace record is made and formatted during the tests, DEBUG included (the `-v` log)."""
+    logger = logging.getLogger("torchpace")
+    handler = _FormatEveryRecord()
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    yield
+    logger.removeHandler(handler)
+    logger.setLevel(logging.NOTSET)
 
 
 # Variables the launcher decides on; launch and script-mode tests start children without them, so

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 TORCH_FREE = (
-    "torchpace", "torchpace.cli", "torchpace.config", "torchpace.errors", "torchpace.findings", "torchpace.host",
+    "torchpace", "torchpace.cli", "torchpace.logs", "torchpace.config", "torchpace.errors", "torchpace.findings", "torchpace.host",
     "torchpace.process", "torchpace.workload", "torchpace.knobs", "torchpace.knobs.base",
     "torchpace.data", "torchpace.data.scan", "torchpace.data.shards", "torchpace.data.cache",
     "torchpace.doctor.checks", "torchpace.doctor.probes", "torchpace.launch.plan", "torchpace.launch.execute",

@@ -19,6 +19,7 @@ Unknown knobs, bad values and newer schema versions are usage errors that name t
 
 from __future__ import annotations
 
+import logging
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,8 @@ from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
 from torchpace.errors import UsageError
+
+_log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
@@ -160,7 +163,9 @@ def load_config(path: str | Path) -> RunConfig:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise UsageError(f"config {str(path)!r} is not valid TOML: {err}") from None
-    return parse_config(doc, source=str(path))
+    config = parse_config(doc, source=str(path))
+    _log.info("config %s loaded: %s", path, dict(config.values) or "no knob set (the defaults)")
+    return config
 
 
 def save_config(config: RunConfig, path: str | Path) -> Path:

@@ -10,12 +10,15 @@ Knobs and the child planner read these facts only; they never search the machine
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
+
+_log = logging.getLogger(__name__)
 
 # Shared libraries of each allocator a child can preload, in the order they are looked for.
 ALLOCATOR_LIBRARIES = {
@@ -372,7 +375,7 @@ def probe_host(root: str | Path = "/", with_gpus: bool = True, env: Mapping[str,
 
         torch_version = torch.__version__
         cuda_version, gpus = probe_gpus(root)
-    return HostFacts(
+    facts = HostFacts(
         cpu_model=model,
         logical_cpus=logical,
         usable_cores=probe_usable_cores(root, logical, affinity),
@@ -386,3 +389,7 @@ def probe_host(root: str | Path = "/", with_gpus: bool = True, env: Mapping[str,
         gpus=gpus,
         **probe_tools(root, os.environ if env is None else env),
     )
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug("host facts (root %s): %s; allocators %s, numactl %s, C compiler %s", root, facts.summary(),
+                   facts.allocators, facts.numactl, facts.has_compiler)
+    return facts

@@ -23,8 +23,10 @@ This module imports only the standard library at load; psutil is imported when a
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import resource
+import shlex
 import signal
 import subprocess
 import threading
@@ -32,8 +34,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
+from torchpace.logs import EnvChanges
+
 if TYPE_CHECKING:
     import psutil
+
+_log = logging.getLogger(__name__)
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -60,6 +66,7 @@ def start_child(argv: Sequence[str], death_signal: int | None = signal.SIGKILL, 
     Raises:
         OSError: the command could not be started (FileNotFoundError when it does not exist).
     """
+    _log.debug("starting %s; environment changes: %s", shlex.join(map(str, argv)), EnvChanges(popen.get("env")))
     return subprocess.Popen(list(argv), start_new_session=True, preexec_fn=child_setup(death_signal, nofile), **popen)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import os
 import sys
 import traceback
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from torchpace.errors import UsageError, UserCodeError
+
+_log = logging.getLogger(__name__)
 
 BUILTIN_WORKLOADS = {
     "vision": "torchpace.examples.vision:workload",
@@ -237,4 +240,6 @@ def load_workload(spec: str | None = None) -> Workload:
     check_workload(workload, spec)
     if not workload.name:
         workload.name = spec
+    _log.info("workload %r built: %s, batch size %s, %s", spec, type(workload.model).__name__, workload.batch_size,
+              "training" if workload.is_training else "inference")
     return workload

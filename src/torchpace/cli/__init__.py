@@ -2,6 +2,8 @@
 
 `torchpace --help` and `--version` import neither torch nor any verb module, so they answer fast.
 Each verb lives in its own module under `torchpace.cli` and exposes a click command named `command`.
+The group's `-v`/`-q` set what torchpace's log shows on stderr for every verb (`torchpace.logs`): this
+is the only place torchpace attaches a log handler.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import importlib.util
 import click
 
 from torchpace._version import __version__
+from torchpace.logs import attach_cli_handler, cli_level
 
 # verb -> (module, one-line help). The help is here so `--help` need not import the verbs.
 _VERBS: dict[str, tuple[str, str]] = {
@@ -54,8 +57,16 @@ def _module_exists(module: str) -> bool:
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="torchpace")
-def cli() -> None:
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log what torchpace does on stderr: each process it starts (command, environment changes), each "
+                   "trial's start and end, the study storage, the config, its decisions. Goes before the verb.")
+@click.option("-q", "--quiet", is_flag=True, help="Log errors only (results and progress are shown as always).")
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool, quiet: bool) -> None:
     """torchpace: make PyTorch training and inference fast by measuring instead of guessing."""
+    if verbose and quiet:
+        raise click.UsageError("-v/--verbose and -q/--quiet ask for opposite logs: give one of them")
+    ctx.call_on_close(attach_cli_handler(cli_level(verbose, quiet)))
 
 
 def main(argv: list[str] | None = None) -> int:

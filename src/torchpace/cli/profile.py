@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 
 from torchpace.cli._common import check_outputs, emit_json, json_option, make_console
 from torchpace.cli._options import build_config, config_options, device_option, workload_argument, workload_inputs
 from torchpace.cli._script import ScriptVerb, script_command, script_inputs
+from torchpace.logs import cli_flags
 from torchpace.profile.trace import MAX_PROFILED_STEPS
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_TRACE = "torchpace-profile.json.gz"
 
@@ -44,7 +49,8 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
 
     ranks, nproc = RankEnv.from_env(), nproc_of(config.values)
     if nproc > 1 and not ranks.under_torchrun:  # every rank must step (their collectives are in the trace)
-        args = ["profile", *([workload] if workload else []), *(["--config", config_path] if config_path else []),
+        _log.info("the config runs %d processes: profile runs again as that many torchrun ranks (every rank steps)", nproc)
+        args = [*cli_flags(), "profile", *([workload] if workload else []), *(["--config", config_path] if config_path else []),
                 *[part for assignment in assignments for part in ("--set", assignment)], "--steps", str(steps),
                 "--trace", trace_path, "--python-steps", str(python_steps), *(["--device", device] if device else []),
                 *(["--json"] if as_json else [])]

@@ -309,6 +309,15 @@ def render_where_is() -> str:
 # ------------------------------------------------------------------------------------------ cli
 
 
+def _option_rows(command, context) -> list[tuple[str, str]]:
+    """(option, help) of each option of a click command, as its `--help` shows them."""
+    import click
+
+    return [(code(record[0]), record[1]) for record in
+            (param.get_help_record(context) for param in command.get_params(context)
+             if isinstance(param, click.Option)) if record]
+
+
 def _verb_section(verb: str, module_name: str, summary: str) -> list[str]:
     """One verb's usage line and its options, as `torchpace VERB --help` shows them."""
     import importlib
@@ -318,11 +327,19 @@ def _verb_section(verb: str, module_name: str, summary: str) -> list[str]:
     command = importlib.import_module(module_name).command
     context = click.Context(command, info_name=f"torchpace {verb}")
     usage = " ".join([f"torchpace {verb}", *command.collect_usage_pieces(context)])
-    rows = [(code(record[0]), record[1]) for record in
-            (param.get_help_record(context) for param in command.get_params(context)
-             if isinstance(param, click.Option)) if record]
     return [f"## torchpace {verb}", "", summary, "", "```", usage, "```", "",
-            *table(("option", "what it does"), rows), "", f"Guide: [{verb}](../guide/{verb}.md)."]
+            *table(("option", "what it does"), _option_rows(command, context)), "", f"Guide: [{verb}](../guide/{verb}.md)."]
+
+
+def _group_section() -> list[str]:
+    """The options given before the verb (`torchpace -v tune ...`), which every verb has."""
+    import click
+
+    from torchpace.cli import cli
+
+    context = click.Context(cli, info_name="torchpace")
+    return ["## Before the verb", "", "Options every verb has, given before it: `torchpace -v tune ...`.", "",
+            "```", "torchpace [OPTIONS] VERB [ARGS]...", "```", "", *table(("option", "what it does"), _option_rows(cli, context))]
 
 
 def render_cli() -> str:
@@ -331,5 +348,5 @@ def render_cli() -> str:
 
     intro = ("Every verb of the `torchpace` command with its options, read from the click commands themselves "
              "(what `torchpace VERB --help` prints). Exit codes: [README](../../README.md#exit-codes).")
-    return _page("Reference: command line", intro,
+    return _page("Reference: command line", intro, _group_section(),
                  *(_verb_section(verb, module, summary) for verb, (module, summary) in VERBS.items()))

@@ -12,6 +12,7 @@ forwarding and stopping are `torchpace.process`'s.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -22,6 +23,8 @@ from typing import BinaryIO
 from torchpace.errors import TorchpaceError
 from torchpace.launch.plan import LaunchPlan
 from torchpace.process import SignalForwarder, exit_code, start_child, stop_tree
+
+_log = logging.getLogger(__name__)
 
 _SHUTDOWN_GRACE_S = 45.0  # after a forwarded signal; torchrun itself gives its workers 30 s
 _LEFTOVER_GRACE_S = 3.0  # what the script left running gets this long between SIGTERM and SIGKILL
@@ -48,6 +51,8 @@ def execute(plan: LaunchPlan, stderr: BinaryIO | None = None) -> int:
         TorchpaceError: the command could not be started at all.
     """
     sink = stderr if stderr is not None else sys.stderr.buffer
+    for setting in plan.settings:
+        _log.info("%s = %s (%s: %s)", setting.name, setting.value, setting.source.value, setting.reason)
     forwarder = SignalForwarder(None, _SHUTDOWN_GRACE_S)
     with forwarder.installed():  # from before the start: a signal meanwhile is forwarded once the child exists
         proc = _start(plan)
@@ -60,6 +65,7 @@ def execute(plan: LaunchPlan, stderr: BinaryIO | None = None) -> int:
         finally:
             stop_tree(proc, _LEFTOVER_GRACE_S)  # anything the script left behind
             tee.join(timeout=_DRAIN_S)
+    _log.info("%s (pid %d) ended with exit status %d", plan.script, proc.pid, returncode)
     if returncode:
         sink.write(render_failure(plan.script, returncode, bytes(tail)).encode())
         sink.flush()

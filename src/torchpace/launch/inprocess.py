@@ -27,6 +27,7 @@ import atexit
 import contextlib
 import functools
 import inspect
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
 from torchpace.knobs import Knob, KnobValue, get_knob
+
+_log = logging.getLogger(__name__)
 
 _PATCHED = "__torchpace_launch_knobs__"  # marks a constructor once it is wrapped
 
@@ -63,6 +66,7 @@ class HookReport:
         self._announced.add(key)
         self.overrides.append({"where": where, "object": obj, "argument": argument, "old": old, "new": new, "knob": knob})
         sys.stderr.write(f"torchpace: {obj} at {where}: {argument} {old!r} -> {new!r} ({knob})\n")
+        _log.info("%s at %s: %s %r -> %r (%s)", obj, where, argument, old, new, knob)
 
     def to_dict(self) -> dict[str, Any]:
         return {"overrides": list(self.overrides), "reached": sorted(self.reached), "not_applied": dict(self.not_applied)}
@@ -74,6 +78,7 @@ REPORT = HookReport()
 def apply_launch_config(values: Mapping[str, Any]) -> HookReport:
     """Validate `values` (knob name -> value) and apply each knob that reaches a script in-process."""
     knobs = [(get_knob(name), get_knob(name).validate(value)) for name, value in values.items()]
+    _log.info("applying %s in this script's process", {knob.name: value for knob, value in knobs} or "no knob")
     by_reach: dict[str, list[tuple[Knob, KnobValue]]] = {}
     for knob, value in knobs:
         by_reach.setdefault(knob.script_reach or "prepare", []).append((knob, value))
@@ -96,6 +101,7 @@ def apply_global_knobs(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
     stack = contextlib.ExitStack()
     for knob, value in knobs:
         knob.apply(value, stack, None)
+        _log.info("%s = %r set for the rest of this process", knob.name, value)
         REPORT.reached.add(knob.name)
     atexit.register(stack.close)
 
@@ -137,6 +143,7 @@ def _fitting(knobs: Sequence[tuple[Knob, KnobValue]], dataset: Any) -> list[tupl
             kept.append((knob, value))
         else:
             REPORT.not_applied.setdefault(knob.name, f"a DataLoader at {caller_site()}: {reason}")
+            _log.info("%s = %r not applied to the DataLoader at %s: %s", knob.name, value, caller_site(), reason)
     return kept
 
 
@@ -203,6 +210,7 @@ def _with_impl(original, signature: inspect.Signature, knob_name: str, impl: str
             original(*trial.args, **trial.kwargs)
         except (RuntimeError, ValueError, TypeError) as err:  # this class or device has no such kernel
             REPORT.not_applied.setdefault(knob_name, f"{type(self).__name__}({impl}=True) at {caller_site()}: {err}")
+            _log.info("%s not applied: %s(%s=True) at %s failed: %s", knob_name, type(self).__name__, impl, caller_site(), err)
             original(*bound.args, **bound.kwargs)
             return
         REPORT.reached.add(knob_name)

@@ -4,6 +4,7 @@ process-level knobs (allocator, NUMA, thread env vars) this process is not alrea
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -16,6 +17,8 @@ from torchpace.errors import UsageError, UserCodeError
 from torchpace.host import HostFacts
 from torchpace.measure.bench import BenchOptions, BenchResult, run_bench
 from torchpace.runtime import pending_env_knobs
+
+_log = logging.getLogger(__name__)
 
 _TRIAL_TIMEOUT_MARGIN_S = 120.0  # start-up, workload build and compile beyond the bench's own cap
 
@@ -59,7 +62,9 @@ def bench_workload(spec: str | None, config: RunConfig, options: BenchOptions, *
     from torchpace.workload import exits_as_errors, load_workload
 
     workload = load_workload(spec)
-    if pending_env_knobs(config, host):  # process-level knobs need a fresh process with their env
+    pending = pending_env_knobs(config, host)
+    _log.info("bench in %s", f"a trial process: {pending} take effect only in a new process" if pending else "this process")
+    if pending:  # process-level knobs need a fresh process with their env
         from torchpace.runtime.prepare import check_config
 
         check_config(config, host, workload)  # a knob that does not apply: say so before starting processes
@@ -88,6 +93,7 @@ def _bench_in_trial(spec, config: RunConfig, options: BenchOptions, host: HostFa
                       compute_only=options.compute_only, device=device, sys_path=[os.getcwd()],
                       accuracy_batches=accuracy_batches, accuracy_enforce=False)
     result = run_trial(trial, host, timeout_s=options.max_time_s + _TRIAL_TIMEOUT_MARGIN_S)
+    _log.info("the bench's trial ended %s, wall time %.1f s", result.status, result.wall_time_s)
     if result.status == "invalid":
         raise UsageError(result.error)
     if not result.ok:

@@ -19,6 +19,7 @@ result reports it next to the thread's wall time, so the cost of sampling is a n
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import queue
@@ -44,6 +45,8 @@ from torchpace.monitor.samples import MetricsAccumulator, MetricStats, Sample, b
 from torchpace.monitor.sinks import Sink, open_sinks
 from torchpace.monitor.symptoms import SymptomContext, SymptomTracker
 from torchpace.process import SignalForwarder, exit_code, start_child, stop_tree
+
+_log = logging.getLogger(__name__)
 
 EXIT_NOT_FOUND = 127  # as POSIX shells: the command was not found
 EXIT_NOT_EXECUTABLE = 126  # as POSIX shells: found, but it cannot be executed
@@ -469,6 +472,8 @@ def _run_started(options: MonitorOptions, view: View, clock: Clock, gpu: GpuSamp
             pump.close()
             supervisor.drain()
             view.stop()
+    _log.info("command (pid %d) ended with exit status %s after %.1f s; %d leftover processes stopped",
+              proc.pid, proc.returncode, ended_s - t0, leftovers)
     if thread.error is not None:
         notes.append(_sampler_note(thread.error))
     return MonitorResult(

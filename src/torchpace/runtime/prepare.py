@@ -15,6 +15,7 @@ them in `Prepared.needs_launch`, and trials and `torchpace launch` put them in t
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
@@ -27,6 +28,8 @@ from torchpace.host import HostFacts, probe_host
 from torchpace.knobs import REGISTRY, ApplyContext, Point
 from torchpace.runtime.batch import batch_len, split_batch, to_device
 from torchpace.workload import Workload, check_workload
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -240,6 +243,7 @@ def prepare(
 
         dist, device = setup_distributed(values, device, host.cuda_available)
     device = device or _default_device(host)
+    _log.info("prepare %r on %s: %s", workload.name, device, config.non_default() or "no knob set (the defaults)")
     ctx = ApplyContext(host, workload, device, values, dist)
     by_point = {p: sorted((k for k in REGISTRY.values() if k.point is p), key=lambda k: k.apply_order) for p in Point}
 

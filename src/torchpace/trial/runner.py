@@ -6,6 +6,7 @@ process group, enforce the timeout, and kill the whole group and every process i
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -26,6 +27,8 @@ from torchpace.trial.script import plan_script_trial, read_script_result
 from torchpace.trial.protocol import (CRASH, INVALID, STACK_DUMP_SIGNAL, TrialResult, TrialSpec, classify_exit,
                                       classify_timeout)
 from torchpace.trial.ranks import all_ranks_stderr, read_rank_failure
+
+_log = logging.getLogger(__name__)
 
 _STDERR_TAIL_BYTES = 4000
 _KILL_GRACE_S = 3.0  # SIGTERM first, then SIGKILL after this
@@ -83,6 +86,7 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
         with open(err_path, "wb") as err_file:
             proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env, stdout=subprocess.DEVNULL,
                                stderr=err_file)
+            _log.info("trial process %d started (cap %.0f s) for %s", proc.pid, timeout_s, spec.config or "the defaults")
             try:
                 returncode: int | None = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -94,6 +98,8 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
             finally:  # also on Ctrl-C / SIGTERM of the parent: leave nothing behind (workers, ranks)
                 stop_tree(proc, _KILL_GRACE_S)
         wall_s = time.perf_counter() - start
+        _log.info("trial process %d exited after %.1f s, start-up included: %s", proc.pid, wall_s,
+                  "killed at its cap" if returncode is None else f"exit status {returncode}")
         if returncode is None:
             stderr_tail = all_ranks_stderr(result_path) + _tail(err_path)
             status, why = classify_timeout(said, dead)

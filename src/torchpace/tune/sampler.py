@@ -10,6 +10,7 @@ another process) is told to wait; one that finds the search complete is told it 
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable
 
@@ -22,6 +23,8 @@ from torchpace.tune.space import KnobSpace
 from torchpace.tune.storage import assignment_lock
 from torchpace.tune.study import ATTR, build_records, trial_info
 
+_log = logging.getLogger(__name__)
+
 
 class GreedySampler(BaseSampler):
     """One knob at a time from the incumbent, stage by stage (see `torchpace.tune.policy`)."""
@@ -29,6 +32,8 @@ class GreedySampler(BaseSampler):
     def __init__(self, space: list[KnobSpace], conflicts: Callable[[dict], str | None]):
         self.space = space
         self.conflicts = conflicts
+        self._logged_decisions = 0  # the policy's decisions already in the log (each replay repeats them all)
+        self._logged_stage_order = False
 
     def plan(self, study: optuna.Study, exclude_number: int | None = None) -> GreedyState:
         """Replay the study's trials (all but trial `exclude_number`) into the policy's state."""
@@ -49,7 +54,20 @@ class GreedySampler(BaseSampler):
                 info.update(slot=proposal.slot, kind=proposal.kind, stage=proposal.stage, knob=proposal.knob,
                             value=proposal.value, config=proposal.config)
             study._storage.set_trial_system_attr(trial._trial_id, ATTR, info)
+        self._log_decisions(state)
+        if info["action"] != "wait":  # a waiting tuner asks again every few seconds
+            _log.debug("trial %d: %s", trial.number, f"slot {proposal.slot} ({proposal.kind})" if proposal else "the search is done")
         return state
+
+    def _log_decisions(self, state: GreedyState) -> None:
+        """Log the policy's decisions not logged yet: the stage order, then each knob accepted or rejected."""
+        if state.stage_order and not self._logged_stage_order:
+            _log.info("stage order: %s", " -> ".join(state.stage_order))
+            self._logged_stage_order = True
+        for decision in state.decisions[self._logged_decisions:]:
+            value = "" if decision.accepted_value is None else f" = {decision.accepted_value!r}"
+            _log.info("%s stage, %s%s: %s", decision.stage, decision.knob, value, decision.reason)
+        self._logged_decisions = max(self._logged_decisions, len(state.decisions))
 
     def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         self.assign(study, trial)

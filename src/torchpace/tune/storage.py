@@ -22,12 +22,15 @@ from __future__ import annotations
 import fcntl
 import functools
 import importlib.util
+import logging
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from torchpace.errors import TorchpaceError, UsageError
+
+_log = logging.getLogger(__name__)
 
 SQLITE_TIMEOUT_S = 60.0  # concurrent tuners on one SQLite file wait this long for its lock
 _HEARTBEAT_INTERVAL_S = 2
@@ -197,6 +200,7 @@ def check_storage(url: str, on_wait: Callable[[str], None] | None = None) -> Non
     database = sqlite_database(resolved)
     if database is not None:
         if not Path(database).exists():
+            _log.info("the study storage %s does not exist yet: it will be created", mask_url(resolved))
             return
         say_if_locked(database, url, on_wait)
     foreign = sorted(read_table_names(resolved) - optuna_tables())
@@ -242,6 +246,7 @@ def open_storage(url: str, read_only: bool = False):
     import sqlalchemy.exc
 
     resolved = resolve_storage_url(url)
+    _log.info("opening the study storage %s%s", mask_url(resolved), " to read" if read_only else "")
     if not read_only:
         _make_sqlite_parent(resolved)
     try:

@@ -9,6 +9,7 @@ so `--resume` (or another tuner on the study) re-runs them and loses no finished
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from typing import Any
 
@@ -16,6 +17,8 @@ from torchpace.errors import UsageError
 from torchpace.tune.guard import check_trial_guard, guard_cannot_judge
 from torchpace.tune.policy import COMPLETE, RETRY, RUNNING, Record
 from torchpace.tune.storage import default_storage_url, open_storage  # noqa: F401  (where callers found them)
+
+_log = logging.getLogger(__name__)
 
 STUDY_KIND = "torchpace.study"
 STUDY_SCHEMA_VERSION = 1
@@ -122,6 +125,7 @@ def fail_stale_trials(study) -> None:
         except (ValueError, psutil.Error):  # no such process (or not one this reads): gone
             alive = False
         if not alive:
+            _log.info("trial %d failed, to be run again: its tuner (%s) is gone", trial.number, recorded)
             try:
                 study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:  # another tuner failed it a moment ago

@@ -5,6 +5,7 @@ or when the budget runs out or the user presses Ctrl-C, the best config so far i
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from torchpace.tune.objective import check_objective, objective_value
 from torchpace.tune.outcome import StudyMeta, TuneOutcome, build_guard_note, build_outcome, trial_rows
 from torchpace.tune.space import KnobSpace, build_space
 from torchpace.tune.study import fail_stale_trials, tuner_process
+
+_log = logging.getLogger(__name__)
 
 STRATEGIES = ("greedy", "tpe", "random", "grid")
 _WAIT_POLL_S = 2.0  # how often a waiting worker looks for a free trial
@@ -135,6 +138,8 @@ class Tuner:
                 "command": list(options.command) if options.command else None}
         with storage_failures(self.storage_url):
             self.study = open_study(open_storage(self.storage_url), self.study_name, meta, options.resume, self.sampler)
+        _log.info("study %r: %d trials stored; strategy %s over %s; budget %.0f s", self.study_name,
+                  len(self.study.get_trials(deepcopy=False)), options.strategy, [k.name for k in self.space], options.budget_s)
         self.deadline = time.monotonic() + options.budget_s
 
     def _target(self):
@@ -261,7 +266,9 @@ class Tuner:
 
         reason = self.conflicts(info["config"])
         if reason:
+            _log.info("trial %d (%s) not run: %s", number, info.get("slot"), reason)
             return {**info, "status": "invalid", "error": reason}
+        _log.info("trial %d (%s) starts: %s", number, info.get("slot"), info["config"] or "the defaults")
         self.on_event("trial_start", number=number, info=info, budget_left_s=self.deadline - time.monotonic())
         spec = TrialSpec(workload=self.spec, config=info["config"], max_time_s=self.options.trial_time_s,
                          guard_steps=self.options.guard_steps, sys_path=[os.getcwd()],
@@ -274,6 +281,8 @@ class Tuner:
         status = result.status
         if status == "timeout" and remaining < cap_s:
             status = "budget"  # cut by the budget, not a verdict on the config: re-run on --resume
+        _log.info("trial %d (%s) ended %s, wall time %.1f s%s", number, info.get("slot"), status, result.wall_time_s,
+                  f": {result.error.strip().splitlines()[-1]}" if result.error.strip() else "")
         bench = dict(result.bench or {})
         bench.pop("loss_values", None)
         host = bench.pop("host", None)
@@ -296,6 +305,8 @@ class Tuner:
     def _finish(self, stopped: str) -> TuneOutcome:
         state = self.sampler.plan(self.study) if self.options.strategy == "greedy" else None
         outcome = build_outcome(trial_rows(self.study), state, self._study_meta(), stopped)
+        _log.info("tune stopped (%s); best config: %s", stopped,
+                  "none" if outcome.best is None else outcome.best_config or "the defaults")
         if outcome.best is not None:
             self._save(outcome)
             if self.options.export_path is not None and stopped != "interrupted":
@@ -330,6 +341,7 @@ class Tuner:
                   "study": self.study_name, "storage": self.storage_url,
                   **result_table(outcome.to_dict()), **_inference_result(outcome)}
         save_config(RunConfig(outcome.best_config, self.host.summary(), result), self.options.out)
+        _log.info("wrote %s", self.options.out)
         outcome.out_path = str(self.options.out)
 
 
