@@ -337,7 +337,7 @@ def _group_section() -> list[str]:
 
     from torchpace.cli import cli
 
-    context = click.Context(cli, info_name="torchpace")
+    context = click.Context(cli, info_name="torchpace", **cli.context_settings)  # `-h` as well as `--help`
     return ["## Before the verb", "", "Options every verb has, given before it: `torchpace -v tune ...`.", "",
             "```", "torchpace [OPTIONS] VERB [ARGS]...", "```", "", *table(("option", "what it does"), _option_rows(cli, context))]
 
