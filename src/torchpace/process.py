@@ -275,3 +275,60 @@ class SignalForwarder:
                 return proc.wait(timeout=poll_s)
             except subprocess.TimeoutExpired:
                 self.escalate_if_due()
+
+
+# --------------------------------------------------------------------------- stopped groups
+
+# The guardian: a bare interpreter (no site, no torchpace) that reads `+PGID` / `-PGID` lines, and when
+# its stdin ends without `done` (the process that started it is gone, however it died), SIGKILLs every
+# group it still holds. SIGKILL is the one signal a stopped process cannot leave pending.
+_GUARDIAN = """
+import os, signal, sys
+groups = set()
+for line in sys.stdin:
+    word = line.strip()
+    if word == "done":
+        sys.exit(0)
+    if word[:1] in "+-" and word[1:].isdigit():
+        (groups.add if word[0] == "+" else groups.discard)(int(word[1:]))
+for pgid in groups:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class StoppedGroupGuard:
+    """Kills the process groups this process holds stopped (SIGSTOP) should it die, even by SIGKILL.
+
+    A stopped group outliving torchpace would stay stopped for ever: its leader dies by the parent-death
+    signal, but its other members (DataLoader workers) are not children of torchpace and a stopped
+    process acts on no signal but SIGKILL. The guard is a small process in a session of its own whose
+    stdin is a pipe from this process: the pipe ends when this process dies, however it dies, and the
+    guardian then SIGKILLs every group still registered. Use it as a context manager; `hold(pgid)`
+    before a group can be stopped, `release(pgid)` once it is gone.
+    """
+
+    def __enter__(self) -> StoppedGroupGuard:
+        import sys
+
+        self._proc = subprocess.Popen([sys.executable, "-S", "-c", _GUARDIAN], stdin=subprocess.PIPE,
+                                      start_new_session=True, text=True)
+        return self
+
+    def hold(self, pgid: int) -> None:
+        self._say(f"+{pgid}")
+
+    def release(self, pgid: int) -> None:
+        self._say(f"-{pgid}")
+
+    def _say(self, word: str) -> None:
+        self._proc.stdin.write(word + "\n")
+        self._proc.stdin.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError):  # a guardian that died already (killed from outside) holds nothing
+            self._say("done")
+            self._proc.stdin.close()
+        self._proc.wait()

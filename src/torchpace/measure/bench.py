@@ -24,6 +24,7 @@ from torchpace.config import RunConfig, resolve_config
 from torchpace.errors import TorchpaceError, UserCodeError
 from torchpace.host import HostFacts, probe_host
 from torchpace.measure.contention import measure_other_load
+from torchpace.measure.gate import Gate
 from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_memory
 from torchpace.measure.timing import Clock, Throughput, TimingOptions, measure_throughput
 from torchpace.runtime import Prepared, prepare
@@ -164,7 +165,7 @@ class _LoaderCycle:
 
 
 def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: float, losses: list, on_window,
-                       phases: _Phases = _TRAINING_PHASES) -> Throughput:
+                       phases: _Phases = _TRAINING_PHASES, gate: Gate | None = None) -> Throughput:
     cycle = _LoaderCycle(run.loader)
 
     def step() -> int:
@@ -176,7 +177,8 @@ def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: f
 
     try:
         return measure_throughput(step, clock, device_sync(run.device), opts.timing(),
-                                  start + phases.warmup_end * opts.max_time_s, start + phases.real_end * opts.max_time_s, on_window)
+                                  start + phases.warmup_end * opts.max_time_s, start + phases.real_end * opts.max_time_s, on_window,
+                                  gate)
     finally:
         cycle.close()
 
@@ -223,6 +225,7 @@ def run_bench(
     on_window: Callable | None = None,
     accuracy: Callable[[Prepared], dict[str, Any]] | None = None,
     own_root_pid: int | None = None,
+    gate: Gate | None = None,
 ) -> BenchResult:
     """Measure `workload` under `config`. See the module docstring for what is timed.
 
@@ -231,6 +234,8 @@ def run_bench(
             `torchpace.inference.accuracy.AccuracyGuard`); its dict is the result's `accuracy`.
         own_root_pid: the root of torchpace's own process tree, whose CPU use is not "other load"
             (default this process; a trial process passes the tuner that started it).
+        gate: take turns with another trial in a paired comparison (`torchpace.measure.gate`); the
+            real step is then measured one window per turn, and `clock` must be `gate.clock`.
 
     Raises:
         UsageError: the config does not apply here.
@@ -251,7 +256,7 @@ def run_bench(
         try:
             with measure_other_load(own_root_pid) as load:
                 checked = accuracy(run) if accuracy is not None else None
-                real, compute, latency = _measure_all(run, clock, options, start, losses, on_window)
+                real, compute, latency = _measure_all(run, clock, options, start, losses, on_window, gate)
         except TorchpaceError:
             raise
         except Exception as err:  # the user's model/loss/data raised: report it as theirs
@@ -264,11 +269,12 @@ def run_bench(
         return replace(result, **_inference_fields(run, latency, checked)) if not workload.is_training else result
 
 
-def _measure_all(run: Prepared, clock: Clock, opts: BenchOptions, start: float, losses: list, on_window):
+def _measure_all(run: Prepared, clock: Clock, opts: BenchOptions, start: float, losses: list, on_window,
+                 gate: Gate | None = None):
     """(real step, compute-only or None, batch-1 latency or None), in that order within the time cap."""
     wants_latency = opts.latency if opts.latency is not None else not run.workload.is_training
     phases = _INFERENCE_PHASES if wants_latency else _TRAINING_PHASES
-    real = _measure_real_step(run, clock, opts, start, losses, on_window, phases)
+    real = _measure_real_step(run, clock, opts, start, losses, on_window, phases, gate)
     compute = _measure_compute_only(run, clock, opts, start, on_window, phases) if opts.compute_only else None
     latency = _measure_batch1_latency(run, clock, opts, start, phases) if wants_latency else None
     return real, compute, latency

@@ -48,8 +48,9 @@ BENCH_RESULT_SCHEMA = {
         "warmup_s": _NUMBER,
         "warmup_steps": {"type": "integer"},
         "warmup_converged": {"type": "boolean"},
-        "stopped_by": {"enum": ["ci", "time", "script-ended"],
-                       "description": "script-ended: the script finished before the CI target or the time cap"},
+        "stopped_by": {"enum": ["ci", "time", "script-ended", "pair"],
+                       "description": "script-ended: the script finished before the CI target or the time cap; "
+                                      "pair: one arm of a paired comparison (`torchpace compare`, tune), ended by the comparison"},
         "steps_per_s": {"type": "number", "description": "optimizer steps per second: median of the windows"},
         "steps_per_s_ci_low": _NUMBER,
         "steps_per_s_ci_high": _NUMBER,

@@ -11,6 +11,12 @@ How a measurement runs (`measure_throughput`):
 
 The device is synchronised only at window boundaries (`sync`), never per step. The clock and the
 step are injected, so the loop is tested with a scripted clock and no torch at all.
+
+In a paired comparison (`torchpace.trial.pair`) the meter takes turns with another trial through a
+`torchpace.measure.gate.Gate`: it stops before the first step and when warm-up is over (so the two
+warm-ups and any compile never overlap the other arm's measurement), then measures one window per
+turn, the first `turn_lead_in` of each turn's steps untimed (caches and clocks the other arm left
+cold), and the parent, which compares the two arms round by round, says when to end.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from torchpace.measure.gate import END, LOADED, READY, WINDOW, Gate
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize, windows_agree
 
 Clock = Callable[[], float]
@@ -51,6 +58,9 @@ class TimingOptions:
     # single steps at most: a step with a rhythm of its own (loader workers that deliver in bursts)
     # never has two agreeing singles, and its windows are then sized from the mean of the last 8
     max_single_steps: int = 16
+    # paired comparisons: this share of a window's steps (at least one) runs untimed at the start of
+    # each turn, after the other arm had the host
+    turn_lead_in: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -62,7 +72,7 @@ class Throughput:
     warmup_s: float
     warmup_steps: int
     warmup_converged: bool
-    stopped_by: str  # "ci" when the CI target was met, "time" when the deadline passed
+    stopped_by: str  # "ci" when the CI target was met, "time" when the deadline passed, "pair" when a paired comparison ended
 
     @property
     def step_time_s(self) -> float:
@@ -108,11 +118,16 @@ class WindowMeter:
 
     A window starts when `start()` or the previous window's bookkeeping returns, and ends after its
     last step with one `sync()` and one clock reading.
+
+    With a `gate` (a paired comparison), `start()` and the end of warm-up stop at the gate, and the
+    ``measure`` phase is one window per turn, ended by the parent (stopped by "pair"), not by the CI
+    or the deadline; `clock` must then be the gate's, which leaves out the time stopped.
     """
 
     def __init__(self, clock: Clock, sync: Callable[[], None], options: TimingOptions, warmup_deadline: float,
-                 deadline: float, on_window: Callable[[str, int, Summary | None], None] | None = None):
-        self.clock, self.sync, self.options = clock, sync, options
+                 deadline: float, on_window: Callable[[str, int, Summary | None], None] | None = None,
+                 gate: Gate | None = None):
+        self.clock, self.sync, self.options, self.gate = clock, sync, options, gate
         self.warmup_deadline, self.deadline, self.on_window = warmup_deadline, deadline, on_window
         self.phase = "idle"
         self.windows: list[Window] = []
@@ -126,20 +141,27 @@ class WindowMeter:
         self._last: Window | None = None  # the previous single / warm-up window
         self._singles_s: list[float] = []  # single-step times after the first
         self._steps = self._samples = 0
+        self._lead_in = 0  # untimed steps left at the start of this turn (paired comparisons)
 
     @property
     def done(self) -> bool:
         return self.phase == "done"
 
     def start(self) -> None:
-        """Begin: the first window (a single step) starts now."""
+        """Begin: the first window (a single step) starts now (at the gate's first turn, if any)."""
         self.phase = "single"
+        if self.gate is not None and self.gate.pause(LOADED) == END:
+            self.stopped_by, self.phase = "pair", "done"
         self._begin = self._window_start = self.clock()
 
     def record(self, samples: int) -> Window | None:
         """One step that processed `samples` finished; returns the window it closed, if any (steps after
         the measurement is done are not counted)."""
         if self.done:
+            return None
+        if self._lead_in:
+            self._lead_in -= 1
+            self._window_start = self.clock()
             return None
         self._steps += 1
         self._samples += samples
@@ -200,13 +222,25 @@ class WindowMeter:
         self.phase = phase
         if phase == "measure":
             self.warmup_s = self.clock() - self._begin
+            if self.gate is not None:
+                self._take_turn(READY, warmup_s=self.warmup_s, warmup_converged=self.warmup_converged,
+                                steps_per_window=self._per_window)
+
+    def _take_turn(self, event: str, **data) -> None:
+        """Stop at the gate; on `end` the measurement is done, else the next turn begins untimed."""
+        if self.gate.pause(event, **data) == END:
+            self.stopped_by, self.phase = "pair", "done"
+        else:
+            self._lead_in = max(1, round(self.options.turn_lead_in * self._per_window))
 
     def _after_measured(self, window: Window) -> None:
         self.windows.append(window)
         self.summary = summarize([w.samples_per_s for w in self.windows])
         if self.on_window:
             self.on_window("measure", len(self.windows), self.summary)
-        if len(self.windows) >= self.options.min_windows and self.summary.ci_rel_halfwidth <= self.options.target_ci_rel:
+        if self.gate is not None:  # the parent compares the arms round by round and says when to end
+            self._take_turn(WINDOW, steps=window.steps, samples=window.samples, elapsed_s=window.elapsed_s)
+        elif len(self.windows) >= self.options.min_windows and self.summary.ci_rel_halfwidth <= self.options.target_ci_rel:
             self.stopped_by, self.phase = "ci", "done"
         elif self.clock() >= self.deadline:
             self.stopped_by, self.phase = "time", "done"
@@ -231,6 +265,7 @@ def measure_throughput(
     warmup_deadline: float,
     deadline: float,
     on_window: Callable[[str, int, Summary | None], None] | None = None,
+    gate: Gate | None = None,
 ) -> Throughput:
     """Warm up, then measure windows of `step` (which returns the samples it processed).
 
@@ -238,8 +273,9 @@ def measure_throughput(
         warmup_deadline: clock time after which warm-up stops (flagged as not converged).
         deadline: clock time after which no new window starts.
         on_window: progress callback (phase, windows so far, current summary).
+        gate: take turns with another trial (see `WindowMeter`); `clock` is then `gate.clock`.
     """
-    meter = WindowMeter(clock, sync, options, warmup_deadline, deadline, on_window)
+    meter = WindowMeter(clock, sync, options, warmup_deadline, deadline, on_window, gate)
     meter.start()
     while not meter.done:
         meter.record(step())

@@ -26,7 +26,10 @@ class ScriptProbe:
     label_phases = False  # profile mode: record_function labels around the script's phases
 
     def __init__(self, spec: ScriptMeasure, clock=time.perf_counter):
-        self.spec, self.clock = spec, clock
+        from torchpace.measure.gate import Gate
+
+        self.gate = Gate.open(spec.gate)  # a paired comparison: the meter takes turns on the gate's clock
+        self.spec, self.clock = spec, self.gate.clock if self.gate else clock
         self.started_s = clock()
         self.meter = None
         self.steps = 0
@@ -120,7 +123,7 @@ class ScriptProbe:
         options = BenchOptions(max_time_s=self.spec.max_time_s, target_ci_rel=self.spec.target_ci_rel)
         now = self.clock()
         self.meter = WindowMeter(self.clock, self._sync, options.timing(), now + WARMUP_SHARE * options.max_time_s,
-                                 now + options.max_time_s)
+                                 now + options.max_time_s, gate=self.gate)
         self.meter.start()
         self._wait_mark = self.wait_s
 

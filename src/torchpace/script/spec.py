@@ -28,6 +28,8 @@ class ScriptMeasure:
         samples_per_step: samples in one step when the batches do not tell (None: from the DataLoader).
         no_step_timeout_s: give up when no step was seen this long after `import torch`.
         profile: profile mode only: {"trace_path", "wait", "warmup", "active"} (steps of each phase).
+        gate: `"CONTROL_FD,EVENT_FD"`: take turns with another trial in a paired comparison
+            (`torchpace.measure.gate`); None to measure alone.
     """
 
     result_path: str
@@ -40,6 +42,7 @@ class ScriptMeasure:
     samples_per_step: int | None = None
     no_step_timeout_s: float = 120.0
     profile: dict = field(default_factory=dict)
+    gate: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

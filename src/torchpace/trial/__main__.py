@@ -25,6 +25,7 @@ def run_spec(spec: TrialSpec) -> TrialResult:
     from torchpace.errors import UsageError, UserCodeError
     from torchpace.inference.accuracy import AccuracyRejected
     from torchpace.measure.bench import BenchOptions, run_bench
+    from torchpace.measure.gate import Gate
     from torchpace.workload import load_workload
 
     start = time.perf_counter()
@@ -42,8 +43,10 @@ def run_spec(spec: TrialSpec) -> TrialResult:
                                    wall_time_s=time.perf_counter() - start)
         options = BenchOptions(max_time_s=spec.max_time_s, compute_only=spec.compute_only)
         workload = load_workload(spec.workload)
+        gate = Gate.open(spec.gate)
         bench = run_bench(workload, spec.config, options, device=spec.device, accuracy=_accuracy_guard(spec, workload),
-                          own_root_pid=os.getppid()).to_dict()  # the tuner (or bench) that started this trial
+                          own_root_pid=os.getppid(),  # the tuner (or bench) that started this trial
+                          clock=gate.clock if gate else time.perf_counter, gate=gate).to_dict()
         status = NONFINITE if is_nonfinite(bench["loss_values"]) else OK
         error = "loss became NaN/Inf while measuring" if status == NONFINITE else ""
         verdict = _profile_verdict(spec) if spec.profile and status == OK else None

@@ -46,6 +46,9 @@ class TrialSpec:
         samples_per_step: script mode: samples in one step when its batches do not tell.
         script_mode: script mode: `bench` (measure) or `profile` (trace a few steps).
         script_profile: script mode, `profile`: the trace path and the profiler's step schedule.
+        gate: `"CONTROL_FD,EVENT_FD"` of the pipes to a parent that alternates this trial with another
+            (`torchpace.trial.pair`): the real step is measured one window per turn
+            (`torchpace.measure.gate`); None for a trial that runs alone.
     """
 
     workload: str
@@ -66,6 +69,7 @@ class TrialSpec:
     samples_per_step: int | None = None
     script_mode: str = "bench"
     script_profile: dict[str, Any] = field(default_factory=dict)
+    gate: str | None = None
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))

@@ -6,6 +6,7 @@ process group, enforce the timeout, and kill the whole group and every process i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -14,7 +15,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
@@ -68,16 +69,11 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
     """Run one trial in a child process and return its result (never raises for the child's failures)."""
     base_env = os.environ if base_env is None else base_env
     remove_orphan_trial_dirs(workdir)
-    with tempfile.TemporaryDirectory(prefix=f"{_TRIAL_DIR_PREFIX}{os.getpid()}-", dir=workdir) as tmp:
-        spec_path, result_path, err_path = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "stderr.txt"
+    with trial_dir(workdir) as tmp:
+        spec_path, result_path, err_path = trial_paths(tmp)
         spec.save(spec_path)
-        nofile = None  # the child's soft RLIMIT_NOFILE, as `launch` gives it (None: inherited)
         try:
-            if spec.command:  # script mode: the user's script, launched with the trial's config and the hook
-                argv, env, nofile = plan_script_trial(spec, host, base_env, result_path, timeout_s)
-            else:
-                plan = plan_trial(spec.config, host, base_env, spec_path, result_path)
-                argv, env, nofile = list(plan.argv), dict(plan.env), plan.nofile
+            argv, env, nofile = plan_trial_child(spec, host, base_env, spec_path, result_path, timeout_s)
         except UsageError as err:  # e.g. numactl or an allocator the config needs is not installed
             return TrialResult(INVALID, error=str(err))
         start = time.perf_counter()
@@ -105,11 +101,42 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
             status, why = classify_timeout(said, dead)
             return TrialResult(status, error=f"no result after {timeout_s:.0f} s; the trial's process group was killed"
                                + (f": {why}" if why else ""), stderr_tail=stderr_tail, wall_time_s=wall_s)
-        if spec.command:
-            return read_script_result(spec, result_path, returncode, _tail(err_path), wall_s)
-        if returncode != 0 and nproc_of(spec.config) > 1:
-            return read_rank_failure(result_path, _tail(err_path), returncode, wall_s)
-        return _read_result(result_path, returncode, _tail(err_path), wall_s)
+        return read_trial_result(spec, result_path, err_path, returncode, wall_s)
+
+
+@contextlib.contextmanager
+def trial_dir(workdir: Path | None = None) -> Iterator[Path]:
+    """A trial's temporary folder, named after this process (see `remove_orphan_trial_dirs`), removed at the end."""
+    with tempfile.TemporaryDirectory(prefix=f"{_TRIAL_DIR_PREFIX}{os.getpid()}-", dir=workdir) as tmp:
+        yield Path(tmp)
+
+
+def trial_paths(folder: Path) -> tuple[Path, Path, Path]:
+    """(spec, result, stderr) paths of the trial in `folder`."""
+    return folder / "spec.json", folder / "result.json", folder / "stderr.txt"
+
+
+def plan_trial_child(spec: TrialSpec, host: HostFacts, base_env: Mapping[str, str], spec_path: Path, result_path: Path,
+                     timeout_s: float) -> tuple[list[str], dict[str, str], int | None]:
+    """(argv, env, soft RLIMIT_NOFILE or None) of the process that runs `spec`: the user's script with the
+    hook in script mode, else `python -m torchpace.trial`.
+
+    Raises:
+        UsageError: the config needs a tool this host lacks.
+    """
+    if spec.command:  # script mode: the user's script, launched with the trial's config and the hook
+        return plan_script_trial(spec, host, base_env, result_path, timeout_s)
+    plan = plan_trial(spec.config, host, base_env, spec_path, result_path)
+    return list(plan.argv), dict(plan.env), plan.nofile
+
+
+def read_trial_result(spec: TrialSpec, result_path: Path, err_path: Path, returncode: int, wall_s: float) -> TrialResult:
+    """The result of a trial process that ended with `returncode`: its result file, or its failure."""
+    if spec.command:
+        return read_script_result(spec, result_path, returncode, _tail(err_path), wall_s)
+    if returncode != 0 and nproc_of(spec.config) > 1:
+        return read_rank_failure(result_path, _tail(err_path), returncode, wall_s)
+    return _read_result(result_path, returncode, _tail(err_path), wall_s)
 
 
 def dump_stacks(pid: int, stderr_paths: list[Path]) -> None:

@@ -28,7 +28,8 @@ def plan_script_trial(spec: TrialSpec, host: HostFacts, base_env: Mapping[str, s
     measure = ScriptMeasure(result_path=str(result_path), command=tuple(spec.command), mode=spec.script_mode,
                             max_time_s=spec.max_time_s, guard_steps=spec.guard_steps,
                             samples_per_step=spec.samples_per_step,
-                            no_step_timeout_s=max(5.0, timeout_s - _NO_STEP_MARGIN_S), profile=dict(spec.script_profile))
+                            no_step_timeout_s=max(5.0, timeout_s - _NO_STEP_MARGIN_S), profile=dict(spec.script_profile),
+                            gate=spec.gate)
     plan = plan_script_launch(spec.command, RunConfig(spec.config), host, base_env)
     return list(plan.argv), {**plan.env, MEASURE_ENV: measure.to_json()}, plan.nofile
 

@@ -1,0 +1,84 @@
+"""Taking turns on the host: the measured process's side of an alternating comparison.
+
+A paired comparison (`torchpace.trial.pair`) runs the two configs as two trial processes at once and
+lets them take turns: while one measures a window, the other's whole process group (DataLoader
+workers, compile workers) is stopped. This module is the measured process's part, used by the meter
+(`torchpace.measure.timing.WindowMeter`) in a Workload trial and in a script alike:
+
+- at each *gate* (the measurement is about to start; warm-up is over; a measured window closed) the
+  process writes one JSON line to the event pipe, saying where it is, and stops its own process group
+  with SIGSTOP, so nothing of it runs while the other arm measures, not even for the moment it would
+  take the parent to stop it;
+- the parent continues it (SIGCONT) when its turn comes, after writing what to do to the control
+  pipe: `go` (measure the next window) or `end` (the comparison is over: finish as a plain bench does);
+- `Gate.clock` leaves out the time the process was stopped, so its warm-up deadline, its window
+  timing and its own time cap count only its turns.
+
+The pipes are file descriptors the trial process inherits, named in its spec (`TrialSpec.gate`, or
+`ScriptMeasure.gate` in a script), never in the environment, so processes the trial starts never take
+part. This module imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any, Callable
+
+GO, END = "go", "end"  # what the parent tells a stopped arm
+LOADED, READY, WINDOW = "loaded", "ready", "window"  # where an arm stopped
+
+
+def stop_own_group() -> None:
+    """Stop this process's whole group (SIGSTOP): it resumes when someone sends SIGCONT."""
+    os.killpg(os.getpgrp(), signal.SIGSTOP)
+
+
+class Gate:
+    """The measured process's end of the two pipes to the parent that alternates two trials.
+
+    Args:
+        control_fd: read end of the pipe the parent writes commands (`go` / `end`) to.
+        event_fd: write end of the pipe this process reports its gates on.
+        stop: stops this process until the parent continues it (injectable for tests).
+        clock: the raw clock; `Gate.clock` is it minus the time spent stopped.
+    """
+
+    def __init__(self, control_fd: int, event_fd: int, stop: Callable[[], None] = stop_own_group,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.control_fd, self.event_fd = control_fd, event_fd
+        self._stop, self._raw_clock = stop, clock
+        self.paused_s = 0.0
+        self._pending = b""
+
+    @classmethod
+    def open(cls, fds: str | None) -> Gate | None:
+        """The gate of a spec's `"CONTROL_FD,EVENT_FD"` (None for a trial that does not take turns)."""
+        if not fds:
+            return None
+        control, _, event = fds.partition(",")
+        return cls(int(control), int(event))
+
+    def clock(self) -> float:
+        """Seconds on the raw clock, less the time this process was stopped at its gates."""
+        return self._raw_clock() - self.paused_s
+
+    def pause(self, event: str, **data: Any) -> str:
+        """Report `event` (with `data`), stop until continued, and return the parent's command."""
+        started = self._raw_clock()
+        os.write(self.event_fd, (json.dumps({"event": event, **data}) + "\n").encode())
+        self._stop()
+        command = self._read_command()
+        self.paused_s += self._raw_clock() - started
+        return command
+
+    def _read_command(self) -> str:
+        while b"\n" not in self._pending:
+            chunk = os.read(self.control_fd, 64)
+            if not chunk:  # the parent is gone (it would have killed us): end as if told to
+                return END
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line.decode().strip()

@@ -1,0 +1,479 @@
+"""Paired comparisons: two configs measured in alternation, decided on the ratio of each round.
+
+Two runs one after the other compare the host's drift as much as the configs: on a shared machine the
+same step gets 10-30% slower between runs, and several times slower while another process holds a
+core. `run_pair` measures the two configs (arms A and B) *in alternation* instead:
+
+1. both trial processes start at once (imports, model build, guard steps overlap);
+2. each stops at its gate before its first timed step (`torchpace.measure.gate`); then each warms up
+   alone, A then B, while the other is stopped (compile and warm-up never overlap a measurement);
+3. rounds: the arms take turns, A B, B A, A B, ... (each round's order swaps, so a linear drift
+   favours neither); each turn is one measured window of one arm while the other's whole process group
+   (DataLoader workers included) is stopped with SIGSTOP, and each round gives one paired ratio
+   B / A of the two windows' samples/s;
+4. the rounds stop when at least `min_rounds` give a 95% CI of the median ratio within
+   ±`target_ci_rel` (`measure.stats.summarize`, the statistics of every other figure), or when the
+   rounds' time is spent; both arms are then told to end and write their results.
+
+Other processes' CPU use is read between turns, while both arms are stopped, and is reported per arm
+over its own turns. Every arm is ended when the comparison ends for any reason, and a guard process
+(`process.StoppedGroupGuard`) SIGKILLs any stopped group should torchpace itself be killed.
+
+Where two processes cannot be held at once (several ranks per config; the latency objective, which
+times single calls; a pair that ran out of memory held together; a peak memory that would not fit
+twice), the comparison is *sequential*: short separate runs A B B A ..., each round the ratio of two
+neighbouring runs, and the result says so and why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from torchpace.errors import UsageError
+from torchpace.host import HostFacts
+from torchpace.knobs.distributed import nproc_of
+from torchpace.measure.gate import END, GO, LOADED, READY, WINDOW
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
+from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
+from torchpace.trial.protocol import INVALID, OOM, TIMEOUT, TrialResult, TrialSpec, classify_timeout
+from torchpace.trial.runner import plan_trial_child, read_trial_result, remove_orphan_trial_dirs, trial_dir, trial_paths
+
+ALTERNATING, SEQUENTIAL = "alternating", "sequential"
+PARTNER = "partner"  # an arm ended because the other arm failed: no verdict on its config
+_KILL_GRACE_S = 3.0
+_POLL_S = 0.05  # how often a wait for an arm looks at whether it is still running
+_STOP_WAIT_S = 5.0  # an arm that reported a gate is stopped within this (it stops itself right after)
+_HOLD_BOTH_SHARE = 0.8  # two arms are held at once only when twice the peak memory fits in this share
+
+
+@dataclass(frozen=True)
+class PairOptions:
+    """How long and how precisely to compare.
+
+    Attributes:
+        rounds_s: wall seconds for the rounds (both arms' turns together).
+        min_rounds: rounds before the CI may stop the comparison (the fewest a 95% CI needs).
+        max_rounds: rounds at most.
+        target_ci_rel: stop once the 95% CI of the median ratio is within this relative half-width.
+        sequential_rounds: rounds of separate runs (A B, B A, ...) when the arms cannot take turns.
+    """
+
+    rounds_s: float = 20.0
+    min_rounds: int = MIN_WINDOWS_FOR_CI
+    max_rounds: int = 60
+    target_ci_rel: float = 0.02
+    sequential_rounds: int = 2
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """Two configs compared round by round; `ratio*` are B over A (above 1: B is faster).
+
+    Attributes:
+        mode: `alternating` (turns while the other arm is stopped) or `sequential` (separate runs).
+        mode_reason: why the comparison is sequential (None when alternating).
+        a, b: each arm's trial result (its bench holds its own measured windows).
+        a_rates, b_rates: each round's figure of each arm (samples/s, or steps/s without samples).
+        stopped_by: `ci`, `time`, `rounds`; `ended` (an arm's script finished first) or `failed` (an
+            arm failed, and the other was not judged).
+        other_load_a, other_load_b: cores other processes used during each arm's turns (None: unread).
+        usable_cores: the cores this host gives torchpace (to judge the other load against).
+    """
+
+    mode: str
+    a: TrialResult
+    b: TrialResult
+    a_rates: tuple[float, ...] = ()
+    b_rates: tuple[float, ...] = ()
+    stopped_by: str = "failed"
+    mode_reason: str | None = None
+    other_load_a: float | None = None
+    other_load_b: float | None = None
+    usable_cores: int | None = None
+    wall_time_s: float = 0.0
+
+    @property
+    def ratios(self) -> list[float]:
+        return [b / a for a, b in zip(self.a_rates, self.b_rates) if a > 0]
+
+    @property
+    def summary(self) -> Summary | None:
+        """Median ratio B / A with its 95% CI (None without a round)."""
+        return summarize(self.ratios) if self.ratios else None
+
+    @property
+    def ok(self) -> bool:
+        return self.a.ok and self.b.ok and bool(self.ratios)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON: the arms' results, every round's figures, and the ratio with its CI."""
+        data = asdict(self)
+        data.update(a=self.a.to_dict(), b=self.b.to_dict(), ratios=self.ratios, **ratio_fields(self.summary))
+        return data
+
+
+def ratio_fields(summary: Summary | None) -> dict[str, Any]:
+    """The ratio figures of a comparison, named as every output shows them (None without a round)."""
+    if summary is None:
+        return {"ratio": None, "ratio_ci_low": None, "ratio_ci_high": None, "ratio_ci_coverage": None, "rounds": 0}
+    return {"ratio": summary.median, "ratio_ci_low": summary.ci_low, "ratio_ci_high": summary.ci_high,
+            "ratio_ci_coverage": summary.ci_coverage, "rounds": summary.n}
+
+
+def sequential_reason(spec_a: TrialSpec, spec_b: TrialSpec, *, peak_bytes: int | None = None,
+                      available_bytes: int | None = None) -> str | None:
+    """Why the two arms cannot take turns as two processes held at once (None: they can).
+
+    Args:
+        peak_bytes: a peak memory one arm is expected to reach (e.g. the baseline's), device or host.
+        available_bytes: the memory free for both arms on that device (or host).
+    """
+    ranks = max(nproc_of(spec_a.config), nproc_of(spec_b.config))
+    if ranks > 1:
+        return f"a config runs {ranks} processes (torchrun), which cannot be stopped and continued as one"
+    if "latency" in (spec_a.objective, spec_b.objective):
+        return "the latency objective times single calls, which are not measured in turns"
+    if spec_a.script_mode != "bench" or spec_b.script_mode != "bench" or spec_a.profile or spec_b.profile:
+        return "a profiled run is not measured in turns"
+    if peak_bytes and available_bytes is not None and 2 * peak_bytes > _HOLD_BOTH_SHARE * available_bytes:
+        return (f"two runs of {peak_bytes / 2**30:.1f} GiB peak memory would not fit in the "
+                f"{available_bytes / 2**30:.1f} GiB free")
+    return None
+
+
+def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions = PairOptions(),
+             *, base_env: Mapping[str, str] | None = None, workdir: Path | None = None, sequential: str | None = None,
+             figure: Callable[[dict], float | None] | None = None,
+             on_round: Callable[[int, Summary | None], None] | None = None) -> PairResult:
+    """Compare `spec_b` with `spec_a` (see the module docstring); never raises for the arms' failures.
+
+    Args:
+        timeout_s: the whole comparison's cap (start-up, guard steps, warm-ups, rounds, ending).
+        sequential: compare with separate runs, for this reason (default: `sequential_reason`).
+        figure: a sequential round's figure of one run's bench (default: samples/s, else steps/s).
+        on_round: progress: rounds so far and the ratio's summary.
+    """
+    base_env = os.environ if base_env is None else base_env
+    reason = sequential or sequential_reason(spec_a, spec_b)
+    if reason:
+        return _run_sequential(spec_a, spec_b, host, timeout_s, options, reason, base_env, workdir, figure, on_round)
+    result = _run_alternating(spec_a, spec_b, host, timeout_s, options, base_env, workdir, on_round)
+    if OOM in (result.a.status, result.b.status):  # held together they did not fit: separate runs
+        return _run_sequential(spec_a, spec_b, host, timeout_s, options, "an arm ran out of memory while both were held",
+                               base_env, workdir, figure, on_round)
+    return result
+
+
+# --------------------------------------------------------------------------- alternating
+
+
+class _Arm:
+    """The parent's handle on one arm: its process, its two pipes, its files."""
+
+    def __init__(self, name: str, spec: TrialSpec, folder: Path):
+        self.name, self.folder = name, folder
+        self.spec_path, self.result_path, self.err_path = trial_paths(folder)
+        self.control_r, self.control_w = os.pipe()
+        self.event_r, self.event_w = os.pipe()
+        self.spec = replace(spec, gate=f"{self.control_r},{self.event_w}", compute_only=False)
+        self.proc = None
+        self._buffer = b""
+        self.events: list[dict] = []
+        self.load_cpu_s = self.load_wall_s = 0.0
+
+    def start(self, host: HostFacts, base_env: Mapping[str, str], timeout_s: float, guard: StoppedGroupGuard) -> None:
+        self.spec.save(self.spec_path)
+        argv, env, nofile = plan_trial_child(self.spec, host, base_env, self.spec_path, self.result_path, timeout_s)
+        with open(self.err_path, "wb") as err:
+            self.proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env,
+                                    stdout=subprocess.DEVNULL, stderr=err, pass_fds=(self.control_r, self.event_w))
+        guard.hold(self.proc.pid)
+        self._close_child_ends()  # the child holds them now: its end of the event pipe closes when it dies
+
+    def _close_child_ends(self) -> None:
+        for fd in (self.control_r, self.event_w):
+            if fd is not None:
+                os.close(fd)
+        self.control_r = self.event_w = None
+
+    def next_event(self, deadline: float) -> dict | None:
+        """The next gate this arm reports, None when it ended first or `deadline` (monotonic) passed."""
+        while b"\n" not in self._buffer:
+            if self.proc.poll() is not None or time.monotonic() >= deadline:
+                return None
+            ready, _, _ = select.select([self.event_r], [], [], _POLL_S)
+            if ready:
+                chunk = os.read(self.event_r, 4096)
+                if not chunk:  # every writer closed: the arm's processes are gone
+                    self.proc.wait()
+                    return None
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        event = json.loads(line)
+        self.events.append(event)
+        return event
+
+    def await_gate(self, kind: str, deadline: float) -> dict | None:
+        """Wait until this arm reports gate `kind` and is stopped; its event (None: it ended or time ran out)."""
+        event = self.next_event(deadline)
+        if event is None or event.get("event") != kind:
+            return None
+        return event if _wait_stopped(self.proc, min(deadline, time.monotonic() + _STOP_WAIT_S)) else None
+
+    def resume(self, command: str) -> None:
+        os.write(self.control_w, f"{command}\n".encode())
+        signal_group(self.proc.pid, signal.SIGCONT)
+
+    def end(self, guard: StoppedGroupGuard) -> None:
+        """End what is left of the arm's tree (a stopped group is continued so it can act on SIGTERM)."""
+        if self.proc is None:
+            return
+        signal_group(self.proc.pid, signal.SIGTERM)
+        signal_group(self.proc.pid, signal.SIGCONT)
+        stop_tree(self.proc, _KILL_GRACE_S)
+        guard.release(self.proc.pid)
+
+    def close(self) -> None:
+        self._close_child_ends()
+        for fd in (self.control_w, self.event_r):
+            os.close(fd)
+
+    @property
+    def other_load(self) -> float | None:
+        return self.load_cpu_s / self.load_wall_s if self.load_wall_s > 0 else None
+
+
+def _wait_stopped(proc, deadline: float) -> bool:
+    """True once `proc` is stopped (state T); False when it ended or `deadline` passed."""
+    import psutil
+
+    try:
+        process = psutil.Process(proc.pid)
+        while time.monotonic() < deadline:
+            if process.status() == psutil.STATUS_STOPPED:
+                return True
+            if proc.poll() is not None:
+                return False
+            time.sleep(0.001)
+    except psutil.Error:
+        return False
+    return False
+
+
+class _LoadMeter:
+    """Other processes' CPU seconds between turns, read while both arms are stopped."""
+
+    def __init__(self):
+        from torchpace.measure.contention import probe_cpu_times
+
+        self._probe = probe_cpu_times
+        self._last = probe_cpu_times()
+
+    def charge(self, arm: _Arm) -> None:
+        """The load since the last reading counts for `arm`, whose turn it was."""
+        from torchpace.measure.contention import other_load_cores
+
+        now = self._probe()
+        cores = other_load_cores(self._last, now)
+        if cores is not None:
+            wall_s = now.at_s - self._last.at_s
+            arm.load_cpu_s += cores * wall_s
+            arm.load_wall_s += wall_s
+        self._last = now
+
+    def skip(self) -> None:
+        self._last = self._probe()
+
+
+def _run_alternating(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions,
+                     base_env: Mapping[str, str], workdir: Path | None, on_round) -> PairResult:
+    started = time.perf_counter()
+    deadline = time.monotonic() + timeout_s
+    remove_orphan_trial_dirs(workdir)
+    with contextlib.ExitStack() as stack:
+        guard = stack.enter_context(StoppedGroupGuard())
+        arms = [_Arm(name, spec, stack.enter_context(trial_dir(workdir))) for name, spec in (("a", spec_a), ("b", spec_b))]
+        for arm in arms:
+            stack.callback(arm.close)
+            stack.callback(arm.end, guard)  # on any way out: nothing of an arm is left, stopped or running
+        try:
+            for arm in arms:
+                arm.start(host, base_env, timeout_s, guard)
+        except UsageError as err:  # e.g. numactl or an allocator a config needs is not installed
+            invalid = TrialResult(INVALID, error=str(err))
+            return PairResult(ALTERNATING, invalid, invalid, wall_time_s=time.perf_counter() - started)
+        rounds = _Rounds(arms, options, on_round)
+        ended = rounds.run(deadline)
+        stopped_by, results = _arm_results(arms, ended, deadline, timeout_s)
+        return PairResult(ALTERNATING, results[0], results[1], tuple(rounds.rates["a"]), tuple(rounds.rates["b"]),
+                          stopped_by or rounds.stopped_by, other_load_a=arms[0].other_load,
+                          other_load_b=arms[1].other_load, usable_cores=host.usable_cores,
+                          wall_time_s=time.perf_counter() - started)
+
+
+class _Rounds:
+    """Loading, the two warm-ups and the rounds of an alternating comparison."""
+
+    def __init__(self, arms: list[_Arm], options: PairOptions, on_round):
+        self.arms, self.options, self.on_round = arms, options, on_round
+        self.rates: dict[str, list[float]] = {"a": [], "b": []}
+        self.stopped_by = ""
+
+    def run(self, deadline: float) -> _Arm | None:
+        """Run to the end; the arm that failed (ended, or missed `deadline`) or None."""
+        for arm in self.arms:  # both load at once; each stops before its first timed step
+            if arm.await_gate(LOADED, deadline) is None:
+                return arm
+        for arm in self.arms:  # each warms up alone
+            arm.resume(GO)
+            if arm.await_gate(READY, deadline) is None:
+                return arm
+        load = _LoadMeter()
+        rounds_end = time.monotonic() + self.options.rounds_s
+        while True:
+            order = self.arms if len(self.rates["a"]) % 2 == 0 else self.arms[::-1]
+            for arm in order:
+                arm.resume(GO)
+                event = arm.await_gate(WINDOW, deadline)
+                if event is None:
+                    return arm
+                load.charge(arm)
+                self.rates[arm.name].append(event["samples"] / event["elapsed_s"] if event["elapsed_s"] > 0 else 0.0)
+            if self._done(rounds_end):
+                return None
+
+    def _done(self, rounds_end: float) -> bool:
+        ratios = [b / a for a, b in zip(self.rates["a"], self.rates["b"]) if a > 0]
+        summary = summarize(ratios) if ratios else None
+        if self.on_round:
+            self.on_round(len(ratios), summary)
+        n = len(self.rates["a"])
+        if n >= self.options.min_rounds and summary and summary.ci_rel_halfwidth <= self.options.target_ci_rel:
+            self.stopped_by = "ci"
+        elif n >= self.options.max_rounds:
+            self.stopped_by = "rounds"
+        elif time.monotonic() >= rounds_end:
+            self.stopped_by = "time"
+        return bool(self.stopped_by)
+
+
+def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_s: float) -> tuple[str, list[TrialResult]]:
+    """(why the comparison stopped, when not by its own rule; each arm's result).
+
+    The rounds over, each arm is told to end and its result is read. An arm that ended by itself
+    (`ended`) with a result, a script that finished first, ends the comparison there; one that failed,
+    or reached no gate by the deadline, is that config's failure, and the other arm is not judged.
+    """
+    first = _ended_result(ended, timeout_s) if ended is not None else None
+    if first is not None and not first.ok:
+        return "failed", [first if arm is ended else TrialResult(
+            PARTNER, error=f"the comparison ended when the other arm failed; {_label(arm)} was not judged") for arm in arms]
+    results = []
+    for arm in arms:
+        if arm is not ended:
+            arm.resume(END)
+    for arm in arms:
+        if arm is ended:
+            results.append(first)
+            continue
+        try:
+            returncode = arm.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            results.append(TrialResult(TIMEOUT, error=f"{_label(arm)} did not end within the comparison's {timeout_s:.0f} s"))
+            continue
+        results.append(read_trial_result(arm.spec, arm.result_path, arm.err_path, returncode, 0.0))
+    return ("ended" if ended is not None else ""), results
+
+
+def _ended_result(arm: _Arm, timeout_s: float) -> TrialResult:
+    """The result of an arm that stopped taking turns: its own ending, or a timeout when it still runs."""
+    returncode = arm.proc.poll()
+    if returncode is None:  # still running at the deadline: it reached no gate in time
+        status, why = classify_timeout(_tail(arm.err_path), [])
+        return TrialResult(status, error=f"{_label(arm)} reached no gate within the comparison's {timeout_s:.0f} s"
+                           + (f": {why}" if why else ""), stderr_tail=_tail(arm.err_path))
+    return read_trial_result(arm.spec, arm.result_path, arm.err_path, returncode, 0.0)
+
+
+def _label(arm: _Arm) -> str:
+    return f"arm {arm.name.upper()} ({_config_text(arm.spec.config)})"
+
+
+def _config_text(config: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(config.items())) or "PyTorch defaults"
+
+
+def _tail(path: Path, size: int = 4000) -> str:
+    data = path.read_bytes() if path.exists() else b""
+    return data[-size:].decode(errors="replace")
+
+
+# --------------------------------------------------------------------------- sequential
+
+
+def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions,
+                    reason: str, base_env, workdir, figure, on_round) -> PairResult:
+    """Separate runs A B, B A, ... (`options.sequential_rounds` rounds), each measuring its share of the
+    arms' time caps; a round's ratio is that of its two runs' figures."""
+    from torchpace.trial.runner import run_trial
+
+    started = time.perf_counter()
+    figure = figure or _throughput
+    rounds = max(1, options.sequential_rounds)
+    runs: dict[str, list[TrialResult]] = {"a": [], "b": []}
+    rates: dict[str, list[float]] = {"a": [], "b": []}
+    specs = {"a": replace(spec_a, max_time_s=spec_a.max_time_s / rounds),
+             "b": replace(spec_b, max_time_s=spec_b.max_time_s / rounds)}
+    for index in range(rounds):
+        for name in ("a", "b") if index % 2 == 0 else ("b", "a"):
+            result = run_trial(specs[name], host, timeout_s=timeout_s / (2 * rounds), base_env=base_env, workdir=workdir)
+            value = figure(result.bench) if result.ok and result.bench else None
+            if value is None:  # this config's failure; the other is not judged
+                partner = TrialResult(PARTNER, error="the comparison ended when the other arm failed; this config was "
+                                      "not judged")
+                a, b = (result, partner) if name == "a" else (partner, result)
+                n = min(len(rates["a"]), len(rates["b"]))
+                return PairResult(SEQUENTIAL, a, b, tuple(rates["a"][:n]), tuple(rates["b"][:n]), "failed", reason,
+                                  usable_cores=host.usable_cores, wall_time_s=time.perf_counter() - started)
+            runs[name].append(result)
+            rates[name].append(value)
+        if on_round:
+            on_round(index + 1, summarize([b / a for a, b in zip(rates["a"], rates["b"])]))
+    return PairResult(SEQUENTIAL, _pooled(runs["a"]), _pooled(runs["b"]), tuple(rates["a"]), tuple(rates["b"]), "rounds",
+                      reason, other_load_a=_median_load(runs["a"]), other_load_b=_median_load(runs["b"]),
+                      usable_cores=host.usable_cores, wall_time_s=time.perf_counter() - started)
+
+
+def _pooled(runs: Sequence[TrialResult]) -> TrialResult:
+    """One arm's separate runs as one result: the first run's, its windows those of every run."""
+    first = runs[0]
+    windows = [w for r in runs for w in (r.bench.get("window_samples_per_s") or [])]
+    if not windows:
+        return first
+    summary = summarize(windows)
+    bench = {**first.bench, "window_samples_per_s": windows, "windows": summary.n, "samples_per_s": summary.median,
+             "samples_per_s_ci_low": summary.ci_low, "samples_per_s_ci_high": summary.ci_high,
+             "samples_per_s_iqr": summary.iqr, "ci_rel_halfwidth": summary.ci_rel_halfwidth}
+    return replace(first, bench=bench)
+
+
+def _throughput(bench: dict | None) -> float | None:
+    if not bench:
+        return None
+    return bench.get("samples_per_s") if bench.get("samples_per_s") is not None else bench.get("steps_per_s")
+
+
+def _median_load(runs: Sequence[TrialResult]) -> float | None:
+    import statistics
+
+    loads = [r.bench.get("other_load_cores") for r in runs if r.bench and r.bench.get("other_load_cores") is not None]
+    return statistics.median(loads) if loads else None

@@ -1,0 +1,117 @@
+"""The meter's side of a paired comparison: the gate's pipes, its clock, and the meter taking turns
+(scripted clock, real pipes, the stop played by the test instead of SIGSTOP)."""
+
+import json
+import os
+
+import pytest
+
+from torchpace.measure.gate import END, GO, Gate
+from torchpace.measure.timing import TimingOptions, WindowMeter
+
+
+class ScriptedParent:
+    """Plays the parent: records each event, lets `away_s` pass on the clock while the arm is stopped,
+    and answers `go` until `end_after` measured windows were reported."""
+
+    def __init__(self, clock, end_after: int, away_s: float = 5.0):
+        self.control_r, self.control_w = os.pipe()
+        self.event_r, self.event_w = os.pipe()
+        self.clock, self.end_after, self.away_s = clock, end_after, away_s
+        self.events = []
+
+    def gate(self) -> Gate:
+        return Gate(self.control_r, self.event_w, stop=self.stop, clock=self.clock)
+
+    def stop(self) -> None:
+        event = json.loads(os.read(self.event_r, 4096).decode())
+        self.events.append(event)
+        self.clock.now += self.away_s  # the other arm's turn
+        windows = sum(e["event"] == "window" for e in self.events)
+        os.write(self.control_w, f"{END if windows >= self.end_after else GO}\n".encode())
+
+    def close(self):
+        for fd in (self.control_r, self.control_w, self.event_r, self.event_w):
+            os.close(fd)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+def test_pause_reports_the_event_and_returns_the_command(clock):
+    parent = ScriptedParent(clock, end_after=0, away_s=3.0)
+    try:
+        gate = parent.gate()
+        clock.now = 10.0
+        assert gate.pause("loaded", note="x") == END
+        assert parent.events == [{"event": "loaded", "note": "x"}]
+        assert clock.now == 13.0 and gate.clock() == pytest.approx(10.0)  # the time stopped is not the arm's
+    finally:
+        parent.close()
+
+
+def test_the_gate_is_opened_from_the_spec():
+    gate = Gate.open("7,9")
+    assert (gate.control_fd, gate.event_fd) == (7, 9)
+    assert Gate.open(None) is None and Gate.open("") is None
+
+
+def test_a_parent_that_is_gone_ends_the_measurement(clock):
+    control_r, control_w = os.pipe()
+    event_r, event_w = os.pipe()
+    os.close(control_w)  # EOF on the control pipe
+    try:
+        assert Gate(control_r, event_w, stop=lambda: None, clock=clock).pause("ready") == END
+    finally:
+        for fd in (control_r, event_r, event_w):
+            os.close(fd)
+
+
+def test_a_gated_meter_takes_turns_and_ends_when_told(clock):
+    parent = ScriptedParent(clock, end_after=9)
+    step_s = 0.01
+    options = TimingOptions(window_s=0.1, target_ci_rel=0.5, turn_lead_in=0.2)
+    try:
+        gate = parent.gate()
+        # deadlines that a meter without a gate would stop at long before 9 windows
+        meter = WindowMeter(gate.clock, lambda: None, options, warmup_deadline=2.0, deadline=2.5, gate=gate)
+        meter.start()
+        steps = 0
+        while not meter.done:
+            clock.now += step_s
+            meter.record(10)
+            steps += 1
+        result = meter.result()
+    finally:
+        parent.close()
+    kinds = [e["event"] for e in parent.events]
+    assert kinds == ["loaded", "ready", *["window"] * 9]
+    assert result.stopped_by == "pair" and len(result.windows) == 9  # not the CI target, not the deadline
+    assert all(w.steps == 10 and w.elapsed_s == pytest.approx(0.1) for w in result.windows)  # lead-in not timed
+    assert [e["steps"] for e in parent.events if e["event"] == "window"] == [10] * 9
+    warm = steps - 9 * (10 + 2)  # each turn: 2 untimed lead-in steps, then a 10-step window
+    assert parent.events[1]["steps_per_window"] == 10 and warm == result.warmup_steps
+    assert result.warmup_s < 1.0  # the other arm's turns (5 s each) are not this arm's time
+
+
+def test_end_before_the_first_step_measures_nothing(clock):
+    parent = ScriptedParent(clock, end_after=0)
+    try:
+        gate = parent.gate()
+        meter = WindowMeter(gate.clock, lambda: None, TimingOptions(), 1.0, 2.0, gate=gate)
+        meter.start()
+    finally:
+        parent.close()
+    assert meter.done and meter.stopped_by == "pair"
+    with pytest.raises(ValueError):
+        meter.result()

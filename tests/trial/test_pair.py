@@ -1,0 +1,142 @@
+"""Paired comparisons with real trial processes: the arms take turns (workers included), a failing arm
+ends both, and nothing of either arm outlives the comparison, even when its parent is SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from _support import FIXTURES
+from torchpace.host import probe_host
+from torchpace.trial.pair import ALTERNATING, PARTNER, SEQUENTIAL, PairOptions, run_pair, sequential_reason
+from torchpace.trial.protocol import TrialSpec
+
+PAIR_WORKLOADS = FIXTURES / "pair_workloads.py"
+SCRIPTS = Path(__file__).parents[1] / "script" / "scripts"
+WORKERS = {"data.num_workers": 1}
+
+
+def _spec(name: str, config: dict | None = None, max_time_s: float = 4.0, **fields) -> TrialSpec:
+    return TrialSpec(workload=f"{PAIR_WORKLOADS}:{name}", config=dict(config or {}), max_time_s=max_time_s, **fields)
+
+
+def _gone_within(pids: list[int], seconds: float) -> list[psutil.Process]:
+    """The processes of `pids` still running (not zombies) after up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    alive = []
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.NoSuchProcess:
+                continue
+        if not alive:
+            return []
+        time.sleep(0.1)
+    return alive
+
+
+@pytest.mark.slow
+def test_the_arms_take_turns_workers_included(tmp_path):
+    log = tmp_path / "activity.log"
+    rounds_at: list[int] = []
+    env = {**os.environ, "TORCHPACE_TEST_ACTIVITY_LOG": str(log)}
+    result = run_pair(_spec("logged", WORKERS), _spec("logged", WORKERS), probe_host(), timeout_s=180,
+                      options=PairOptions(rounds_s=4.0, min_rounds=8, target_ci_rel=0.0), base_env=env,
+                      on_round=lambda n, summary: rounds_at.append(time.monotonic_ns()))
+    assert result.mode == ALTERNATING and result.ok, (result.a.error, result.b.error)
+    assert result.stopped_by in ("time", "rounds") and len(result.ratios) >= 8
+    assert result.a.bench["stopped_by"] == result.b.bench["stopped_by"] == "pair"
+    lines = [line.split() for line in log.read_text().splitlines()]
+    events = sorted((int(ns), pgid, pid) for ns, pgid, pid in lines if rounds_at[0] < int(ns) < rounds_at[-1])
+    groups = {pgid for _, pgid, _ in events}
+    assert len(groups) == 2  # both arms ran between the first and the last round
+    for group in groups:  # main process (the group's leader) and its DataLoader workers logged in the turns
+        pids = {pid for _, pgid, pid in events if pgid == group}
+        assert group in pids and len(pids) >= 2
+    switches = sum(1 for before, after in zip(events, events[1:]) if before[1] != after[1])
+    turns = 2 * (len(rounds_at) - 1)
+    # taking turns, activity switches arm only at turn boundaries; running together, it would switch
+    # at nearly every one of the hundreds of logged events
+    assert switches <= turns, (switches, turns, len(events))
+    assert len(events) > 10 * turns
+
+
+@pytest.mark.slow
+def test_a_failing_arm_ends_the_comparison_and_the_other_is_not_judged():
+    result = run_pair(_spec("fails_in_worker"), _spec("fails_in_worker", WORKERS), probe_host(), timeout_s=180,
+                      options=PairOptions(rounds_s=3.0))
+    assert result.stopped_by == "failed" and not result.ok
+    assert result.b.status == "crash" and "planted failure" in result.b.error
+    assert result.a.status == PARTNER and "not judged" in result.a.error
+
+
+_DRIVER = """
+import sys
+from torchpace.host import probe_host
+from torchpace.trial.pair import PairOptions, run_pair
+from torchpace.trial.protocol import TrialSpec
+
+spec = TrialSpec(workload=sys.argv[1], config={"data.num_workers": 1}, max_time_s=4.0)
+run_pair(spec, spec, probe_host(), timeout_s=300, options=PairOptions(rounds_s=120, target_ci_rel=0.0, max_rounds=10**6),
+         on_round=lambda n, summary: print("round", n, flush=True))
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_parent_leaves_no_stopped_arm(tmp_path):
+    driver = subprocess.Popen([sys.executable, "-c", _DRIVER, f"{PAIR_WORKLOADS}:logged"], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        assert driver.stdout.readline().startswith("round"), "the comparison never reached its rounds"
+        tree = psutil.Process(driver.pid).children(recursive=True)
+        arms = [p for p in tree if p.ppid() == driver.pid and "torchpace.trial" in " ".join(p.cmdline())]
+        workers = [p for p in tree if p.ppid() in {arm.pid for arm in arms}]
+        assert len(arms) == 2 and len(workers) >= 2
+        assert any(p.status() == psutil.STATUS_STOPPED for p in arms)  # an arm waits its turn, stopped
+        driver.kill()
+        driver.wait()
+        left = _gone_within([p.pid for p in arms + workers], 15.0)
+        assert not left, [(p.pid, p.status(), p.cmdline()) for p in left]
+    finally:
+        driver.kill()
+        driver.wait()
+
+
+@pytest.mark.slow
+def test_a_script_takes_turns_from_inside_its_process():
+    command = [sys.executable, str(SCRIPTS / "loader_adamw.py"), "--epochs", "1000"]
+    spec = TrialSpec(workload=" ".join(command), command=command, config={}, max_time_s=4.0)
+    result = run_pair(spec, spec, probe_host(), timeout_s=180, options=PairOptions(rounds_s=3.0))
+    assert result.mode == ALTERNATING and result.ok, (result.a.error, result.b.error, result.b.stderr_tail[-2000:])
+    assert len(result.ratios) >= 1 and result.a.bench["stopped_by"] == "pair"
+    assert result.b.bench["script"]["steps_seen"] > result.b.bench["measured_steps"]
+
+
+@pytest.mark.slow
+def test_a_sequential_comparison_alternates_separate_runs():
+    result = run_pair(_spec("logged", max_time_s=2.0), _spec("logged", WORKERS, max_time_s=2.0), probe_host(), timeout_s=240,
+                      options=PairOptions(sequential_rounds=2), sequential="testing the fallback")
+    assert result.mode == SEQUENTIAL and result.mode_reason == "testing the fallback" and result.ok
+    assert len(result.ratios) == 2 and result.stopped_by == "rounds"
+    assert result.b.bench["stopped_by"] != "pair"
+
+
+def test_arms_that_cannot_be_held_together_are_compared_in_separate_runs():
+    one = _spec("logged")
+    assert sequential_reason(one, one) is None
+    assert "2 processes" in sequential_reason(one, _spec("logged", {"nproc_per_node": 2}))
+    assert "latency" in sequential_reason(_spec("logged", objective="latency"), one)
+    assert "profiled" in sequential_reason(_spec("logged", profile=True), one)
+    assert "would not fit" in sequential_reason(one, one, peak_bytes=6 * 2**30, available_bytes=10 * 2**30)
+    assert sequential_reason(one, one, peak_bytes=2 * 2**30, available_bytes=10 * 2**30) is None
