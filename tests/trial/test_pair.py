@@ -128,7 +128,7 @@ def test_a_sequential_comparison_alternates_separate_runs():
     result = run_pair(_spec("logged", max_time_s=2.0), _spec("logged", WORKERS, max_time_s=2.0), probe_host(), timeout_s=240,
                       options=PairOptions(sequential_rounds=2), sequential="testing the fallback")
     assert result.mode == SEQUENTIAL and result.mode_reason == "testing the fallback" and result.ok
-    assert len(result.ratios) == 2 and result.stopped_by == "rounds"
+    assert len(result.ratios) == 2 and result.stopped_by == "rounds" and len(result.a_rates) == 3
     assert result.b.bench["stopped_by"] != "pair"
 
 
@@ -140,3 +140,14 @@ def test_arms_that_cannot_be_held_together_are_compared_in_separate_runs():
     assert "profiled" in sequential_reason(_spec("logged", profile=True), one)
     assert "would not fit" in sequential_reason(one, one, peak_bytes=6 * 2**30, available_bytes=10 * 2**30)
     assert sequential_reason(one, one, peak_bytes=2 * 2**30, available_bytes=10 * 2**30) is None
+
+
+def test_each_b_turn_is_compared_with_the_a_turns_on_either_side():
+    from torchpace.trial.pair import paired_ratios
+
+    # A drifts linearly (100, 110, 120, ...) and B is always 1.5x the A of its moment: every ratio is 1.5
+    a = [100.0, 110.0, 120.0, 130.0]
+    b = [157.5, 172.5, 187.5]
+    assert paired_ratios(a, b) == pytest.approx([1.5, 1.5, 1.5])
+    assert paired_ratios(a[:3], b) == pytest.approx([1.5, 1.5])  # B's last turn waits for the A after it
+    assert paired_ratios([100.0], [150.0]) == []

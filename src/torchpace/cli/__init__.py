@@ -21,6 +21,7 @@ _VERBS: dict[str, tuple[str, str]] = {
     "doctor": ("torchpace.cli.doctor", "Check this host's set-up for PyTorch: findings with evidence and fixes."),
     "bench": ("torchpace.cli.bench", "Measure a workload's training step: samples/s with a 95% CI, input-bound share, peak memory."),
     "tune": ("torchpace.cli.tune", "Try one knob at a time, keep what is faster and still converges; write torchpace.toml."),
+    "compare": ("torchpace.cli.compare", "Is config B faster than A? Both measured in alternation: the ratio with a 95% CI."),
     "profile": ("torchpace.cli.profile", "Explain why a workload is slow: a bottleneck verdict with evidence and a trace."),
     "monitor": ("torchpace.cli.monitor", "Run a command and watch GPU/CPU/memory/IO live, with symptom alerts."),
     "launch": ("torchpace.cli.launch", "Launch a training script with tuned system settings (threads, allocator, NUMA, limits)."),

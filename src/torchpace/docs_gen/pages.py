@@ -230,7 +230,8 @@ def dataclass_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
 
 
 def render_schemas() -> str:
-    """The JSON documents torchpace writes: bench, doctor, profile and trial results."""
+    """The JSON documents torchpace writes: bench, compare, doctor, profile and trial results."""
+    from torchpace.compare.schema import COMPARE_RESULT_SCHEMA
     from torchpace.doctor.schema import DOCTOR_JSON_SCHEMA
     from torchpace.findings import Finding
     from torchpace.measure.schema import BENCH_RESULT_SCHEMA
@@ -249,6 +250,9 @@ def render_schemas() -> str:
                  ["## bench", "", "`torchpace bench --json` and `--out FILE`; JSON Schema "
                   "`torchpace.measure.schema.BENCH_RESULT_SCHEMA`:", "",
                   *table(schema_headers, schema_rows(BENCH_RESULT_SCHEMA))],
+                 ["## compare", "", "`torchpace compare --json` and `--out FILE`; JSON Schema "
+                  "`torchpace.compare.schema.COMPARE_RESULT_SCHEMA`:", "",
+                  *table(schema_headers, schema_rows(COMPARE_RESULT_SCHEMA))],
                  ["## doctor", "", "`torchpace doctor --json`; JSON Schema `torchpace.doctor.schema.DOCTOR_JSON_SCHEMA`:",
                   "", *table(schema_headers, schema_rows(DOCTOR_JSON_SCHEMA))],
                  ["## profile", "", "`torchpace profile --json`: `torchpace.profile.result.ProfileResult.to_dict`; "
@@ -271,7 +275,7 @@ def render_reference_index() -> str:
              ("[profile analyzers and verdicts](profile.md)", "every analyzer and its finding ids, the verdict rules "
               "and their thresholds, the stages tune tries first"),
              ("[monitor alerts](monitor.md)", "every alert rule, its thresholds and remedy"),
-             ("[JSON schemas](schemas.md)", "bench, doctor, profile and trial results, field by field")]
+             ("[JSON schemas](schemas.md)", "bench, compare, doctor, profile and trial results, field by field")]
     intro = ("Generated from the code by `make docs` (`python -m torchpace.docs_gen`); the test "
              "`tests/docs_gen/test_docs_gen.py` fails when a page is not what the code says. After changing a knob, "
              "check, analyzer, alert or schema, run `make docs` and commit the pages. Where each of these lives in the "

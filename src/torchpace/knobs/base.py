@@ -83,6 +83,9 @@ class Knob:
     training_only: ClassVar[bool] = False
     script_reach: ClassVar[str | None] = None  # how it reaches an unmodified script; None: prepare() only
     apply_order: ClassVar[int] = 50  # among the knobs of one point, lower applies first
+    # its gain depends on how many cores are free (threads, worker processes, ranks): a gain measured
+    # while other processes held cores may not hold on a quiet host, and the other way round
+    shares_cores: ClassVar[bool] = False
 
     def script_reason(self, value: KnobValue) -> str | None:
         """None when `value` reaches an unmodified script through the launch hook, else why not."""

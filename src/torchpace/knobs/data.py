@@ -15,6 +15,7 @@ class NumWorkersKnob(IntKnob):
     name = "data.num_workers"
     script_reach = "loader"
     stage = "data"
+    shares_cores = True
     point = Point.LOADER
     default = 0
     help = "DataLoader worker processes (0 loads in the training process)."

@@ -37,6 +37,7 @@ def _needs_strategy(name: str, values: dict, strategy: str) -> str | None:
 class NprocPerNodeKnob(IntKnob):
     name = "nproc_per_node"
     stage = "distributed"
+    shares_cores = True
     point = Point.ENV
     default = 1
     minimum = 1

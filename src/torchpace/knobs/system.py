@@ -26,6 +26,7 @@ class IntraOpThreadsKnob(IntKnob):
     name = "threads.intra_op"
     script_reach = "process"
     stage = "system"
+    shares_cores = True
     point = Point.GLOBAL
     default = "auto"
     named = ("auto",)

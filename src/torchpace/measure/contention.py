@@ -78,6 +78,18 @@ def contention_note(cores: float | None, usable_cores: int | float, verb: str = 
             "the result reflects that contention")
 
 
+def decision_note(cores: float | None, usable_cores: int | float, core_knobs: list[str] = ()) -> str | None:
+    """The sentence shown next to a comparison's decision when other processes' load was material
+    (None otherwise): the gain is real for this host at that time, and `core_knobs` (knobs among
+    those compared whose gain depends on free cores: threads, workers, ranks) may not hold on a quiet host."""
+    if not is_material(cores, usable_cores):
+        return None
+    said = f"measured while other processes used {cores:.1f} of {usable_cores:g} cores"
+    if core_knobs:
+        return f"{said}; gains of {', '.join(core_knobs)} may not hold on a quiet host"
+    return f"{said}: the ratio reflects that contention"
+
+
 @dataclass
 class OtherLoad:
     """The reading of `measure_other_load`: `cores` is set when the block ends (None when unreadable)."""

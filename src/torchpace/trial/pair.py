@@ -7,10 +7,13 @@ core. `run_pair` measures the two configs (arms A and B) *in alternation* instea
 1. both trial processes start at once (imports, model build, guard steps overlap);
 2. each stops at its gate before its first timed step (`torchpace.measure.gate`); then each warms up
    alone, A then B, while the other is stopped (compile and warm-up never overlap a measurement);
-3. rounds: the arms take turns, A B, B A, A B, ... (each round's order swaps, so a linear drift
-   favours neither); each turn is one measured window of one arm while the other's whole process group
-   (DataLoader workers included) is stopped with SIGSTOP, and each round gives one paired ratio
-   B / A of the two windows' samples/s;
+3. rounds: the arms take turns A B A B ... A, each turn one measured window of one arm while the
+   other's whole process group (DataLoader workers included) is stopped with SIGSTOP; round k is the
+   ratio of B's k-th window to the mean of the A windows on either side of it (`paired_ratios`), so a
+   drift that is linear over a round cancels. Strict alternation, rather than A B B A, keeps every turn
+   alike: each one follows the other arm's turn, with caches the other arm left cold and the wake-up
+   a stopped process gets from the scheduler, where A B B A would mix those turns with turns that
+   continue the same arm's own;
 4. the rounds stop when at least `min_rounds` give a 95% CI of the median ratio within
    ±`target_ci_rel` (`measure.stats.summarize`, the statistics of every other figure), or when the
    rounds' time is spent; both arms are then told to end and write their results.
@@ -21,8 +24,8 @@ over its own turns. Every arm is ended when the comparison ends for any reason, 
 
 Where two processes cannot be held at once (several ranks per config; the latency objective, which
 times single calls; a pair that ran out of memory held together; a peak memory that would not fit
-twice), the comparison is *sequential*: short separate runs A B B A ..., each round the ratio of two
-neighbouring runs, and the result says so and why.
+twice), the comparison is *sequential*: short separate runs A B A ... B A, each round B's run against
+the two A runs around it, and the result says so and why.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ class PairOptions:
         min_rounds: rounds before the CI may stop the comparison (the fewest a 95% CI needs).
         max_rounds: rounds at most.
         target_ci_rel: stop once the 95% CI of the median ratio is within this relative half-width.
-        sequential_rounds: rounds of separate runs (A B, B A, ...) when the arms cannot take turns.
+        sequential_rounds: rounds of separate runs (A B A ... B A) when the arms cannot take turns.
     """
 
     rounds_s: float = 20.0
@@ -82,7 +85,8 @@ class PairResult:
         mode: `alternating` (turns while the other arm is stopped) or `sequential` (separate runs).
         mode_reason: why the comparison is sequential (None when alternating).
         a, b: each arm's trial result (its bench holds its own measured windows).
-        a_rates, b_rates: each round's figure of each arm (samples/s, or steps/s without samples).
+        a_rates, b_rates: each turn's figure of each arm (samples/s, or steps/s without samples): A's
+            turns frame B's, so A has one more when the comparison ran to its end.
         stopped_by: `ci`, `time`, `rounds`; `ended` (an arm's script finished first) or `failed` (an
             arm failed, and the other was not judged).
         other_load_a, other_load_b: cores other processes used during each arm's turns (None: unread).
@@ -103,7 +107,7 @@ class PairResult:
 
     @property
     def ratios(self) -> list[float]:
-        return [b / a for a, b in zip(self.a_rates, self.b_rates) if a > 0]
+        return paired_ratios(self.a_rates, self.b_rates)
 
     @property
     def summary(self) -> Summary | None:
@@ -119,6 +123,13 @@ class PairResult:
         data = asdict(self)
         data.update(a=self.a.to_dict(), b=self.b.to_dict(), ratios=self.ratios, **ratio_fields(self.summary))
         return data
+
+
+def paired_ratios(a_rates: Sequence[float], b_rates: Sequence[float]) -> list[float]:
+    """Each round's B / A: B's k-th figure over the mean of A's k-th and (k+1)-th, the A figures taken just
+    before and just after it (a round is complete once the A after it is in)."""
+    return [b / ((a_rates[k] + a_rates[k + 1]) / 2) for k, b in enumerate(b_rates[:len(a_rates) - 1])
+            if a_rates[k] + a_rates[k + 1] > 0]
 
 
 def ratio_fields(summary: Summary | None) -> dict[str, Any]:
@@ -339,27 +350,28 @@ class _Rounds:
                 return arm
         load = _LoadMeter()
         rounds_end = time.monotonic() + self.options.rounds_s
+        a, b = self.arms
+        turns = [a]  # A first, then B A, B A, ...: an A turn frames every B turn
         while True:
-            order = self.arms if len(self.rates["a"]) % 2 == 0 else self.arms[::-1]
-            for arm in order:
+            for arm in turns:
                 arm.resume(GO)
                 event = arm.await_gate(WINDOW, deadline)
                 if event is None:
                     return arm
                 load.charge(arm)
                 self.rates[arm.name].append(event["samples"] / event["elapsed_s"] if event["elapsed_s"] > 0 else 0.0)
-            if self._done(rounds_end):
+            if self.rates["b"] and self._done(rounds_end):
                 return None
+            turns = [b, a]
 
     def _done(self, rounds_end: float) -> bool:
-        ratios = [b / a for a, b in zip(self.rates["a"], self.rates["b"]) if a > 0]
+        ratios = paired_ratios(self.rates["a"], self.rates["b"])
         summary = summarize(ratios) if ratios else None
         if self.on_round:
             self.on_round(len(ratios), summary)
-        n = len(self.rates["a"])
-        if n >= self.options.min_rounds and summary and summary.ci_rel_halfwidth <= self.options.target_ci_rel:
+        if len(ratios) >= self.options.min_rounds and summary and summary.ci_rel_halfwidth <= self.options.target_ci_rel:
             self.stopped_by = "ci"
-        elif n >= self.options.max_rounds:
+        elif len(ratios) >= self.options.max_rounds:
             self.stopped_by = "rounds"
         elif time.monotonic() >= rounds_end:
             self.stopped_by = "time"
@@ -422,8 +434,8 @@ def _tail(path: Path, size: int = 4000) -> str:
 
 def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions,
                     reason: str, base_env, workdir, figure, on_round) -> PairResult:
-    """Separate runs A B, B A, ... (`options.sequential_rounds` rounds), each measuring its share of the
-    arms' time caps; a round's ratio is that of its two runs' figures."""
+    """Separate runs A B A ... B A (`options.sequential_rounds` B runs, each framed by two A runs), each
+    measuring its share of the arms' time caps; a round's ratio is `paired_ratios`' of their figures."""
     from torchpace.trial.runner import run_trial
 
     started = time.perf_counter()
@@ -433,21 +445,20 @@ def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeo
     rates: dict[str, list[float]] = {"a": [], "b": []}
     specs = {"a": replace(spec_a, max_time_s=spec_a.max_time_s / rounds),
              "b": replace(spec_b, max_time_s=spec_b.max_time_s / rounds)}
-    for index in range(rounds):
-        for name in ("a", "b") if index % 2 == 0 else ("b", "a"):
-            result = run_trial(specs[name], host, timeout_s=timeout_s / (2 * rounds), base_env=base_env, workdir=workdir)
-            value = figure(result.bench) if result.ok and result.bench else None
-            if value is None:  # this config's failure; the other is not judged
-                partner = TrialResult(PARTNER, error="the comparison ended when the other arm failed; this config was "
-                                      "not judged")
-                a, b = (result, partner) if name == "a" else (partner, result)
-                n = min(len(rates["a"]), len(rates["b"]))
-                return PairResult(SEQUENTIAL, a, b, tuple(rates["a"][:n]), tuple(rates["b"][:n]), "failed", reason,
-                                  usable_cores=host.usable_cores, wall_time_s=time.perf_counter() - started)
-            runs[name].append(result)
-            rates[name].append(value)
-        if on_round:
-            on_round(index + 1, summarize([b / a for a, b in zip(rates["a"], rates["b"])]))
+    order = ["a", *["b", "a"] * rounds]
+    for name in order:
+        result = run_trial(specs[name], host, timeout_s=timeout_s / len(order), base_env=base_env, workdir=workdir)
+        value = figure(result.bench) if result.ok and result.bench else None
+        if value is None:  # this config's failure; the other is not judged
+            partner = TrialResult(PARTNER, error="the comparison ended when the other arm failed; this config was not judged")
+            a, b = (result, partner) if name == "a" else (partner, result)
+            return PairResult(SEQUENTIAL, a, b, tuple(rates["a"]), tuple(rates["b"]), "failed", reason,
+                              usable_cores=host.usable_cores, wall_time_s=time.perf_counter() - started)
+        runs[name].append(result)
+        rates[name].append(value)
+        if on_round and name == "a" and rates["b"]:
+            ratios = paired_ratios(rates["a"], rates["b"])
+            on_round(len(ratios), summarize(ratios))
     return PairResult(SEQUENTIAL, _pooled(runs["a"]), _pooled(runs["b"]), tuple(rates["a"]), tuple(rates["b"]), "rounds",
                       reason, other_load_a=_median_load(runs["a"]), other_load_b=_median_load(runs["b"]),
                       usable_cores=host.usable_cores, wall_time_s=time.perf_counter() - started)

@@ -1,0 +1,180 @@
+"""The `compare` flow: two configs of one workload or script, measured in alternation as two trial
+processes (`torchpace.trial.pair.run_pair`), and the comparison's figures (pure `build_comparison`).
+
+The figures, one definition for the terminal, `--json` and the report:
+
+- the ratio is B / A: the median of the per-round ratios, with its distribution-free 95% CI
+  (`measure.stats.summarize`); above 1 B is faster;
+- each arm's figure is the median of its own rounds (samples/s, or steps/s when the samples per step
+  of a script are unknown), with its CI;
+- the verdict: `faster` when the whole CI is above 1, `slower` when it is below, else `no difference`
+  (the comparison cannot tell them apart within its CI);
+- the other load is other processes' CPU use during each arm's turns; when material it is said next
+  to the verdict, naming the compared knobs whose gains depend on free cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from torchpace.config import RunConfig
+from torchpace.errors import UsageError
+from torchpace.host import HostFacts
+from torchpace.measure.contention import decision_note
+from torchpace.measure.stats import Summary, summarize
+from torchpace.trial.pair import PairOptions, PairResult, ratio_fields, run_pair
+from torchpace.trial.protocol import INVALID, TrialSpec
+
+RESULT_KIND = "torchpace.compare"
+RESULT_SCHEMA_VERSION = 1
+_START_MARGIN_S = 120.0  # start-up, guard steps and compile beyond the measured time
+_WARMUP_SHARE = 0.4  # each arm's warm-up may use this share of --max-time (the bench's own rule)
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """What `torchpace compare` takes (times in seconds)."""
+
+    max_time_s: float = 30.0  # the rounds: both arms' turns together
+    sequential: bool = False  # separate runs A B B A instead of turns
+    samples_per_step: int | None = None
+    device: str | None = None
+
+    def timeout_s(self) -> float:
+        """The whole comparison's cap: both warm-ups, the rounds, start-up and ending."""
+        return self.max_time_s * (1 + 2 * _WARMUP_SHARE) + _START_MARGIN_S
+
+
+def arm_specs(target: str | None, command: Sequence[str] | None, config_a: RunConfig, config_b: RunConfig,
+              options: CompareOptions) -> tuple[TrialSpec, TrialSpec]:
+    """The two arms' trial specs: the same workload or script, each with its config."""
+    if command:
+        from torchpace.trial.script import script_trial_spec
+
+        return tuple(script_trial_spec(command, config, options.max_time_s, samples_per_step=options.samples_per_step)
+                     for config in (config_a, config_b))
+    from torchpace.workload import DEFAULT_WORKLOAD
+
+    return tuple(TrialSpec(workload=target or DEFAULT_WORKLOAD, config=dict(config.values), max_time_s=options.max_time_s,
+                           device=options.device, sys_path=[os.getcwd()]) for config in (config_a, config_b))
+
+
+def compare(target: str | None, command: Sequence[str] | None, config_a: RunConfig, config_b: RunConfig,
+            options: CompareOptions, host: HostFacts, show_progress: bool = True) -> dict[str, Any]:
+    """Compare `config_b` with `config_a` on the workload `target` or the script `command`.
+
+    Raises:
+        UsageError: a knob of either config does not apply here (before anything starts).
+    """
+    label = _check_configs(target, command, config_a, config_b, host)
+    spec_a, spec_b = arm_specs(target, command, config_a, config_b, options)
+    pair_options = PairOptions(rounds_s=options.max_time_s)
+    sequential = "asked for (--sequential)" if options.sequential else None
+    with round_progress(show_progress, f"compare {label}") as on_round:
+        pair = run_pair(spec_a, spec_b, host, options.timeout_s(), pair_options, sequential=sequential, on_round=on_round)
+    for arm in (pair.a, pair.b):
+        if arm.status == INVALID:
+            raise UsageError(arm.error)
+    return build_comparison(pair, label, config_a, config_b)
+
+
+def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, host: HostFacts) -> str:
+    """The compared thing's label, after checking that every knob of both configs can run here."""
+    if command:
+        from torchpace.launch.command import parse_python_command
+        from torchpace.script.knobs import check_script_config
+
+        label = parse_python_command(command).label
+        for config in (config_a, config_b):
+            check_script_config(config, host, label)
+        return label
+    from torchpace.runtime.prepare import check_config
+    from torchpace.workload import load_workload
+
+    workload = load_workload(target)
+    for config in (config_a, config_b):
+        check_config(config, host, workload)
+    return workload.name
+
+
+def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b: RunConfig) -> dict[str, Any]:
+    """The comparison's figures (see the module docstring) from a `PairResult` (pure)."""
+    from torchpace.knobs import REGISTRY
+
+    summary = pair.summary
+    unit = "steps/s" if any(arm.bench and arm.bench.get("samples_per_s") is None for arm in (pair.a, pair.b)) else "samples/s"
+    changed = sorted(set(config_a.non_default().items()) ^ set(config_b.non_default().items()))
+    core_knobs = sorted({name for name, _ in changed if REGISTRY[name].shares_cores})
+    loads = [load for load in (pair.other_load_a, pair.other_load_b) if load is not None]
+    note = decision_note(max(loads), pair.usable_cores or 1, core_knobs) if loads else None
+    verdict = _verdict(pair, summary)
+    return {
+        "kind": RESULT_KIND, "schema_version": RESULT_SCHEMA_VERSION, "target": label,
+        "mode": pair.mode, "mode_reason": pair.mode_reason, "unit": unit, "stopped_by": pair.stopped_by,
+        "a": _arm(pair.a, config_a, pair.a_rates, pair.other_load_a),
+        "b": _arm(pair.b, config_b, pair.b_rates, pair.other_load_b),
+        **ratio_fields(summary), "ratios": pair.ratios, "verdict": verdict,
+        "summary": _sentence(verdict, summary, pair), "other_load_note": note,
+        "usable_cores": pair.usable_cores, "wall_time_s": pair.wall_time_s,
+    }
+
+
+def _verdict(pair: PairResult, summary: Summary | None) -> str:
+    if not pair.ok or summary is None:
+        return "failed"
+    if summary.ci_low > 1.0:
+        return "faster"
+    if summary.ci_high < 1.0:
+        return "slower"
+    return "no difference"
+
+
+def _sentence(verdict: str, summary: Summary | None, pair: PairResult) -> str:
+    """One line: what the comparison concludes, with the ratio and its CI."""
+    if verdict == "failed":
+        failed = next(name for name, arm in (("B", pair.b), ("A", pair.a)) if not arm.ok) if not (pair.a.ok and pair.b.ok) \
+            else "neither"
+        return f"no ratio: arm {failed} did not finish a measurement" if failed != "neither" else "no ratio: no round completed"
+    ci = f"95% CI {summary.ci_low:.3f}-{summary.ci_high:.3f}, {summary.n} rounds"
+    if verdict == "faster":
+        return f"B is faster: {summary.median:.3f}x A ({ci})"
+    if verdict == "slower":
+        return f"B is slower: {summary.median:.3f}x A ({ci})"
+    return f"no difference this comparison can tell: B is {summary.median:.3f}x A ({ci}, which contains 1)"
+
+
+def _arm(result, config: RunConfig, rates: Sequence[float], other_load: float | None) -> dict[str, Any]:
+    """One arm in the comparison: its config, status, and the median of its rounds with the CI."""
+    figure = summarize(list(rates)) if rates else None
+    return {"config": config.non_default(), "status": result.status,
+            "figure": figure.median if figure else None, "ci_low": figure.ci_low if figure else None,
+            "ci_high": figure.ci_high if figure else None, "rounds": len(rates), "other_load_cores": other_load,
+            "error": result.error or None, "stderr_tail": result.stderr_tail or None,
+            "warmup_converged": (result.bench or {}).get("warmup_converged")}
+
+
+@contextlib.contextmanager
+def round_progress(enabled: bool, label: str) -> Iterator:
+    """A Rich spinner on stderr with the rounds so far and the current ratio (None when disabled or not a tty)."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.fields[status]}"),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(label, total=None, status="starting both arms, then each warms up alone")
+        started = time.perf_counter()
+
+        def on_round(rounds: int, summary: Summary | None) -> None:
+            if summary is not None:
+                progress.update(task, status=f"round {rounds}: B/A {summary.median:.3f} "
+                                f"[{summary.ci_low:.3f}, {summary.ci_high:.3f}]  ({time.perf_counter() - started:.0f} s)")
+
+        yield on_round

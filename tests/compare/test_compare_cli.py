@@ -1,0 +1,99 @@
+"""`torchpace compare`: two configs measured in alternation, from the command line (real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from _support import FIXTURES, sigint_as_at_a_terminal
+from torchpace.compare.schema import COMPARE_RESULT_SCHEMA
+
+SLEEPY = f"{FIXTURES / 'pair_workloads.py'}:sleepy_loader"
+
+
+def _json(result):
+    import jsonschema
+
+    payload = json.loads(result.stdout)
+    jsonschema.validate(payload, COMPARE_RESULT_SCHEMA)
+    return payload
+
+
+@pytest.mark.slow
+def test_two_loader_workers_against_one_on_an_input_bound_workload(cli_run, tmp_path):
+    # each item sleeps: two workers deliver batches about twice as fast as one, however busy the CPUs are
+    (tmp_path / "one.toml").write_text("schema_version = 1\n[knobs]\n\"data.num_workers\" = 1\n")
+    result = cli_run("compare", SLEEPY, "--config", "one.toml", "--set", "data.num_workers=2", "--json",
+                     "--max-time", "6", "--out", "two.json", timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = _json(result)
+    assert payload == json.loads((tmp_path / "two.json").read_text())
+    assert payload["mode"] == "alternating" and payload["mode_reason"] is None
+    assert payload["a"]["config"] == {"data.num_workers": 1} and payload["b"]["config"] == {"data.num_workers": 2}
+    assert payload["verdict"] == "faster" and payload["ratio"] > 1.4, payload["summary"]
+    assert payload["ratio_ci_low"] <= payload["ratio"] <= payload["ratio_ci_high"]
+    assert payload["rounds"] == len(payload["ratios"]) >= 1
+    assert payload["b"]["figure"] > payload["a"]["figure"] and payload["a"]["other_load_cores"] is not None
+
+
+@pytest.mark.slow
+def test_a_failing_arm_is_exit_1_and_labelled(cli_run):
+    result = cli_run("compare", f"{FIXTURES / 'pair_workloads.py'}:fails_in_worker", "--set", "data.num_workers=1",
+                     "--json", "--max-time", "4", timeout=400)
+    assert result.returncode == 1, result.stderr[-3000:]
+    payload = _json(result)
+    assert payload["verdict"] == "failed" and payload["stopped_by"] == "failed"
+    assert payload["b"]["status"] == "crash" and "planted failure" in payload["b"]["error"]
+    assert payload["a"]["status"] == "partner"
+    assert "arm B" in payload["summary"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--config", "a.toml", "--config", "a.toml", "--config", "a.toml"), "at most two"),
+    (("--set", "precision.amp=fp16"), "precision.amp"),
+    (("--set", "no.such_knob=1"), "no.such_knob"),
+    (("--max-time", "0"), "--max-time"),
+    (("--out", "a.toml", "--config", "a.toml"), "a.toml"),
+])
+def test_bad_input_is_exit_2_before_anything_runs(cli_run, tmp_path, args, says):
+    (tmp_path / "a.toml").write_text("schema_version = 1\n")
+    result = cli_run("compare", *args, timeout=120)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert says in result.stderr
+    assert (tmp_path / "a.toml").read_text() == "schema_version = 1\n"  # nothing overwritten
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_both_arms(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "torchpace", "compare", f"{FIXTURES / 'pair_workloads.py'}:logged",
+                             "--set", "data.num_workers=1", "--max-time", "120", "--json"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_as_at_a_terminal)
+    try:
+        arms = _arms_taking_turns(proc.pid, within_s=120)
+        members = arms + [c for arm in arms for c in arm.children(recursive=True)]
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        assert proc.returncode == 130, proc.stderr.read()[-2000:]
+        _, alive = psutil.wait_procs(members, timeout=10)
+        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _arms_taking_turns(pid: int, within_s: float) -> list[psutil.Process]:
+    """The two trial processes of `pid` once one of them has been stopped for its turn."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        arms = [p for p in psutil.Process(pid).children() if "torchpace.trial" in " ".join(p.cmdline())]
+        if len(arms) == 2 and any(p.status() == psutil.STATUS_STOPPED for p in arms):
+            return arms
+        time.sleep(0.1)
+    raise AssertionError("the arms never took turns")
