@@ -1,8 +1,15 @@
-"""The greedy policy's decisions on recorded trial tables (pure: no timing, no processes)."""
+"""The greedy policy of studies tuned before paired comparisons (each trial one config measured alone), on
+recorded trial tables (pure: no timing, no processes): such a study is still resumed and reported with it.
+The paired policy of every new study is tested in test_policy_paired.py."""
 
+import functools
+
+from torchpace.tune import policy
 from torchpace.tune.guard import check_guard, smooth
-from torchpace.tune.policy import RETRY, RUNNING, Record, plan_greedy
+from torchpace.tune.policy import RETRY, RUNNING, Record
 from torchpace.tune.space import KnobSpace
+
+plan_greedy = functools.partial(policy.plan_greedy, paired=False)
 
 SPACE = [
     KnobSpace("data", "data.num_workers", 0, (0, 1, 2)),

@@ -1,34 +1,36 @@
 """The greedy tuning policy, pure: recorded trials in, the next trial (and every decision) out.
 
-The tuning guides' loop, made honest:
+The tuning guides' loop, made honest, with every decision a *paired comparison*: the candidate and
+the incumbent measured in alternation, as two trial processes taking turns on the host
+(`torchpace.trial.pair`), decided on the median of the per-round ratios and its 95% CI. The host's
+drift falls on both arms alike, so no stage-boundary re-measurement is needed, and the noise band of a
+decision is the spread of its own paired ratios, not the spread between two separate runs.
 
-1. measure the baseline (plain PyTorch defaults) twice: the spread of the two is the first noise
-   estimate;
+1. measure the baseline (plain PyTorch defaults) alone (slot `baseline`: its profile verdict orders
+   the stages, its guard curve is the reference), then compare the defaults with themselves (slot
+   `noise`, an A/A comparison: its CI is the noise band of this host and workload, shown with the
+   result, and its guard curve tells whether the guard can judge this workload at all);
 2. for each stage (system -> data -> compute -> memory; the stage the baseline's profile verdict
-   points at goes first), re-measure the incumbent at the stage boundary (catches machine drift), then for each
-   knob try every value from the incumbent, one knob at a time;
-3. accept a knob's best value only when it passed the convergence guard and beat the incumbent (the
-   median of its last three measurements) by more than the measured noise; a failed value (crash,
-   OOM, NaN, timeout) is never retried;
-4. a best value whose gain is not clear, more than half the noise but not twice it, is neither taken
-   nor dropped on one measurement: it is measured once more (and, first, the incumbent too when its
-   figure rests on a single run, so the runs alternate A B A B), and it is accepted when the mean of
-   its two runs beats the incumbent by the noise of a mean of two (noise / sqrt 2). On a noisy host
-   (15-20% between trial processes on a shared 2-core machine) one lucky run then decides less: the
-   best of several values measured once is biased upward, and a value accepted on one run becomes
-   the figure the next knob is compared with;
-5. a measurement that is not *settled* is never accepted on its own, however large its gain: its
-   warm-up did not converge, it has fewer windows than a CI needs (`MIN_WINDOWS_FOR_CI`), or its CI
-   is wider than the noise band. Such a value goes through step 4's second run, and an unsettled run
-   cannot raise the figure: the decision takes the lower of the two runs instead of their mean (a
-   12x "gain" on one window with an unconverged warm-up is then measured again, not taken).
-
-The noise is the median relative spread of the repeated measurements of one config taken close in
-time (the baseline pair and each confirmation's pairs); stage-boundary re-measurements track drift
-instead and do not count as noise.
+   points at goes first), for each knob, compare every value with the incumbent, one knob at a time
+   (slots `pair:KNOB=VALUE`); a failed value (crash, OOM, NaN, timeout) is never retried;
+3. the best value (highest median ratio) is accepted when the convergence guard passed, its median
+   gain is over 1% and its whole 95% CI is above 1; rejected when its median gain is 1% or less;
+4. a gain in between (its CI reaches 1), or a comparison that is not *settled* (fewer rounds than a
+   CI needs, an arm whose warm-up did not converge), is compared once more (`confirm-pair:KNOB=VALUE`)
+   and decided on the two comparisons' rounds pooled: one lucky comparison of one value among several
+   then decides less;
+5. once every knob is decided, the tuned config is compared with the defaults (slot `final`): that
+   ratio and its CI are the speedup reported.
 
 Because every decision is recomputed from the trial records, a killed tune resumes exactly where
 it stopped, and several processes on one study each take a different pending trial.
+
+Studies tuned before paired comparisons (their metadata has no `paired`) are replayed, resumed and
+reported with the policy they were tuned with (`plan_greedy(..., paired=False)`): each trial one
+config measured alone; baseline twice (noise = their spread); the incumbent re-measured at each stage
+boundary; a best value accepted beyond twice the noise, rejected under half of it, else measured once
+more (`confirm-incumbent:`, `confirm:`) and decided on the mean of its two runs, or on the lower of
+them when a run was not settled.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.tune.space import KnobSpace
 
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
@@ -64,6 +66,12 @@ class Record:
         guard_ok: the convergence guard's verdict (None: not checked).
         warmup_converged: whether the bench's warm-up windows agreed before measuring (None: unknown).
         windows: how many windows the figure is the median of (None: unknown).
+        reference: a paired comparison's other arm (A, the incumbent), None for a trial measured alone;
+            `samples_per_s` is then the candidate arm's (B) figure over its turns.
+        ratios: each round's B / A (see `torchpace.trial.pair.paired_ratios`).
+        reference_samples_per_s, reference_warmup_converged: the incumbent arm's figure and warm-up.
+        mode: `alternating` or `sequential` (separate runs).
+        other_load_cores: the most cores other processes used during either arm's turns.
     """
 
     slot: str
@@ -77,10 +85,26 @@ class Record:
     verdict: str | None = None  # the profile's bottleneck verdict (baseline only), e.g. "input-bound"
     warmup_converged: bool | None = None
     windows: int | None = None
+    reference: dict | None = None
+    ratios: tuple[float, ...] = ()
+    reference_samples_per_s: float | None = None
+    reference_warmup_converged: bool | None = None
+    mode: str | None = None
+    other_load_cores: float | None = None
 
     @property
     def usable(self) -> bool:
-        return self.state == COMPLETE and self.status == "ok" and self.guard_ok is not False and self.samples_per_s is not None
+        figure = self.ratios if self.reference is not None else self.samples_per_s is not None
+        return self.state == COMPLETE and self.status == "ok" and self.guard_ok is not False and bool(figure)
+
+    def pair_unsettled(self) -> str | None:
+        """Why this paired comparison cannot decide on its own (None when it can): fewer rounds than a CI
+        needs, or an arm whose warm-up did not converge."""
+        if len(self.ratios) < MIN_WINDOWS_FOR_CI:
+            return f"{len(self.ratios)} round(s), fewer than the {MIN_WINDOWS_FOR_CI} a CI needs"
+        if self.warmup_converged is False or self.reference_warmup_converged is False:
+            return "an arm's warm-up did not converge"
+        return None
 
     def unsettled(self, noise_frac: float) -> str | None:
         """Why this measurement cannot be taken on its own (None when it can): an unconverged warm-up,
@@ -99,24 +123,47 @@ class Proposal:
     """The next trial to run."""
 
     slot: str
-    kind: str  # baseline | remeasure | candidate
+    kind: str  # baseline | noise | candidate | final (paired); baseline | remeasure | candidate (alone)
     config: dict
     stage: str | None = None
     knob: str | None = None
     value: object = None
+    reference: dict | None = None  # a paired comparison: the config measured in alternation with `config`
 
 
 @dataclass(frozen=True)
 class Decision:
-    """What the policy concluded about one knob."""
+    """What the policy concluded about one knob.
+
+    Attributes:
+        accepted_value: the value kept, None when none was.
+        incumbent_samples_per_s / best_samples_per_s: the incumbent's and the best value's figures (in
+            a paired comparison, each arm's median over its turns).
+        threshold_frac: the smallest gain accepted (paired: the 1% floor; alone: the noise band).
+        reason: the decision in words, with its figures.
+        value: the value judged (the best usable one), None when no value could be judged.
+        ratio, ratio_ci_low, ratio_ci_high, rounds: the deciding comparison's median B / A, its 95% CI
+            and its rounds (confirmed comparisons: both pooled); None for decisions made alone.
+        mode: how the deciding comparison ran (`alternating` / `sequential`).
+        other_load_cores: the most cores other processes used during the deciding comparison.
+        judged: False when no value could be compared (every one failed, or none could run).
+    """
 
     stage: str
     knob: str
     accepted_value: object | None
-    incumbent_samples_per_s: float
+    incumbent_samples_per_s: float | None
     best_samples_per_s: float | None
     threshold_frac: float
     reason: str
+    value: object = None
+    ratio: float | None = None
+    ratio_ci_low: float | None = None
+    ratio_ci_high: float | None = None
+    rounds: int = 0
+    mode: str | None = None
+    other_load_cores: float | None = None
+    judged: bool = True
 
 
 @dataclass
@@ -134,10 +181,16 @@ class GreedyState:
     noise_ci_floor: float = _NOISE_FLOOR  # the baseline runs' own CI half-widths: the noise is never below them
     decisions: list[Decision] = field(default_factory=list)
     stage_order: list[str] = field(default_factory=list)
+    paired: bool = True
+    noise: Record | None = None  # paired: the defaults compared with themselves (A/A)
+    final: Record | None = None  # paired: the tuned config compared with the defaults
 
     @property
     def noise_frac(self) -> float:
-        """The relative noise: the median spread of every repeated pair, never below the CI floor."""
+        """The relative noise: paired, the half-width of the A/A comparison's CI (its ratios' spread); alone,
+        the median spread of every repeated pair; never below the floor."""
+        if self.paired:
+            return max(_NOISE_FLOOR, summarize(list(self.noise.ratios)).ci_rel_halfwidth) if self.noise else _NOISE_FLOOR
         return max(self.noise_ci_floor, statistics.median(self.noise_spreads)) if self.noise_spreads else self.noise_ci_floor
 
 
@@ -184,22 +237,124 @@ def order_stages(stages: list[str], baseline: Record) -> list[str]:
 
 
 def plan_greedy(space: list[KnobSpace], records: Iterable[Record],
-                conflicts: Callable[[dict], str | None] = lambda config: None) -> GreedyState:
+                conflicts: Callable[[dict], str | None] = lambda config: None, paired: bool = True) -> GreedyState:
     """Replay every decision from `records` and say what to run next.
 
     Args:
         space: the knobs to tune, in stage order.
         records: all trials so far (any order of completion; slots identify them).
         conflicts: returns why a config cannot run (e.g. prefetch without workers), or None.
+        paired: decide by paired comparisons (every study since they came); False replays a study tuned
+            before, each trial measured alone.
     """
     replay = _Replay(records)
     state = replay.state
+    state.paired = paired
     try:
-        _walk(space, replay, conflicts)
+        (_walk_paired if paired else _walk)(space, replay, conflicts)
         state.done = state.next is None and not state.failed_baseline
     except _Blocked:
         state.waiting = state.next is None
     return state
+
+
+def _walk_paired(space: list[KnobSpace], replay: _Replay, conflicts) -> None:
+    state = replay.state
+    base = replay.need_all([Proposal("baseline", "baseline", {})])[0]
+    if not base.usable:
+        state.failed_baseline = f"the baseline trial failed ({base.status}); nothing to compare against"
+        return
+    state.baseline_samples_per_s = state.incumbent_samples_per_s = base.samples_per_s
+    noise = replay.need_all([Proposal("noise", "noise", {}, reference={})])[0]
+    state.noise = noise if noise.usable else None  # a failed A/A comparison only leaves the noise unknown
+    state.stage_order = order_stages(list(dict.fromkeys(k.stage for k in space)), base)
+    for stage in state.stage_order:
+        for knob in (k for k in space if k.stage == stage):
+            _decide_knob_paired(knob, replay, conflicts)
+    if state.incumbent:
+        state.final = replay.need_all([Proposal("final", "final", dict(state.incumbent), reference={})])[0]
+
+
+def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
+    """Compare every value of `knob` with the incumbent, in alternation; keep the best when it is clear."""
+    state = replay.state
+    proposals = [Proposal(f"pair:{p.slot.partition(':')[2]}", "candidate", p.config, p.stage, p.knob, p.value,
+                          reference=dict(state.incumbent)) for p in _candidates(knob, state.incumbent, conflicts)]
+    if not proposals:
+        return
+    records = replay.need_all(proposals)
+    usable = [(r, p) for r, p in zip(records, proposals) if r.usable]
+    if not usable:
+        state.decisions.append(_not_judged(knob, records))
+        return
+    best, proposal = max(usable, key=lambda rp: summarize(list(rp[0].ratios)).median)
+    summary = summarize(list(best.ratios))
+    unsettled = best.pair_unsettled()
+    if summary.median - 1 <= _NOISE_FLOOR:
+        verdict = "no faster" if summary.median <= 1 else f"under the {_NOISE_FLOOR:.0%} floor"
+        _decide(state, proposal, best, [best], False, f"rejected: best {knob.name}={proposal.value} is "
+                f"{_ratio_text(summary)}: {verdict}")
+        return
+    if summary.ci_low > 1 and unsettled is None:
+        _decide(state, proposal, best, [best], True, f"accepted: {_ratio_text(summary)}, the whole CI above 1")
+        return
+    again = replay.need_all([Proposal(f"confirm-pair:{knob.name}={proposal.value}", "candidate", proposal.config,
+                                      proposal.stage, knob.name, proposal.value, reference=dict(state.incumbent))])[0]
+    why = f"not settled ({unsettled})" if unsettled else "its CI reaches 1"
+    said = f"first comparison {_ratio_text(summary)}, {why}, so compared again"
+    if not again.usable:
+        _decide(state, proposal, best, [best], False, f"rejected: {said}, and the second comparison failed ({again.status})")
+        return
+    pooled = summarize([*best.ratios, *again.ratios])
+    accepted = pooled.median - 1 > _NOISE_FLOOR and pooled.ci_low > 1
+    _decide(state, proposal, again, [best, again], accepted,
+            f"{'accepted' if accepted else 'rejected'}: {said}: both pooled give {_ratio_text(pooled)}")
+
+
+def _candidates(knob: KnobSpace, incumbent: dict, conflicts) -> list[Proposal]:
+    """One proposal per value of `knob` other than the incumbent's (with a value's companions where it needs
+    them), skipping configs that conflict."""
+    current = incumbent.get(knob.name, knob.default)
+    proposals = []
+    for value in knob.values:
+        if value == current:
+            continue
+        config = _with(incumbent, knob, value)
+        if conflicts(config) is not None and value in knob.companions:  # e.g. 2 processes come with DDP
+            config = {**config, **knob.companions[value]}
+        if conflicts(config) is None:
+            proposals.append(Proposal(f"cand:{knob.name}={value}", "candidate", config, knob.stage, knob.name, value))
+    return proposals
+
+
+def _ratio_text(summary: Summary) -> str:
+    return (f"{summary.median:.3f}x the incumbent (95% CI {summary.ci_low:.3f}-{summary.ci_high:.3f}, "
+            f"{summary.n} rounds)")
+
+
+def _decide(state: GreedyState, proposal: Proposal, last: Record, comparisons: list[Record], accepted: bool,
+            reason: str) -> None:
+    """Record the decision on `proposal` from its comparisons (pooled), and make it the incumbent if accepted."""
+    summary = summarize([r for c in comparisons for r in c.ratios])
+    loads = [c.other_load_cores for c in comparisons if c.other_load_cores is not None]
+    incumbent_sps = last.reference_samples_per_s
+    state.decisions.append(Decision(
+        proposal.stage, proposal.knob, proposal.value if accepted else None, incumbent_sps, last.samples_per_s,
+        _NOISE_FLOOR, reason, value=proposal.value, ratio=summary.median, ratio_ci_low=summary.ci_low,
+        ratio_ci_high=summary.ci_high, rounds=summary.n, mode=last.mode, other_load_cores=max(loads) if loads else None))
+    if accepted:
+        state.incumbent = proposal.config
+        state.incumbent_samples_per_s = last.samples_per_s
+
+
+def _not_judged(knob: KnobSpace, records: list[Record]) -> Decision:
+    """The decision on a knob none of whose values could be compared: say why, value by value."""
+    if all(r.status == "ok" and r.guard_ok is False for r in records):
+        reason, judged = "rejected: every value failed the convergence guard", True
+    else:
+        statuses = ", ".join(sorted({r.status if r.status != "ok" else "guard" for r in records}))
+        reason, judged = f"not judged: no value could be compared ({statuses})", False
+    return Decision(knob.stage, knob.name, None, None, None, _NOISE_FLOOR, reason, judged=judged)
 
 
 def _walk(space: list[KnobSpace], replay: _Replay, conflicts) -> None:
@@ -239,24 +394,14 @@ def _estimate(measurements: list[Record]) -> tuple[float, float]:
 def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, measurements: list[Record]) -> list[Record]:
     """Try every value of `knob` from the incumbent; returns the (new) incumbent's measurements."""
     state = replay.state
-    current = state.incumbent.get(knob.name, knob.default)
-    proposals = []
-    for value in knob.values:
-        if value == current:
-            continue
-        config = _with(state.incumbent, knob, value)
-        if conflicts(config) is not None and value in knob.companions:  # e.g. 2 processes come with DDP
-            config = {**config, **knob.companions[value]}
-        if conflicts(config) is None:
-            proposals.append(Proposal(f"cand:{knob.name}={value}", "candidate", config, knob.stage, knob.name, value))
+    proposals = _candidates(knob, state.incumbent, conflicts)
     if not proposals:
         return measurements
     records = replay.need_all(proposals)
     usable = [(r, p) for r, p in zip(records, proposals) if r.usable]
     inc_sps, inc_ci = _estimate(measurements)
     if not usable:
-        state.decisions.append(Decision(knob.stage, knob.name, None, inc_sps, None, state.noise_frac,
-                                        "rejected: every value failed or failed the guard"))
+        state.decisions.append(_not_judged(knob, records))
         return measurements
     best, proposal = max(usable, key=lambda rp: rp[0].samples_per_s)
     threshold = max(state.noise_frac, (best.ci_rel or 0.0) + inc_ci)

@@ -1,0 +1,139 @@
+"""The greedy policy's decisions by paired comparisons, on recorded trial tables (pure: no timing, no processes).
+
+A pair record holds the candidate (B) and the config it was compared with in alternation (A, the
+incumbent), with each round's ratio B / A."""
+
+from torchpace.tune.policy import RETRY, RUNNING, Record, plan_greedy
+from torchpace.tune.space import KnobSpace
+
+SPACE = [
+    KnobSpace("data", "data.num_workers", 0, (0, 1, 2)),
+    KnobSpace("compute", "precision.amp", "off", ("off", "bf16")),
+]
+BF16 = {"precision.amp": "bf16"}
+
+
+def base(sps=100.0, **kw):
+    return Record("baseline", {}, samples_per_s=sps, ci_rel=0.02, windows=8, warmup_converged=True, **kw)
+
+
+def pair(slot, config, ratios, reference=None, sps=None, **kw):
+    """A comparison of `config` with `reference` (default the defaults) whose rounds gave `ratios`."""
+    ratios = tuple(ratios)
+    middle = sorted(ratios)[len(ratios) // 2]
+    kw = {"warmup_converged": True, "reference_warmup_converged": True, **kw}
+    return Record(slot, config, samples_per_s=sps or 100.0 * middle, reference=reference or {}, ratios=ratios,
+                  reference_samples_per_s=100.0, mode="alternating", **kw)
+
+
+def aa():
+    return pair("noise", {}, [0.99, 1.01, 1.0, 1.02, 0.98, 1.0, 1.01])
+
+
+def play(table, space=SPACE):
+    return plan_greedy(space, table)
+
+
+def test_baseline_alone_then_an_a_a_comparison_then_each_value_against_the_incumbent():
+    assert play([]).next.slot == "baseline" and play([]).next.reference is None
+    state = play([base()])
+    assert state.next.slot == "noise" and state.next.config == {} and state.next.reference == {}
+    state = play([base(), aa()])
+    assert state.next.slot == "pair:data.num_workers=1"
+    assert state.next.config == {"data.num_workers": 1} and state.next.reference == {}
+    assert abs(state.noise_frac - 0.02) < 1e-9  # the A/A comparison's CI half-width: ranks 0 and 6 of 7, 0.98 and 1.02
+
+
+def test_a_gain_whose_whole_ci_is_above_one_is_accepted_and_the_next_knob_is_compared_with_it():
+    table = [base(), aa(), pair("pair:data.num_workers=1", {"data.num_workers": 1}, [1.4, 1.5, 1.45, 1.5, 1.42, 1.48]),
+             pair("pair:data.num_workers=2", {"data.num_workers": 2}, [1.9, 2.0, 1.95, 2.1, 1.92, 2.05, 1.98])]
+    state = play(table)
+    decision = state.decisions[0]
+    assert decision.accepted_value == 2 and state.incumbent == {"data.num_workers": 2}
+    assert decision.ratio_ci_low > 1 and decision.rounds == 7 and decision.mode == "alternating"
+    assert "the whole CI above 1" in decision.reason
+    # the next knob is compared with the new incumbent, in alternation with it
+    assert state.next.slot == "pair:precision.amp=bf16"
+    assert state.next.config == {"data.num_workers": 2, **BF16} and state.next.reference == {"data.num_workers": 2}
+
+
+def test_no_stage_boundary_re_measurement_is_needed():
+    table = [base(), aa(), pair("pair:data.num_workers=1", {"data.num_workers": 1}, [0.9] * 6),
+             pair("pair:data.num_workers=2", {"data.num_workers": 2}, [0.95] * 6)]
+    state = play(table)
+    assert [d.accepted_value for d in state.decisions] == [None]
+    assert state.next.slot == "pair:precision.amp=bf16" and state.next.reference == {}  # the next stage at once
+
+
+def test_a_gain_under_the_floor_is_rejected_without_a_second_comparison():
+    table = [base(), aa(), pair("pair:precision.amp=bf16", BF16, [1.0, 1.01, 1.0, 1.005, 1.01, 0.995])]
+    state = play(table, SPACE[1:])
+    assert state.done and state.decisions[0].accepted_value is None
+    assert "under the 1% floor" in state.decisions[0].reason and state.final is None
+
+
+def test_a_gain_whose_ci_reaches_one_is_compared_again_and_decided_on_both_pooled():
+    first = pair("pair:precision.amp=bf16", BF16, [1.08, 0.97, 1.1, 1.05, 1.12, 1.06])  # CI low 0.97
+    state = play([base(), aa(), first], SPACE[1:])
+    assert not state.decisions and state.next.slot == "confirm-pair:precision.amp=bf16"
+    assert state.next.config == BF16 and state.next.reference == {}
+    again = pair("confirm-pair:precision.amp=bf16", BF16, [1.07, 1.09, 1.06, 1.1, 1.08, 1.05])
+    state = play([base(), aa(), first, again], SPACE[1:])
+    decision = state.decisions[0]
+    assert decision.accepted_value == "bf16" and decision.rounds == 12 and decision.ratio_ci_low > 1
+    assert "compared again" in decision.reason and "both pooled" in decision.reason
+    # and the tuned config is then compared with the defaults: the speedup
+    assert state.next.slot == "final" and state.next.config == BF16 and state.next.reference == {}
+
+
+def test_a_second_comparison_that_does_not_repeat_the_gain_rejects_it():
+    first = pair("pair:precision.amp=bf16", BF16, [1.3, 1.25, 1.4, 1.35, 1.3])  # 5 rounds: not settled
+    again = pair("confirm-pair:precision.amp=bf16", BF16, [0.95, 0.97, 1.0, 0.96, 0.98, 0.99])
+    state = play([base(), aa(), first, again], SPACE[1:])
+    decision = state.decisions[0]
+    assert decision.accepted_value is None and "5 round(s)" in decision.reason and state.incumbent == {}
+    assert state.done and state.final is None
+
+
+def test_an_unconverged_warm_up_in_either_arm_sends_a_clear_gain_to_a_second_comparison():
+    for unsettled in ({"warmup_converged": False}, {"reference_warmup_converged": False}):
+        first = pair("pair:precision.amp=bf16", BF16, [1.5] * 8, **unsettled)
+        state = play([base(), aa(), first], SPACE[1:])
+        assert state.next.slot == "confirm-pair:precision.amp=bf16", unsettled
+
+
+def test_the_final_comparison_gives_the_speedup_and_ends_the_search():
+    table = [base(), aa(), pair("pair:precision.amp=bf16", BF16, [1.3] * 7)]
+    state = play(table, SPACE[1:])
+    assert state.next.slot == "final"
+    table.append(pair("final", BF16, [1.28, 1.3, 1.31, 1.29, 1.3, 1.27]))
+    state = play(table, SPACE[1:])
+    assert state.done and state.final.slot == "final" and state.incumbent == BF16
+
+
+def test_failures_are_not_judged_guard_failures_are_rejected():
+    table = [base(), aa(), Record("pair:data.num_workers=1", {"data.num_workers": 1}, status="crash", reference={}),
+             Record("pair:data.num_workers=2", {"data.num_workers": 2}, status="timeout", reference={}),
+             pair("pair:precision.amp=bf16", BF16, [2.0] * 6, guard_ok=False)]
+    state = play(table)
+    workers, amp = state.decisions
+    assert not workers.judged and workers.reason == "not judged: no value could be compared (crash, timeout)"
+    assert amp.judged and amp.reason == "rejected: every value failed the convergence guard"
+    assert state.done and state.incumbent == {}
+
+
+def test_a_comparison_cut_by_the_budget_or_its_partner_is_run_again():
+    cut = Record("pair:precision.amp=bf16", BF16, state=RETRY, status="budget", reference={})
+    assert play([base(), aa(), cut], SPACE[1:]).next.slot == "pair:precision.amp=bf16"
+    running = Record("pair:data.num_workers=1", {"data.num_workers": 1}, state=RUNNING, reference={})
+    assert play([base(), aa(), running]).next.slot == "pair:data.num_workers=2"
+
+
+def test_a_failed_a_a_comparison_leaves_the_noise_unknown_and_the_search_goes_on():
+    state = play([base(), Record("noise", {}, status="crash", reference={})])
+    assert state.noise is None and state.noise_frac == 0.01 and state.next.slot == "pair:data.num_workers=1"
+
+
+def test_a_failed_baseline_ends_the_search_with_a_reason():
+    state = play([Record("baseline", {}, status="oom")])
+    assert state.failed_baseline and "oom" in state.failed_baseline and state.next is None
