@@ -225,14 +225,15 @@ def build_stored_outcome(study, name: str, url: str, meta: Mapping[str, Any]) ->
     """
     from torchpace.tune.outcome import StudyMeta, build_guard_note, build_outcome, trial_rows
     from torchpace.tune.policy import plan_greedy
-    from torchpace.tune.study import build_records
+    from torchpace.tune.study import build_records, is_paired
 
     rows = trial_rows(study)
     base = next((r for r in rows if r["slot"] == "baseline" and r["status"] == "ok"), {})
     strategy = str(meta.get("strategy", "greedy"))
     state, stopped = None, "stored"
     if strategy == "greedy":
-        state = plan_greedy(rebuild_space(rows), build_records(study.get_trials(deepcopy=False)), lambda config: None)
+        state = plan_greedy(rebuild_space(rows), build_records(study.get_trials(deepcopy=False)), lambda config: None,
+                            paired=is_paired(meta))
         stopped = "done" if state.done else ("baseline failed" if state.failed_baseline else "unfinished")
     study_meta = StudyMeta(name, url, strategy, str(meta.get("workload", "?")), str(meta.get("objective", "throughput")),
                            build_guard_note(len(base.get("guard_losses") or [])))

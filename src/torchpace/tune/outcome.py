@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchpace.tune.figures import FIGURES_NOTE, config_figure, other_load_summary, with_figure
+from torchpace.tune.figures import (FIGURES_NOTE, PAIRED_FIGURES_NOTE, comparison, config_figure, load_note,
+                                    other_load_summary, paired_speedup, with_figure)
 from torchpace.tune.figures import speedup as figure_speedup
 from torchpace.tune.guard import check_trial_guard
 
@@ -110,6 +111,7 @@ def _row(trial, info: dict, base: dict) -> dict[str, Any]:
         "error": (info.get("error") or "").strip().splitlines()[-1:] or None,
         "window_samples_per_s": bench.get("window_samples_per_s") or [], "other_load_cores": bench.get("other_load_cores"),
         "usable_cores": bench.get("usable_cores"), "worker": info.get("worker"),
+        "reference": info.get("reference"), "pair": info.get("pair"),
     }
     row["error"] = row["error"][0] if row["error"] else None
     if row["status"] == "running":
@@ -203,6 +205,8 @@ def build_outcome(rows: list[dict[str, Any]], state: Any, meta: StudyMeta, stopp
         meta: the study's name, storage, strategy, workload, objective and guard note.
         stopped: why the tune stopped (done, budget, interrupted, stored...).
     """
+    if state is not None and state.paired:
+        return _build_paired_outcome(rows, state, meta, stopped)
     objective = meta.objective
     baseline = next((r for r in rows if r["slot"] == "baseline" and r["status"] == "ok"), None)
     accepted: list[dict] = []
@@ -221,8 +225,8 @@ def build_outcome(rows: list[dict[str, Any]], state: Any, meta: StudyMeta, stopp
     else:
         best = best_by_search(rows)
         best_config = dict(best["config"]) if best else {}
-    if baseline is None and failed_baseline is None and any(r["slot"] == "baseline" for r in rows):
-        failed_baseline = "the baseline trial failed; nothing to compare against"
+    if baseline is None and failed_baseline is None:
+        failed_baseline = baseline_not_measured(rows)
     speedup = None
     if best and baseline and objective == "throughput":
         baseline, best, accepted = _pooled_figures(rows, baseline, best, accepted)
@@ -252,3 +256,96 @@ def _pooled_figures(rows: list[dict], baseline: dict, best: dict, accepted: list
         changes.append(change)
         previous = change
     return baseline, best, changes
+
+
+_NOT_A_VERDICT = ("budget", "interrupted", "lost", "running", "partner")  # statuses that say nothing of the config
+
+
+def baseline_not_measured(rows: list[dict[str, Any]]) -> str | None:
+    """Why a study has no baseline figure, when it tried one: a failure of the baseline, or that it was cut
+    (by the budget, an interrupt, a lost tuner) before it finished, which `--resume` measures again."""
+    tried = [r for r in rows if r["slot"] == "baseline"]
+    if not tried:
+        return None
+    failed = [r for r in tried if r["status"] not in _NOT_A_VERDICT and r["status"] != "ok"]
+    if failed:
+        return f"the baseline trial failed ({failed[-1]['status']}); nothing to compare against"
+    return (f"the baseline was not measured: it was cut before it finished ({tried[-1]['status']}); "
+            "`torchpace tune --resume` with the same --study measures it")
+
+
+def _build_paired_outcome(rows: list[dict[str, Any]], state: Any, meta: StudyMeta, stopped: str) -> TuneOutcome:
+    """The outcome of a study decided by paired comparisons (see `torchpace.tune.figures`)."""
+    baseline = next((r for r in rows if r["slot"] == "baseline" and r["status"] == "ok"), None)
+    usable_cores = max((r.get("usable_cores") or 1 for r in rows), default=1)
+    decisions = [{**d.__dict__, "load_note": load_note(d.other_load_cores, usable_cores, [d.knob])} for d in state.decisions]
+    accepted = _paired_changes(decisions, rows) if baseline else []
+    final = next((r for r in rows if r["slot"] == "final" and r["status"] == "ok" and comparison(r)), None)
+    final = final if final is not None and final["config"] == dict(state.incumbent) else None
+    best, speedup_cmp = baseline, paired_speedup(final, accepted)
+    if baseline and final:
+        baseline = {**baseline, **_arm_figure(final, reference=True)}
+        best = {**final, **_arm_figure(final, reference=False)}
+    elif baseline and accepted:
+        best = {**next(r for r in rows if r["slot"] == accepted[-1]["slot"]), **_arm_figure_of(accepted[-1])}
+    if final:
+        speedup_cmp["load_note"] = load_note(_pair_load(final), usable_cores, list(state.incumbent))
+    noise = comparison(next((r for r in rows if r["slot"] == "noise" and r["status"] == "ok"), None))
+    return TuneOutcome(
+        study=meta.study, storage=meta.storage, strategy=meta.strategy, workload=meta.workload, baseline=baseline,
+        best_config=dict(state.incumbent), best=best if baseline else None,
+        speedup=speedup_cmp["speedup"] if baseline else None, accepted=accepted, trials=rows, out_path=None,
+        stopped=stopped, failed_baseline=state.failed_baseline or (None if baseline else baseline_not_measured(rows)),
+        guard_note=" ".join(filter(None, [meta.guard_note, (baseline or {}).get("guard_cannot_judge")])),
+        extras={"decisions": decisions, "figures": PAIRED_FIGURES_NOTE, "other_load": other_load_summary(rows),
+                "speedup": speedup_cmp, "noise": noise},
+        objective=meta.objective,
+    )
+
+
+def _paired_changes(decisions: list[dict], rows: list[dict]) -> list[dict]:
+    """The waterfall of a paired study: each accepted knob with its deciding comparison's ratio (the step's
+    gain, with its CI) and the product of the steps so far."""
+    changes, cumulative = [], 1.0
+    for decision in decisions:
+        if decision["accepted_value"] is None:
+            continue
+        value = decision["accepted_value"]
+        slots = (f"confirm-pair:{decision['knob']}={value}", f"pair:{decision['knob']}={value}")
+        row = next((r for slot in slots for r in rows if r["slot"] == slot and r["status"] == "ok"), {})
+        cumulative *= decision["ratio"]
+        changes.append({
+            "stage": decision["stage"], "knob": decision["knob"], "value": value, "slot": row.get("slot"),
+            "config": row.get("config"), "samples_per_s": decision["best_samples_per_s"],
+            "samples_per_s_ci_low": row.get("samples_per_s_ci_low"), "samples_per_s_ci_high": row.get("samples_per_s_ci_high"),
+            "step_gain": decision["ratio"], "step_gain_ci_low": decision["ratio_ci_low"],
+            "step_gain_ci_high": decision["ratio_ci_high"], "rounds": decision["rounds"], "mode": decision["mode"],
+            "speedup": cumulative, "peak_memory_bytes": row.get("peak_memory_bytes"), "reason": decision["reason"],
+            "load_note": decision["load_note"], "objective_value": decision["best_samples_per_s"],
+            "accuracy": row.get("accuracy"), **{key: row.get(key) for key in _LATENCY_KEYS},
+        })
+    return changes
+
+
+def _arm_figure(row: dict, reference: bool) -> dict[str, Any]:
+    """One arm's figure in a comparison row: the reference arm's (A) or the candidate's (B, the row's own)."""
+    if not reference:
+        return {"objective_value": row["objective_value"]}
+    pair = row["pair"]
+    windows = pair.get("reference_window_samples_per_s") or []
+    figure = pair.get("reference_samples_per_s") if row.get("throughput_unit") == "samples" else pair.get("reference_value")
+    ci = config_figure([{"config": {}, "status": "ok", "samples_per_s": figure, "window_samples_per_s": windows}], {}) \
+        if windows and figure is not None else None
+    return {"samples_per_s": figure, "objective_value": pair.get("reference_value"),
+            "samples_per_s_ci_low": (ci or {}).get("samples_per_s_ci_low"),
+            "samples_per_s_ci_high": (ci or {}).get("samples_per_s_ci_high")}
+
+
+def _arm_figure_of(change: dict) -> dict[str, Any]:
+    return {"samples_per_s": change["samples_per_s"], "objective_value": change["objective_value"]}
+
+
+def _pair_load(row: dict) -> float | None:
+    pair = row.get("pair") or {}
+    loads = [v for v in (pair.get("other_load_a"), pair.get("other_load_b")) if v is not None]
+    return max(loads) if loads else None

@@ -21,6 +21,8 @@ def render_outcome(console, o: dict[str, Any]) -> None:
     base = o["baseline"]
     if base and base.get("latency_p50_s") is not None:
         _render_inference_waterfall(console, o)
+    elif base and _paired(o):
+        _render_paired_waterfall(console, o)
     elif base:
         table = Table(title=f"torchpace tune: {o['workload']} ({o['strategy']}, {len(o['trials'])} trials, stopped: {o['stopped']})")
         unit = base.get("throughput_unit", "samples")
@@ -34,13 +36,14 @@ def render_outcome(console, o: dict[str, Any]) -> None:
     _render_not_kept(console, (o.get("extras") or {}).get("decisions") or [])
     _render_rejected(console, o["trials"])
     if o["speedup"] is not None:
-        config = ", ".join(f"{k}={v}" for k, v in o["best_config"].items()) or "PyTorch defaults (nothing beat the noise)"
-        figures = ""
-        if o.get("best") and o.get("baseline") and o["objective"] == "throughput":
-            unit = o["baseline"].get("throughput_unit", "samples")
-            figures = f"  ({o['best']['samples_per_s']:,.1f} / {o['baseline']['samples_per_s']:,.1f} {unit}/s)"
-        console.print(f"[bold]best:[/] {config}  ->  {o['speedup']:.2f}x the baseline{figures}")
+        console.print(f"[bold]best:[/] {best_line(o)}")
     extras = o.get("extras") or {}
+    if (extras.get("speedup") or {}).get("load_note"):
+        console.print(f"[yellow]note:[/] the final comparison was {extras['speedup']['load_note']}.")
+    if extras.get("noise"):
+        noise = extras["noise"]
+        console.print(f"[dim]noise: the defaults compared with themselves gave {noise['ratio']:.3f}x "
+                      f"(95% CI {noise['ratio_ci_low']:.3f}-{noise['ratio_ci_high']:.3f}, {noise['rounds']} rounds)[/]")
     if (extras.get("other_load") or {}).get("note"):
         console.print(f"[yellow]warning:[/] {extras['other_load']['note']}.")
     if extras.get("figures"):
@@ -50,6 +53,56 @@ def render_outcome(console, o: dict[str, Any]) -> None:
                       f"torchpace launch --config {o['out_path']} -- train.py)")
     _render_export(console, o.get("export"))
     console.print(f"[dim]{o['guard_note']}[/]")
+
+
+def _paired(o: dict[str, Any]) -> bool:
+    return bool((o.get("extras") or {}).get("speedup"))
+
+
+def ratio_text(ratio: float | None, low: float | None, high: float | None, rounds: int | None = None) -> str:
+    """`1.32x [1.25, 1.40]` (and the rounds), or `-` without a ratio."""
+    if ratio is None:
+        return "-"
+    ci = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+    return f"{ratio:.2f}x{ci}" + (f", {rounds} rounds" if rounds else "")
+
+
+def best_line(o: dict[str, Any]) -> str:
+    """The summary line: the tuned config, its speedup over the defaults and where that figure comes from."""
+    config = ", ".join(f"{k}={v}" for k, v in o["best_config"].items()) or "PyTorch defaults (nothing beat the noise)"
+    unit = (o.get("baseline") or {}).get("throughput_unit", "samples")
+    figures = ""
+    if o.get("best") and o.get("baseline") and o["objective"] == "throughput" and o["best"].get("samples_per_s"):
+        figures = f"  ({o['best']['samples_per_s']:,.1f} / {o['baseline']['samples_per_s']:,.1f} {unit}/s)"
+    speedup = (o.get("extras") or {}).get("speedup")
+    if not speedup:
+        return f"{config}  ->  {o['speedup']:.2f}x the baseline{figures}"
+    if not o["best_config"]:
+        return config
+    ratio = ratio_text(o["speedup"], speedup.get("speedup_ci_low"), speedup.get("speedup_ci_high"), speedup.get("speedup_rounds"))
+    return f"{config}  ->  {ratio} the defaults{figures}; {speedup['speedup_from']}"
+
+
+def _render_paired_waterfall(console, o: dict[str, Any]) -> None:
+    """Greedy by paired comparisons: each accepted change with its comparison's ratio and CI."""
+    from rich.table import Table
+
+    base = o["baseline"]
+    unit = base.get("throughput_unit", "samples")
+    table = Table(title=f"torchpace tune: {o['workload']} ({o['strategy']}, each change compared in alternation with "
+                        f"the config before it; {len(o['trials'])} comparisons, stopped: {o['stopped']})")
+    for column in ("change", f"{unit}/s [95% CI]", "gain [95% CI]", "cumulative", "peak memory"):
+        table.add_column(column, overflow="fold")
+    table.add_row("baseline (PyTorch defaults)", f"{base['samples_per_s']:,.1f}{_ci(base)}", "", "1.00x",
+                  format_bytes(base.get("peak_memory_bytes")))
+    for a in o["accepted"]:
+        gain = ratio_text(a["step_gain"], a.get("step_gain_ci_low"), a.get("step_gain_ci_high"), a.get("rounds"))
+        table.add_row(f"+ {a['knob']} = {a['value']}", f"{a['samples_per_s']:,.1f}{_ci(a)}", gain, f"{a['speedup']:.2f}x",
+                      format_bytes(a.get("peak_memory_bytes")))
+    console.print(table)
+    for a in o["accepted"]:
+        if a.get("load_note"):
+            console.print(f"[yellow]note:[/] {a['knob']} = {a['value']} was {a['load_note']}.")
 
 
 def _p50(row: dict) -> str:
@@ -112,7 +165,10 @@ def _render_not_kept(console, decisions: list[dict]) -> None:
     for column in ("knob", "why"):
         table.add_column(column, overflow="fold")
     for decision in rejected:
-        table.add_row(decision["knob"], decision["reason"].removeprefix("rejected: "))
+        why = decision["reason"].removeprefix("rejected: ")
+        if decision.get("load_note"):
+            why += f" ({decision['load_note']})"
+        table.add_row(decision["knob"], why)
     console.print(table)
 
 

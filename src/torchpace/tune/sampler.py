@@ -27,18 +27,22 @@ _log = logging.getLogger(__name__)
 
 
 class GreedySampler(BaseSampler):
-    """One knob at a time from the incumbent, stage by stage (see `torchpace.tune.policy`)."""
+    """One knob at a time from the incumbent, stage by stage (see `torchpace.tune.policy`).
 
-    def __init__(self, space: list[KnobSpace], conflicts: Callable[[dict], str | None]):
+    `paired` is the study's (`torchpace.tune.study.is_paired`): every new study decides by paired
+    comparisons; a study tuned before them is replayed with the policy it was tuned with."""
+
+    def __init__(self, space: list[KnobSpace], conflicts: Callable[[dict], str | None], paired: bool = True):
         self.space = space
         self.conflicts = conflicts
         self._logged_decisions = 0  # the policy's decisions already in the log (each replay repeats them all)
         self._logged_stage_order = False
+        self.paired = paired
 
     def plan(self, study: optuna.Study, exclude_number: int | None = None) -> GreedyState:
         """Replay the study's trials (all but trial `exclude_number`) into the policy's state."""
         trials = [t for t in study.get_trials(deepcopy=False) if t.number != exclude_number]
-        return plan_greedy(self.space, build_records(trials), self.conflicts)
+        return plan_greedy(self.space, build_records(trials), self.conflicts, paired=self.paired)
 
     def assign(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> GreedyState:
         """Pin the next proposal (or wait/done) on `trial`; tuners sharing the study take turns here, so
@@ -52,7 +56,7 @@ class GreedySampler(BaseSampler):
                                     "lock_wait_s": round(waited_s, 4)}  # for `make bench-fleet`
             if proposal:
                 info.update(slot=proposal.slot, kind=proposal.kind, stage=proposal.stage, knob=proposal.knob,
-                            value=proposal.value, config=proposal.config)
+                            value=proposal.value, config=proposal.config, reference=proposal.reference)
             study._storage.set_trial_system_attr(trial._trial_id, ATTR, info)
         self._log_decisions(state)
         if info["action"] != "wait":  # a waiting tuner asks again every few seconds

@@ -26,8 +26,16 @@ ATTR = "torchpace"
 
 
 def study_metadata(workload: str, host, strategy: str) -> dict[str, Any]:
+    """A new study's metadata; `paired`: greedy decides by paired comparisons (a study without it was tuned
+    before they came, and is resumed and reported with the policy it was tuned with)."""
     return {"kind": STUDY_KIND, "schema_version": STUDY_SCHEMA_VERSION, "workload": workload,
-            "host_fingerprint": host.fingerprint(), "host": host.summary(), "strategy": strategy}
+            "host_fingerprint": host.fingerprint(), "host": host.summary(), "strategy": strategy,
+            "paired": strategy == "greedy"}
+
+
+def is_paired(meta: dict[str, Any] | None) -> bool:
+    """Whether a study's greedy decisions are paired comparisons (False for studies tuned before)."""
+    return bool((meta or {}).get("paired"))
 
 
 def check_study_metadata(name: str, meta: dict | None, expected: dict[str, Any]) -> None:
@@ -171,8 +179,8 @@ def _record(trial, info: dict, baseline: dict) -> Record:
 
     state = {optuna.trial.TrialState.RUNNING: RUNNING}.get(trial.state, COMPLETE)
     status = info.get("status", "ok" if trial.state == optuna.trial.TrialState.COMPLETE else "lost")
-    if status in ("budget", "lost", "interrupted"):
-        state = RETRY  # cut by the budget, its tuner died or was stopped: not a verdict on the config
+    if status in ("budget", "lost", "interrupted", "partner"):
+        state = RETRY  # cut by the budget, its tuner died or was stopped, its partner arm failed: no verdict
     if trial.state == optuna.trial.TrialState.RUNNING:
         state, status = RUNNING, "running"
     bench = info.get("bench") or {}
@@ -183,4 +191,17 @@ def _record(trial, info: dict, baseline: dict) -> Record:
     ci_rel = info["objective_ci_rel"] if "objective_ci_rel" in info else bench.get("ci_rel_halfwidth")
     return Record(info["slot"], dict(info.get("config", {})), state, status, figure,
                   ci_rel, guard_ok, bench.get("input_bound_frac"), info.get("verdict"),
-                  bench.get("warmup_converged"), bench.get("windows"))
+                  bench.get("warmup_converged"), bench.get("windows"), **_pair_fields(info))
+
+
+def _pair_fields(info: dict) -> dict[str, Any]:
+    """The paired comparison of a trial (`info["pair"]`, stored by the tuner) as Record fields; {} for a
+    trial measured alone."""
+    if info.get("reference") is None:
+        return {}
+    pair = info.get("pair") or {}
+    load = [v for v in (pair.get("other_load_a"), pair.get("other_load_b")) if v is not None]
+    return {"reference": dict(info["reference"]), "ratios": tuple(pair.get("ratios") or ()),
+            "reference_samples_per_s": pair.get("reference_value"),
+            "reference_warmup_converged": pair.get("reference_warmup_converged"), "mode": pair.get("mode"),
+            "other_load_cores": max(load) if load else None}

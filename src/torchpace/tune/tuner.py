@@ -108,7 +108,7 @@ class Tuner:
         import optuna
 
         from torchpace.tune.storage import check_storage, default_storage_url, open_storage, storage_failures
-        from torchpace.tune.study import open_study, study_metadata
+        from torchpace.tune.study import ATTR, is_paired, open_study, study_metadata
         from torchpace.workload import DEFAULT_WORKLOAD
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # torchpace renders its own progress
@@ -138,6 +138,8 @@ class Tuner:
                 "command": list(options.command) if options.command else None}
         with storage_failures(self.storage_url):
             self.study = open_study(open_storage(self.storage_url), self.study_name, meta, options.resume, self.sampler)
+        if options.strategy == "greedy":  # a study tuned before paired comparisons goes on as it was tuned
+            self.sampler.paired = is_paired(self.study.user_attrs.get(ATTR))
         _log.info("study %r: %d trials stored; strategy %s over %s; budget %.0f s", self.study_name,
                   len(self.study.get_trials(deepcopy=False)), options.strategy, [k.name for k in self.space], options.budget_s)
         self.deadline = time.monotonic() + options.budget_s
@@ -277,9 +279,16 @@ class Tuner:
                          **self._inference_spec())
         cap_s = self.options.trial_timeout_s or self.options.trial_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
         remaining = self.deadline - time.monotonic()
-        result = run_trial(spec, self.host, timeout_s=max(1.0, min(cap_s, remaining)))
+        timeout_s = max(1.0, min(cap_s, remaining))
+        if info.get("reference") is not None:
+            return self._run_pair(number, info, spec, timeout_s, cut_by_budget=remaining < cap_s)
+        result = run_trial(spec, self.host, timeout_s=timeout_s)
+        return self._stored(info, result, cut_by_budget=remaining < cap_s)
+
+    def _stored(self, info: dict, result, cut_by_budget: bool) -> dict[str, Any]:
+        """What is stored on the Optuna trial of `result` (the candidate's, for a paired comparison)."""
         status = result.status
-        if status == "timeout" and remaining < cap_s:
+        if status == "timeout" and cut_by_budget:
             status = "budget"  # cut by the budget, not a verdict on the config: re-run on --resume
         _log.info("trial %d (%s) ended %s, wall time %.1f s%s", number, info.get("slot"), status, result.wall_time_s,
                   f": {result.error.strip().splitlines()[-1]}" if result.error.strip() else "")
@@ -292,6 +301,45 @@ class Tuner:
                 "guard_metric": result.guard_metric, "verdict": result.verdict,
                 "error": result.error[-_STORED_STDERR_CHARS:], "stderr_tail": result.stderr_tail[-_STORED_STDERR_CHARS:],
                 "wall_time_s": result.wall_time_s, "accuracy": result.accuracy or bench.get("accuracy")}
+
+    def _run_pair(self, number: int, info: dict, spec, timeout_s: float, cut_by_budget: bool) -> dict[str, Any]:
+        """A paired comparison: the candidate (`info["config"]`, arm B) and `info["reference"]` (arm A) in
+        alternation (`torchpace.trial.pair`); the candidate's result, with the comparison under `pair`."""
+        from dataclasses import replace
+
+        from torchpace.trial.pair import PairOptions, ratio_fields, run_pair
+
+        reference = replace(spec, config=dict(info["reference"]), guard_steps=0, profile=False)
+        candidate = replace(spec, profile=False)
+        pair = run_pair(reference, candidate, self.host, timeout_s, PairOptions(rounds_s=self.options.trial_time_s),
+                        sequential=self._hold_both_reason(reference, candidate),
+                        figure=lambda bench: objective_value(bench, self.options.objective)[0],
+                        on_round=lambda rounds, summary: self.on_event("round", number=number, rounds=rounds,
+                                                                       summary=summary))
+        stored = self._stored(info, pair.b, cut_by_budget)
+        ref_value, _ = objective_value(pair.a.bench, self.options.objective)
+        stored["pair"] = {
+            "mode": pair.mode, "mode_reason": pair.mode_reason, "stopped_by": pair.stopped_by, "ratios": pair.ratios,
+            **ratio_fields(pair.summary), "other_load_a": pair.other_load_a, "other_load_b": pair.other_load_b,
+            "usable_cores": pair.usable_cores, "wall_time_s": pair.wall_time_s,
+            "reference_status": pair.a.status, "reference_error": pair.a.error[-_STORED_STDERR_CHARS:],
+            "reference_value": ref_value, "reference_warmup_converged": (pair.a.bench or {}).get("warmup_converged"),
+            "reference_samples_per_s": (pair.a.bench or {}).get("samples_per_s"),
+            "reference_window_samples_per_s": (pair.a.bench or {}).get("window_samples_per_s") or [],
+        }
+        return stored
+
+    def _hold_both_reason(self, reference, candidate) -> str | None:
+        """Why the two arms cannot be held at once (`torchpace.trial.pair.sequential_reason`), judged by the
+        baseline's peak memory against the memory free now on its device; None when they can."""
+        from torchpace.trial.pair import sequential_reason
+        from torchpace.tune.study import trial_info
+
+        baseline = next((trial_info(t) for t in self.study.get_trials(deepcopy=False)
+                         if trial_info(t).get("slot") == "baseline" and trial_info(t).get("status") == "ok"), {})
+        bench = baseline.get("bench") or {}
+        peak, kind = bench.get("peak_memory_bytes"), bench.get("peak_memory_kind", "")
+        return sequential_reason(reference, candidate, peak_bytes=peak, available_bytes=_free_memory_bytes(kind))
 
     def _inference_spec(self) -> dict[str, Any]:
         """TrialSpec fields for the objective and, for inference workloads, the accuracy guard (they have no loss curve)."""
@@ -343,6 +391,18 @@ class Tuner:
         save_config(RunConfig(outcome.best_config, self.host.summary(), result), self.options.out)
         _log.info("wrote %s", self.options.out)
         outcome.out_path = str(self.options.out)
+
+
+def _free_memory_bytes(kind: str) -> int | None:
+    """Memory free now where a trial's peak was measured: the current CUDA device for a `cuda*` peak, else
+    the host's available memory (None when unreadable)."""
+    if kind.startswith("cuda"):
+        import torch
+
+        return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
+    import psutil
+
+    return psutil.virtual_memory().available
 
 
 def _inference_result(outcome: TuneOutcome) -> dict[str, Any]:
