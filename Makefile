@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.torchpace-installed
 
-.PHONY: install demo test docs bench bench-tune bench-script bench-data bench-inference bench-distributed bench-fleet gpu-check clean
+.PHONY: install demo test docs bench bench-compare bench-tune bench-script bench-data bench-inference bench-distributed bench-fleet gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,12 +19,14 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 # The main job on the built-in example: check the host, tune `tabular` (a fresh demo study each
-# time), measure the tuned config again, then measure the same model as an unmodified script.
+# time), measure the tuned config again and compare it with the defaults in alternation, then
+# measure the same model as an unmodified script.
 demo: $(STAMP)
 	-$(BIN)/torchpace doctor
 	rm -f .torchpace/demo.db
 	$(BIN)/torchpace tune tabular --budget 4m --trial-time 8 --storage sqlite:///.torchpace/demo.db --out torchpace.toml
 	$(BIN)/torchpace bench tabular --config torchpace.toml --max-time 20
+	$(BIN)/torchpace compare tabular --config torchpace.toml --max-time 20
 	$(BIN)/torchpace bench --max-time 20 -- python examples/scripts/tabular_train.py
 
 test: $(STAMP)
@@ -38,6 +40,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_measurement.py
 	$(BIN)/python benchmarks/bench_monitor.py --duration 30
 	$(BIN)/python benchmarks/bench_profile.py
+
+bench-compare: $(STAMP)  # make bench-compare ARGS="--busy 2 --cases aa,workers"
+	$(BIN)/python benchmarks/bench_compare.py $(ARGS)
 
 bench-script: $(STAMP)  # make bench-script ARGS="--workloads tabular --no-tune"
 	$(BIN)/python benchmarks/bench_script.py $(ARGS)

@@ -26,3 +26,38 @@ def count(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not valid: a whole number >= 1")
     return value
+
+
+BUSY_MAX = 8  # more spinning processes than this only measures the scheduler
+
+
+def busy(text: str) -> int:
+    """`--busy N`: how many processes spin while a benchmark runs (another user's jobs), 0 to BUSY_MAX."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= BUSY_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid: a whole number from 0 to {BUSY_MAX}")
+    return value
+
+
+class BusyLoops:
+    """`with BusyLoops(n):` n processes that spin (`while True: pass`) until the block ends, killed then
+    whatever happened inside."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.procs = []
+
+    def __enter__(self):
+        import subprocess
+        import sys
+
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc):
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()

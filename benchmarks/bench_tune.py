@@ -2,16 +2,18 @@
 
 For each workload, over a reduced knob space:
 1. an exhaustive grid measures every config once: its best few are the oracle candidates;
-2. greedy, tpe and random then each run with the same trial budget (greedy's trial count);
-3. the grid's top 3, every strategy's pick and the defaults are measured again side by side,
-   interleaved (A B C A B C ...) for `--rounds` rounds, each run in a fresh trial process.
+2. greedy (by paired comparisons), tpe and random then each run with the same budget of trial
+   processes (greedy's count, each paired comparison counting both of its arms);
+3. the grid's top 3 and every strategy's pick are each compared with the defaults the way greedy
+   decides, in alternation (`torchpace.trial.pair.run_pair`), `--rounds` times, interleaved.
 
-Every figure scored comes from step 3 (median of the rounds): the best of 25-55 single grid
-measurements is biased upward on a noisy host (the winner's curse), so neither the oracle nor a
-strategy's pick is scored on a lucky single run. The oracle is the best re-measured config.
-Printed per workload: picked / oracle, trials used, wall time, and tuned / default speedup.
-Targets: greedy >= 0.95 of the oracle with <= 30% of the oracle's trials, and greedy beats or ties
-tpe and random on at least 2 of 3 workloads.
+Every figure scored comes from step 3 (the median of a config's paired ratios over the defaults):
+the best of 25-55 single grid measurements is biased upward on a noisy host (the winner's curse), so
+neither the oracle nor a strategy's pick is scored on a lucky single run. The oracle is the config
+with the highest re-measured ratio. Printed per workload: picked / oracle, trial processes used,
+wall time, and tuned / default speedup. Targets: greedy >= 0.95 of the oracle with <= 30% of the
+grid's trial processes, and greedy beats or ties tpe and random on at least 2 of 3 workloads.
+`--busy N` runs N processes that spin for the whole benchmark (another user's jobs).
 
 `--keep DIR` keeps every study (SQLite), each strategy's torchpace.toml and `results.json`
 (all single and re-measured figures) under DIR. `--grid-from DIR` takes the grid's single runs from
@@ -36,12 +38,13 @@ from rich.console import Console
 from rich.progress import Progress
 
 from torchpace.host import probe_host
-from torchpace.trial import TrialSpec, run_trial
+from torchpace.trial import TrialSpec
+from torchpace.trial.pair import PairOptions, run_pair
 from torchpace.tune.space import build_space
 from torchpace.tune.tuner import TuneOptions, Tuner
 from torchpace.workload import load_workload
 
-from _args import count, seconds
+from _args import BusyLoops, busy, count, seconds
 
 SPACES = {
     "tabular": {"threads.intra_op", "data.num_workers", "precision.amp", "optimizer.impl"},
@@ -74,18 +77,38 @@ def run_strategy(workload, strategy, knobs, max_trials, trial_time_s, guard_step
 
 
 def remeasure(workload, configs: dict[str, dict], rounds, trial_time_s, host, progress) -> dict[str, list[float]]:
-    """Each config measured `rounds` times, interleaved, each run in its own trial process (0 for a failed run)."""
+    """Each config's speedup over the defaults: compared with them in alternation, `rounds` times, the
+    configs interleaved (0 for a failed comparison; the defaults themselves are 1)."""
     figures: dict[str, list[float]] = {key: [] for key in configs}
-    task = progress.add_task(f"{workload}: re-measuring {len(configs)} configs", total=rounds * len(configs))
+    task = progress.add_task(f"{workload}: comparing {len(configs)} configs with the defaults", total=rounds * len(configs))
     keys = list(configs)
+    defaults = TrialSpec(workload=workload, config={}, max_time_s=trial_time_s)
     for round_index in range(rounds):
         for key in keys[round_index % len(keys):] + keys[:round_index % len(keys)]:
-            spec = TrialSpec(workload=workload, config=configs[key], max_time_s=trial_time_s)
-            result = run_trial(spec, host, timeout_s=trial_time_s * 3 + 60)
-            figures[key].append(((result.bench or {}).get("samples_per_s") or 0.0) if result.status == "ok" else 0.0)
+            if not configs[key]:
+                figures[key].append(1.0)
+            else:
+                spec = TrialSpec(workload=workload, config=configs[key], max_time_s=trial_time_s)
+                pair = run_pair(defaults, spec, host, timeout_s=trial_time_s * 3 + 60, options=PairOptions(rounds_s=trial_time_s))
+                figures[key].append(pair.summary.median if pair.ok else 0.0)
             progress.advance(task)
     progress.remove_task(task)
     return figures
+
+
+def trial_processes(outcome) -> int:
+    """Trial processes a tune ran: a trial measured alone is one, a paired comparison two (alternating) or
+    its separate runs (sequential)."""
+    count = 0
+    for trial in outcome.trials:
+        pair = trial.get("pair")
+        if not pair:
+            count += 1
+        elif pair.get("mode") == "sequential":
+            count += len(pair.get("ratios") or []) * 2 + 1
+        else:
+            count += 2
+    return count
 
 
 def earlier_grid(workload, grid_from: Path, workdir: Path):
@@ -119,27 +142,27 @@ def bench_workload(workload, args, workdir: Path, host, progress) -> dict:
     for strategy in STRATEGIES:
         outcome, wall_s = run_strategy(workload, strategy, space, greedy_trials, args.trial_time, args.guard_steps,
                                        workdir, host, progress)
-        greedy_trials = greedy_trials or len(outcome.trials)
+        greedy_trials = greedy_trials or trial_processes(outcome)
         runs[strategy] = {"outcome": outcome, "wall_s": wall_s}
     top = sorted(single, key=single.get, reverse=True)[:GRID_TOP]
     configs = {key: json.loads(key) for key in [_key({}), *top, *(_key(r["outcome"].best_config) for r in runs.values())]}
     figures = remeasure(workload, configs, args.rounds, args.trial_time, host, progress)
     median = {key: statistics.median(values) for key, values in figures.items()}
     oracle_key = max(configs, key=median.get)
-    oracle, default = median[oracle_key], median[_key({})]
-    if not oracle or not default:
-        raise SystemExit(f"{workload}: every re-measurement of {'the defaults' if oracle else 'every config'} failed; "
-                         f"see the trial errors (run again with --keep DIR to keep the studies)")
+    oracle = median[oracle_key]
+    if not oracle:
+        raise SystemExit(f"{workload}: every comparison with the defaults failed; see the trial errors "
+                         "(run again with --keep DIR to keep the studies)")
     rows = []
     for name, run in runs.items():
         key = _key(run["outcome"].best_config)
-        rows.append({"strategy": name, "picked_over_oracle": median[key] / oracle, "trials": len(run["outcome"].trials),
-                     "wall_s": run["wall_s"], "tuned_over_default": median[key] / default,
+        rows.append({"strategy": name, "picked_over_oracle": median[key] / oracle, "trials": trial_processes(run["outcome"]),
+                     "wall_s": run["wall_s"], "tuned_over_default": median[key],
                      "picked": run["outcome"].best_config, "picked_single_samples_per_s": single.get(key),
                      "picked_remeasured": figures[key], "decisions": run["outcome"].extras.get("decisions"),
                      "trial_figures": [(t["slot"], t["config"], t["status"], t["samples_per_s"]) for t in run["outcome"].trials]})
-    return {"workload": workload, "rows": rows, "oracle_config": configs[oracle_key], "oracle_samples_per_s": oracle,
-            "default_samples_per_s": default, "grid_trials": len(grid.trials), "greedy_trials": greedy_trials,
+    return {"workload": workload, "rows": rows, "oracle_config": configs[oracle_key], "oracle_speedup": oracle,
+            "grid_trials": len(grid.trials), "greedy_trials": greedy_trials,
             "grid_top": [{"config": configs[k], "single": single[k], "remeasured": figures[k]} for k in top]}
 
 
@@ -148,11 +171,11 @@ def print_workload(console, result: dict) -> None:
         console.print(f"{result['workload']:9} {row['strategy']:8} {row['picked_over_oracle']:>13.3f} {row['trials']:>6} "
                       f"{row['wall_s']:>7.0f} {row['tuned_over_default']:>13.2f}  {row['picked']}", highlight=False)
     for entry in result["grid_top"]:
-        console.print(f"{'':9} grid top: single {entry['single']:>9,.0f}/s, re-measured "
-                      f"{statistics.median(entry['remeasured']):>9,.0f}/s  {entry['config']}", highlight=False)
-    console.print(f"{result['workload']:9} oracle (best re-measured) {result['oracle_samples_per_s']:,.0f}/s "
+        console.print(f"{'':9} grid top: single {entry['single']:>9,.0f}/s, compared with the defaults "
+                      f"{statistics.median(entry['remeasured']):>6.2f}x  {entry['config']}", highlight=False)
+    console.print(f"{result['workload']:9} oracle (best compared with the defaults) {result['oracle_speedup']:.2f}x "
                   f"{result['oracle_config']}; greedy used {result['greedy_trials'] / result['grid_trials']:.0%} "
-                  f"of the oracle's trials", highlight=False)
+                  f"of the grid's trial processes", highlight=False)
 
 
 def greedy_wins(result: dict) -> bool:
@@ -165,7 +188,9 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=list(SPACES), choices=list(SPACES))
     parser.add_argument("--trial-time", type=seconds, default=6.0, help="each trial's bench cap, seconds")
     parser.add_argument("--guard-steps", type=count, default=10)
-    parser.add_argument("--rounds", type=count, default=3, help="interleaved re-measurement rounds of the scored configs")
+    parser.add_argument("--rounds", type=count, default=2,
+                        help="comparisons with the defaults of each scored config, interleaved")
+    parser.add_argument("--busy", type=busy, default=0, metavar="N", help="processes that spin meanwhile (0-8)")
     parser.add_argument("--keep", type=Path, help="keep the studies, torchpace.toml files and results.json here")
     parser.add_argument("--grid-from", type=Path, help="an earlier --keep DIR: take the grid's single runs from it")
     args = parser.parse_args()
@@ -181,7 +206,7 @@ def main() -> None:
     host = probe_host()
     console.print(f"{'workload':9} {'strategy':8} {'picked/oracle':>13} {'trials':>6} {'wall s':>7} {'tuned/default':>13}  picked config")
     results = []
-    with ExitStack() as stack, Progress(console=console, transient=True) as progress:
+    with ExitStack() as stack, BusyLoops(args.busy), Progress(console=console, transient=True) as progress:
         root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         for workload in args.workloads:
             workdir = root / workload
@@ -193,7 +218,8 @@ def main() -> None:
             (args.keep / "results.json").write_text(json.dumps(results, indent=2, default=str))
     wins = sum(greedy_wins(r) for r in results)
     console.print(f"greedy beat or tied (within {WIN_TOLERANCE:.0%}) tpe and random on {wins} of {len(results)} workloads; "
-                  f"figures are medians of {args.rounds} interleaved re-measurements")
+                  f"figures are medians of {args.rounds} interleaved comparisons with the defaults, in alternation"
+                  + (f", beside {args.busy} busy process(es)" if args.busy else ""))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
-from _args import count, seconds  # noqa: E402
+from _args import busy, count, seconds  # noqa: E402
 
 
 @pytest.mark.parametrize("text", ["nan", "inf", "-inf", "0", "-2", "", "ten"])
@@ -29,8 +29,15 @@ def test_a_count_is_a_whole_number_of_at_least_one(text):
         count(text)
 
 
+@pytest.mark.parametrize("text", ["-1", "9", "1.5", "two", ""])
+def test_busy_processes_are_a_whole_number_from_0_to_8(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="from 0 to 8"):
+        busy(text)
+
+
 def test_valid_values_pass():
     assert seconds("0.25") == 0.25 and seconds("1e3") == 1000.0 and count("3") == 3
+    assert busy("0") == 0 and busy("2") == 2
 
 
 def test_no_benchmark_takes_a_bare_float_or_int():

@@ -97,3 +97,18 @@ def _arms_taking_turns(pid: int, within_s: float) -> list[psutil.Process]:
             return arms
         time.sleep(0.1)
     raise AssertionError("the arms never took turns")
+
+
+def test_which_configs_the_arms_run(tmp_path):
+    from torchpace.cli.compare import build_pair
+
+    one, two = tmp_path / "one.toml", tmp_path / "two.toml"
+    one.write_text('schema_version = 1\n[knobs]\n"data.num_workers" = 1\n')
+    two.write_text('schema_version = 1\n[knobs]\n"data.num_workers" = 2\n')
+    values = lambda pair: tuple(dict(config.values) for config in pair)  # noqa: E731
+    assert values(build_pair((), ("data.pin_memory=true",))) == ({}, {"data.pin_memory": True})
+    assert values(build_pair((str(one),), ())) == ({}, {"data.num_workers": 1})  # a config alone: against the defaults
+    assert values(build_pair((str(one),), ("data.pin_memory=true",))) == (
+        {"data.num_workers": 1}, {"data.num_workers": 1, "data.pin_memory": True})
+    assert values(build_pair((str(one), str(two)), ())) == ({"data.num_workers": 1}, {"data.num_workers": 2})
+    assert values(build_pair((), ())) == ({}, {})  # the defaults against themselves

@@ -29,7 +29,7 @@ def _by_slot(outcome):
 
 def test_int8_candidate_beyond_tolerance_is_rejected_with_its_figures(latency_tune):
     outcome, _ = latency_tune
-    trial = _by_slot(outcome)["cand:inference.quantize=dynamic_int8"]
+    trial = _by_slot(outcome)["pair:inference.quantize=dynamic_int8"]
     assert trial["status"] == "guard" and trial["guard"] == "fail"
     assert trial["accuracy"]["top1_agreement"] < 0.5 and trial["accuracy"]["max_rel_err"] > 0.05
     assert "rejected: max abs err" in trial["error"] and "top-1 agreement" in trial["error"]
@@ -39,9 +39,9 @@ def test_int8_candidate_beyond_tolerance_is_rejected_with_its_figures(latency_tu
 def test_export_format_that_fails_records_the_exporters_error_and_the_search_goes_on(latency_tune):
     outcome, _ = latency_tune
     slots = _by_slot(outcome)
-    assert slots["cand:inference.export=torch_export"]["status"] == "invalid"
-    assert "torch.export failed for this model: GuardOnDataDependentSymNode" in slots["cand:inference.export=torch_export"]["error"]
-    assert slots["cand:inference.export=torchscript"]["status"] == "ok"
+    assert slots["pair:inference.export=torch_export"]["status"] == "invalid"
+    assert "torch.export failed for this model: GuardOnDataDependentSymNode" in slots["pair:inference.export=torch_export"]["error"]
+    assert slots["pair:inference.export=torchscript"]["status"] == "ok"
     assert outcome.stopped == "done"
 
 

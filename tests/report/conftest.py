@@ -18,7 +18,7 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 
 STUDY = "report-tiny"
 WORKLOAD = "raises_with_two_workers"
-EXPECTED_STATUSES = {"baseline": "ok", "baseline#2": "ok", "cand:data.num_workers=1": "ok", "cand:data.num_workers=2": "crash"}
+EXPECTED_STATUSES = {"baseline": "ok", "noise": "ok", "pair:data.num_workers=1": "ok", "pair:data.num_workers=2": "crash"}
 _TUNE_TIMEOUT_S = 600
 
 
@@ -53,11 +53,11 @@ def tuned_study(tmp_path_factory, host) -> TunedStudy:
     outcome = json.loads(done.stdout)
     statuses = {t["slot"]: t["status"] for t in outcome["trials"]}
     seen = "\n".join(f"{t['slot']}: {t['status']} {(t.get('error') or '')[-600:]}" for t in outcome["trials"])
-    # a candidate measured again (its first run unsettled, or its gain not clear against the noise) adds
-    # `confirm` slots: the same study for these tests
+    # a candidate compared again (its first comparison unsettled, or its CI reaching 1) adds a `confirm-pair`
+    # slot, and a kept one the `final` comparison with the defaults: the same study for these tests
     extra = {slot: status for slot, status in statuses.items() if slot not in EXPECTED_STATUSES}
     assert {slot: statuses.get(slot) for slot in EXPECTED_STATUSES} == EXPECTED_STATUSES and all(
-        slot.startswith("confirm") and status == "ok" for slot, status in extra.items()), \
+        slot.startswith(("confirm-pair:", "final")) and status == "ok" for slot, status in extra.items()), \
         f"{seen}\nfailed_baseline: {outcome.get('failed_baseline')}\n{done.stderr[-2000:]}"
     return TunedStudy(db, STUDY, outcome, report, done.stderr, host.summary())
 

@@ -94,8 +94,13 @@ def test_a_real_study_renders_every_chart_as_inline_svg(study_report, tuned_stud
 
 
 def test_toml_json_and_report_show_the_same_figures_by_one_stated_definition(study_report, tuned_study):
-    """Baseline, tuned, their CIs and the speedup agree in torchpace.toml, `tune --json` and the report
-    (built again from the stored study), each figure inside its own CI, the speedup their shown ratio."""
+    """Baseline, tuned, their CIs, the speedup with its CI and source, and every decision's ratio with its
+    CI agree in torchpace.toml, `tune --json` and the report (built again from the stored study), each
+    figure inside its own CI, by the paired definition each states."""
+    from markupsafe import escape
+
+    from torchpace.tune.figures import PAIRED_FIGURES_NOTE, SPEEDUP_FROM_FINAL, comparison
+
     toml = load_config(tuned_study.db.parent / "torchpace.toml").result
     live = tuned_study.outcome
     stored = load_report_data(str(tuned_study.db)).tune
@@ -104,14 +109,30 @@ def test_toml_json_and_report_show_the_same_figures_by_one_stated_definition(stu
             assert row["samples_per_s_ci_low"] <= row["samples_per_s"] <= row["samples_per_s_ci_high"]
             assert (row["samples_per_s"], row["samples_per_s_ci_low"], row["samples_per_s_ci_high"]) == pytest.approx(
                 (toml[f"{prefix}_samples_per_s"], toml[f"{prefix}_ci_low"], toml[f"{prefix}_ci_high"]))
-        assert outcome["speedup"] == pytest.approx(outcome["best"]["samples_per_s"] / outcome["baseline"]["samples_per_s"])
         assert outcome["speedup"] == pytest.approx(toml["speedup"])
-        assert outcome["extras"]["figures"] == toml["figures"]
+        assert outcome["extras"]["figures"] == toml["figures"] == PAIRED_FIGURES_NOTE
+        speedup = outcome["extras"]["speedup"]
+        assert speedup["speedup_from"] == toml["speedup_from"]
+        if speedup["speedup_from"] == SPEEDUP_FROM_FINAL:  # a kept change: the final comparison's ratio and CI
+            final = comparison(next(t for t in outcome["trials"] if t["slot"] == "final"))
+            assert (outcome["speedup"], toml["speedup_ci_low"], toml["speedup_ci_high"]) == pytest.approx(
+                (final["ratio"], final["ratio_ci_low"], final["ratio_ci_high"]))
+            assert toml["speedup_ci_low"] <= outcome["speedup"] <= toml["speedup_ci_high"]
+        else:  # nothing kept: the defaults are the tuned config
+            assert outcome["speedup"] == 1.0 and outcome["best_config"] == {}
+        judged = [d for d in outcome["extras"]["decisions"] if d["ratio"] is not None]
+        # TOML keeps a float's repr: the same numbers, not close ones
+        assert judged and [(d["knob"], d["ratio"], d["ratio_ci_low"], d["ratio_ci_high"], d["rounds"]) for d in judged] == \
+            [(d["knob"], d["ratio"], d["ratio_ci_low"], d["ratio_ci_high"], d["rounds"]) for d in toml["decisions"]]
+        assert all(d["ratio_ci_low"] <= d["ratio"] <= d["ratio_ci_high"] for d in judged)
     html = study_report.read_text()
     for row in (live["baseline"], live["best"]):
         shown = f"{row['samples_per_s']:,.0f} [{row['samples_per_s_ci_low']:,.0f}, {row['samples_per_s_ci_high']:,.0f}]"
         assert shown in html
-    assert f"{live['speedup']:.2f}×" in html and "speedup = tuned / baseline samples/s, as shown" in html
+    assert f"{live['speedup']:.2f}×" in html and escape(PAIRED_FIGURES_NOTE) in html
+    for decision in live["extras"]["decisions"]:
+        if decision["ratio"] is not None:
+            assert f"{decision['ratio']:.2f}× [{decision['ratio_ci_low']:.2f}, {decision['ratio_ci_high']:.2f}]" in html
 
 
 def test_the_study_report_shows_host_doctor_decisions_and_the_guard(study_report, tuned_study):

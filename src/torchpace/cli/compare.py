@@ -13,9 +13,10 @@ from torchpace.errors import UsageError
 @click.command("compare", cls=ScriptVerb)
 @workload_argument
 @click.option("--config", "config_paths", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
-              help="A's config (a torchpace.toml); given twice, the second is B's. Default: A is PyTorch's defaults.")
+              help="A config (a torchpace.toml). Alone, it is B against the defaults; with --set, it is A and B is it "
+                   "with the --set; given twice, A then B.")
 @click.option("--set", "assignments", multiple=True, metavar="KNOB=VALUE",
-              help="Set a knob in B (repeatable), over B's config (A's when only one --config is given).")
+              help="Set a knob in B (repeatable), over B's config.")
 @click.option("--max-time", "max_time_s", type=SECONDS, default=30.0, show_default=True,
               help="Seconds of rounds (both arms' turns together); each arm's warm-up comes before, alone.")
 @click.option("--sequential", is_flag=True,
@@ -33,7 +34,8 @@ def command(workload, config_paths, assignments, max_time_s, sequential, device,
     \b
     torchpace compare --set precision.amp=bf16                     # bf16 vs the defaults, on `tabular`
     torchpace compare --set data.num_workers=2 -- python train.py  # on your script
-    torchpace compare --config a.toml --config b.toml vision       # two tuned configs
+    torchpace compare --config torchpace.toml                      # a tuned config vs the defaults
+    torchpace compare --config a.toml --config b.toml vision       # two configs
     """
     from torchpace.compare.render import render_comparison
     from torchpace.compare.run import CompareOptions, compare
@@ -53,10 +55,21 @@ def command(workload, config_paths, assignments, max_time_s, sequential, device,
 
 
 def build_pair(config_paths: tuple[str, ...], assignments: tuple[str, ...]):
-    """(A, B): A from the first --config (else the defaults); B from the second (else A), with --set over it."""
+    """(A, B) from the --config files and the --set assignments:
+
+    - two configs: A and B, with --set over B;
+    - one config and --set: A is the config, B the config with --set;
+    - one config alone: A is PyTorch's defaults and B the config ("is my tuned config faster?");
+    - no config: A is the defaults, B the defaults with --set (the defaults against themselves without).
+    """
     from torchpace.config import RunConfig, load_config, parse_assignments
 
     configs = [load_config(path) for path in config_paths]
-    config_a = configs[0] if configs else RunConfig()
-    base_b = configs[1] if len(configs) > 1 else config_a
-    return config_a, base_b.with_values(**parse_assignments(list(assignments)))
+    changes = parse_assignments(list(assignments))
+    if len(configs) == 2:
+        config_a, base_b = configs
+    elif len(configs) == 1 and not changes:
+        config_a, base_b = RunConfig(), configs[0]
+    else:
+        config_a = base_b = configs[0] if configs else RunConfig()
+    return config_a, base_b.with_values(**changes)

@@ -203,7 +203,24 @@ def tune_view(tune: Mapping[str, Any]) -> dict[str, Any]:
         "same_config_note": same_config_note(baseline, tuned, tune.get("best_config")),
         "figures_note": (tune.get("extras") or {}).get("figures"),
         "contention_note": ((tune.get("extras") or {}).get("other_load") or {}).get("note"),
+        "paired": paired_view(tune),
     }
+
+
+def paired_view(tune: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A paired study's speedup with its CI and source, and its A/A noise band (None for other studies)."""
+    from torchpace.tune.render import ratio_text
+
+    extras = tune.get("extras") or {}
+    speedup = extras.get("speedup")
+    if not speedup:
+        return None
+    noise = extras.get("noise")
+    return {"speedup": ratio_text(tune.get("speedup"), speedup.get("speedup_ci_low"), speedup.get("speedup_ci_high"),
+                                  speedup.get("speedup_rounds")).replace("x", "×", 1),
+            "source": speedup.get("speedup_from"), "load_note": speedup.get("load_note"),
+            "noise": ratio_text(noise["ratio"], noise["ratio_ci_low"], noise["ratio_ci_high"], noise["rounds"]).replace("x", "×", 1)
+            if noise else None}
 
 
 def same_config_note(baseline: Mapping[str, Any] | None, tuned: Mapping[str, Any] | None,
@@ -220,18 +237,27 @@ def same_config_note(baseline: Mapping[str, Any] | None, tuned: Mapping[str, Any
 
 
 def accepted_row(a: Mapping[str, Any]) -> dict[str, str]:
-    """One row of the accepted-change (waterfall) table."""
+    """One row of the accepted-change (waterfall) table; a paired step's gain with its CI."""
+    from torchpace.tune.render import ratio_text
+
+    gain = ratio_text(a["step_gain"], a.get("step_gain_ci_low"), a.get("step_gain_ci_high"), a.get("rounds"))
     return {"change": f"+ {a['knob']} = {format_value(a['value'])}", "stage": str(a.get("stage") or ""),
-            "sps": format_sps_ci(a), "step_gain": f"{a['step_gain']:.2f}×", "speedup": f"{a['speedup']:.2f}×",
-            "memory": format_bytes(a.get("peak_memory_bytes")), "reason": str(a.get("reason") or "")}
+            "sps": format_sps_ci(a), "step_gain": gain.replace("x", "×", 1), "speedup": f"{a['speedup']:.2f}×",
+            "memory": format_bytes(a.get("peak_memory_bytes")), "reason": str(a.get("reason") or ""),
+            "load_note": a.get("load_note")}
 
 
 def decision_row(d: Mapping[str, Any]) -> dict[str, str]:
-    """One knob the greedy search decided on: accepted value or rejected, and why."""
+    """One knob the greedy search decided on: accepted value or rejected (or not judged), the deciding
+    comparison's ratio with its CI, and why."""
+    from torchpace.tune.render import ratio_text
+
     accepted = d.get("accepted_value") is not None
-    return {"stage": str(d.get("stage") or ""), "knob": str(d.get("knob")),
-            "outcome": f"accepted = {format_value(d['accepted_value'])}" if accepted else "kept default",
-            "accepted": accepted, "reason": str(d.get("reason") or "")}
+    outcome = f"accepted = {format_value(d['accepted_value'])}" if accepted else \
+        "kept default" if d.get("judged", True) else "not judged"
+    return {"stage": str(d.get("stage") or ""), "knob": str(d.get("knob")), "outcome": outcome, "accepted": accepted,
+            "ratio": ratio_text(d.get("ratio"), d.get("ratio_ci_low"), d.get("ratio_ci_high"), d.get("rounds")).replace("x", "×", 1),
+            "reason": str(d.get("reason") or ""), "load_note": d.get("load_note")}
 
 
 def trial_row(t: Mapping[str, Any], base_sps: float | None) -> dict[str, Any]:

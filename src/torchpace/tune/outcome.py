@@ -328,17 +328,15 @@ def _paired_changes(decisions: list[dict], rows: list[dict]) -> list[dict]:
 
 
 def _arm_figure(row: dict, reference: bool) -> dict[str, Any]:
-    """One arm's figure in a comparison row: the reference arm's (A) or the candidate's (B, the row's own)."""
+    """One arm's figures in a comparison row: the candidate's (B, the row's own) or the reference arm's (A),
+    under the row's names."""
     if not reference:
-        return {"objective_value": row["objective_value"]}
+        return {}
     pair = row["pair"]
-    windows = pair.get("reference_window_samples_per_s") or []
-    figure = pair.get("reference_samples_per_s") if row.get("throughput_unit") == "samples" else pair.get("reference_value")
-    ci = config_figure([{"config": {}, "status": "ok", "samples_per_s": figure, "window_samples_per_s": windows}], {}) \
-        if windows and figure is not None else None
-    return {"samples_per_s": figure, "objective_value": pair.get("reference_value"),
-            "samples_per_s_ci_low": (ci or {}).get("samples_per_s_ci_low"),
-            "samples_per_s_ci_high": (ci or {}).get("samples_per_s_ci_high")}
+    bench = pair.get("reference_bench") or {}
+    return {**throughput_columns(bench), "ci_rel_halfwidth": bench.get("ci_rel_halfwidth"),
+            "window_samples_per_s": bench.get("window_samples_per_s") or [], "peak_memory_bytes": bench.get("peak_memory_bytes"),
+            **{key: bench.get(key) for key in _LATENCY_KEYS}, "objective_value": pair.get("reference_value")}
 
 
 def _arm_figure_of(change: dict) -> dict[str, Any]:

@@ -352,7 +352,8 @@ def _not_judged(knob: KnobSpace, records: list[Record]) -> Decision:
     if all(r.status == "ok" and r.guard_ok is False for r in records):
         reason, judged = "rejected: every value failed the convergence guard", True
     else:
-        statuses = ", ".join(sorted({r.status if r.status != "ok" else "guard" for r in records}))
+        statuses = ", ".join(sorted({r.status if r.status != "ok" else "guard" if r.guard_ok is False else "no round"
+                                     for r in records}))
         reason, judged = f"not judged: no value could be compared ({statuses})", False
     return Decision(knob.stage, knob.name, None, None, None, _NOISE_FLOOR, reason, judged=judged)
 

@@ -155,7 +155,8 @@ def baseline_info(infos) -> dict[str, Any]:
     `guard_cannot_judge` says why.
     """
     first = next((i for _, i in infos if i.get("slot") == "baseline" and i.get("status") == "ok"), {})
-    again = next((i for _, i in infos if i.get("slot") == "baseline#2" and i.get("status") == "ok"), {})
+    # the defaults run again: the A/A comparison's (paired studies), or the second baseline (studies tuned before)
+    again = next((i for _, i in infos if i.get("slot") in ("noise", "baseline#2") and i.get("status") == "ok"), {})
     why = guard_cannot_judge(first, again) if first and again else None
     return {**first, "guard_losses": [], "guard_metric": None, "guard_cannot_judge": why} if why else first
 
@@ -203,5 +204,5 @@ def _pair_fields(info: dict) -> dict[str, Any]:
     load = [v for v in (pair.get("other_load_a"), pair.get("other_load_b")) if v is not None]
     return {"reference": dict(info["reference"]), "ratios": tuple(pair.get("ratios") or ()),
             "reference_samples_per_s": pair.get("reference_value"),
-            "reference_warmup_converged": pair.get("reference_warmup_converged"), "mode": pair.get("mode"),
+            "reference_warmup_converged": (pair.get("reference_bench") or {}).get("warmup_converged"), "mode": pair.get("mode"),
             "other_load_cores": max(load) if load else None}

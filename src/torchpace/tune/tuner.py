@@ -25,6 +25,12 @@ _WAIT_POLL_S = 2.0  # how often a waiting worker looks for a free trial
 _TRIAL_TIMEOUT_FACTOR = 3.0  # a trial may take this many times its bench cap (guard steps, compile)
 _TRIAL_TIMEOUT_MARGIN_S = 60.0
 _STORED_STDERR_CHARS = 1500
+# what a paired comparison keeps of its reference arm's bench (the candidate's is the trial's own)
+_REFERENCE_FIGURES = ("samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high", "ci_rel_halfwidth",
+                      "window_samples_per_s", "steps_per_s", "steps_per_s_ci_low", "steps_per_s_ci_high", "windows",
+                      "warmup_converged", "peak_memory_bytes", "latency_p50_s", "latency_p90_s", "latency_p99_s",
+                      "latency_p50_ci_low_s", "latency_p50_ci_high_s", "latency_ci_rel_halfwidth", "model_size_bytes",
+                      "other_load_cores")
 
 
 @dataclass(frozen=True)
@@ -323,9 +329,8 @@ class Tuner:
             **ratio_fields(pair.summary), "other_load_a": pair.other_load_a, "other_load_b": pair.other_load_b,
             "usable_cores": pair.usable_cores, "wall_time_s": pair.wall_time_s,
             "reference_status": pair.a.status, "reference_error": pair.a.error[-_STORED_STDERR_CHARS:],
-            "reference_value": ref_value, "reference_warmup_converged": (pair.a.bench or {}).get("warmup_converged"),
-            "reference_samples_per_s": (pair.a.bench or {}).get("samples_per_s"),
-            "reference_window_samples_per_s": (pair.a.bench or {}).get("window_samples_per_s") or [],
+            "reference_value": ref_value,
+            "reference_bench": {key: (pair.a.bench or {}).get(key) for key in _REFERENCE_FIGURES} if pair.a.bench else None,
         }
         return stored
 

@@ -1,0 +1,129 @@
+"""Paired comparisons against comparing two separate runs (run: `make bench-compare`, `ARGS="--busy 2"`).
+
+Each case asks "is B faster than A?" `--repeats` times, two ways, interleaved:
+
+- paired (`torchpace compare`): A and B as two trial processes taking turns on the host, the median of
+  the per-round ratios with its 95% CI (`torchpace.trial.pair.run_pair`);
+- separate (the method before): A measured, then B measured, each a trial process of its own, the
+  ratio of their two figures (each with its own CI).
+
+The cases: `aa` (tabular against itself: the ratio should be 1, and its CI should contain 1 and be
+narrow), `workers` (a loader whose items sleep, 1 DataLoader worker against 2: a 2x effect that
+does not depend on the CPU), `threads` (tabular with 2 intra-op threads against 1: an effect that
+depends on how many cores other processes leave free). `--busy N` runs N processes that spin
+(`while True: pass`) for the whole benchmark, as another user's jobs would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from torchpace.host import probe_host
+from torchpace.trial.pair import PairOptions, run_pair
+from torchpace.trial.protocol import TrialSpec
+from torchpace.trial.runner import run_trial
+
+from _args import BusyLoops, busy, count, seconds
+
+HERE = Path(__file__).resolve().parent
+SLEEPY = f"{HERE / 'compare_workloads.py'}:sleepy_loader"
+CASES = {
+    "aa": ("tabular", {}, {}, (1.0, 1.0)),
+    "workers": (SLEEPY, {"data.num_workers": 1}, {"data.num_workers": 2}, (1.8, 2.2)),
+    "threads": ("tabular", {"threads.intra_op": 2}, {"threads.intra_op": 1}, None),
+}
+
+
+def paired(workload: str, a: dict, b: dict, max_time_s: float, host) -> dict:
+    spec_a = TrialSpec(workload=workload, config=a, max_time_s=max_time_s)
+    spec_b = TrialSpec(workload=workload, config=b, max_time_s=max_time_s)
+    pair = run_pair(spec_a, spec_b, host, timeout_s=3 * max_time_s + 120, options=PairOptions(rounds_s=max_time_s))
+    s = pair.summary
+    loads = [x for x in (pair.other_load_a, pair.other_load_b) if x is not None]
+    return {"ok": pair.ok, "ratio": s.median if s else None, "low": s.ci_low if s else None, "high": s.ci_high if s else None,
+            "rounds": s.n if s else 0, "load": max(loads) if loads else None, "wall_s": pair.wall_time_s}
+
+
+def separate(workload: str, a: dict, b: dict, max_time_s: float, host) -> dict:
+    """The method before: A alone, then B alone, each for the same time a paired arm gets."""
+    started = time.perf_counter()
+    results = [run_trial(TrialSpec(workload=workload, config=config, max_time_s=max_time_s), host,
+                         timeout_s=max_time_s + 120) for config in (a, b)]
+    if not all(r.ok for r in results):
+        return {"ok": False, "ratio": None, "wall_s": time.perf_counter() - started}
+    fa, fb = (r.bench["samples_per_s"] for r in results)
+    ca, cb = (r.bench["ci_rel_halfwidth"] for r in results)
+    loads = [r.bench.get("other_load_cores") for r in results if r.bench.get("other_load_cores") is not None]
+    return {"ok": True, "ratio": fb / fa, "ci_rel": ca + cb, "load": max(loads) if loads else None,
+            "wall_s": time.perf_counter() - started}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="aa,workers,threads", help="comma-separated: " + ", ".join(CASES))
+    parser.add_argument("--repeats", type=count, default=3)
+    parser.add_argument("--max-time", type=seconds, default=20.0, help="seconds of rounds per comparison")
+    parser.add_argument("--busy", type=busy, default=0, metavar="N", help="processes that spin meanwhile (0-8)")
+    args = parser.parse_args(argv)
+    cases = [c.strip() for c in args.cases.split(",")]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        parser.error(f"--cases: unknown {unknown}; valid: {', '.join(CASES)}")
+    host = probe_host()
+    with BusyLoops(args.busy):
+        print(f"# bench-compare: {args.repeats} repeats, {args.max_time:g} s of rounds, {args.busy} busy process(es), "
+              f"{host.usable_cores} usable cores")
+        for case in cases:
+            run_case(case, args, host)
+    return 0
+
+
+def run_case(case: str, args, host) -> None:
+    workload, a, b, band = CASES[case]
+    print(f"\n## {case}: B {b or 'defaults'} / A {a or 'defaults'}" + (f"  (expected {band[0]:g}-{band[1]:g})" if band else ""))
+    paired_runs, separate_runs = [], []
+    for repeat in range(args.repeats):  # interleaved: paired, separate, paired, separate ...
+        p = paired(workload, a, b, args.max_time, host)
+        s = separate(workload, a, b, args.max_time, host)
+        paired_runs.append(p)
+        separate_runs.append(s)
+        print(f"  {repeat + 1}: paired {_fmt_pair(p)}   separate {_fmt_sep(s)}", flush=True)
+    ratios = [p["ratio"] for p in paired_runs if p["ratio"]]
+    seps = [s["ratio"] for s in separate_runs if s["ratio"]]
+    if ratios:
+        print(f"  paired: median ratio {statistics.median(ratios):.3f}, spread over repeats "
+              f"{min(ratios):.3f}-{max(ratios):.3f}, mean CI half-width "
+              f"{statistics.fmean((p['high'] - p['low']) / 2 / p['ratio'] for p in paired_runs if p['ratio']):.1%}")
+        if band:
+            inside = sum(1 for p in paired_runs if p["ratio"] and _meets(p, band))
+            print(f"  paired meets the bar in {inside} of {len(paired_runs)}")
+    if seps:
+        print(f"  separate: median ratio {statistics.median(seps):.3f}, spread over repeats {min(seps):.3f}-{max(seps):.3f}")
+
+
+def _meets(p: dict, band: tuple[float, float]) -> bool:
+    if band == (1.0, 1.0):  # A/A: the CI contains 1 and is within ±5%
+        return p["low"] <= 1.0 <= p["high"] and (p["high"] - p["low"]) / 2 / p["ratio"] <= 0.05
+    return band[0] <= p["ratio"] <= band[1]
+
+
+def _fmt_pair(p: dict) -> str:
+    if not p["ratio"]:
+        return "failed"
+    load = f", load {p['load']:.1f}" if p["load"] is not None else ""
+    return f"{p['ratio']:.3f} [{p['low']:.3f}, {p['high']:.3f}] {p['rounds']} rounds{load} ({p['wall_s']:.0f} s)"
+
+
+def _fmt_sep(s: dict) -> str:
+    if not s["ratio"]:
+        return "failed"
+    load = f", load {s['load']:.1f}" if s["load"] is not None else ""
+    return f"{s['ratio']:.3f} (±{s['ci_rel']:.1%} from the two CIs{load}; {s['wall_s']:.0f} s)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
