@@ -44,20 +44,29 @@ def busy(text: str) -> int:
 
 class BusyLoops:
     """`with BusyLoops(n):` n processes that spin (`while True: pass`) until the block ends, killed then
-    whatever happened inside."""
+    whatever happened inside. They are started detached (their parent exits at once), so they belong to
+    no one's process tree, as another user's jobs: torchpace counts them as other processes' load."""
 
     def __init__(self, n: int):
         self.n = n
-        self.procs = []
+        self.pids: list[int] = []
 
     def __enter__(self):
         import subprocess
         import sys
 
-        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.n)]
+        for _ in range(self.n):
+            started = subprocess.run(["sh", "-c", f'"{sys.executable}" -c "while True: pass" >/dev/null 2>&1 & echo $!'],
+                                     capture_output=True, text=True, check=True)
+            self.pids.append(int(started.stdout.strip()))
         return self
 
     def __exit__(self, *exc):
-        for proc in self.procs:
-            proc.kill()
-            proc.wait()
+        import os
+        import signal
+
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue

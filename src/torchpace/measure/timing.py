@@ -32,6 +32,7 @@ _MAX_STEPS_PER_WINDOW = 10_000  # bounds a window of a near-free step
 _SIZING_STEPS = 8  # the window is sized from the mean of the last few single steps
 _MAX_WINDOW_GROWTH = 8  # warm-up doubles a window while it is shorter than this many `window_s`
 _OVERRUN = 4  # a warm-up window that lasts this many times its plan ends early and re-sizes the next
+_TURN_OVERRUN = 2  # a paired comparison's turn ends at this many times its plan: the host slowed, the turns stay short
 
 
 @dataclass(frozen=True)
@@ -193,9 +194,12 @@ class WindowMeter:
         self._per_window = max(1, min(_MAX_STEPS_PER_WINDOW, round(self.options.window_s / step_s)))
 
     def _overran(self) -> bool:
-        """A warm-up window has run `_OVERRUN` times its planned length (checked at each step)."""
-        return (self.phase == "warmup" and
-                self.clock() - self._window_start > _OVERRUN * self._per_window * self._step_s)
+        """A warm-up window has run `_OVERRUN` times its planned length, or a turn of a paired comparison
+        `_TURN_OVERRUN` times (checked at each step): a host that slowed down mid-comparison then still
+        gives many short turns instead of a few long ones."""
+        limit = _OVERRUN if self.phase == "warmup" else _TURN_OVERRUN if self.gate is not None and self.phase == "measure" \
+            else None
+        return limit is not None and self.clock() - self._window_start > limit * self._per_window * self._step_s
 
     def _after_warmup(self, window: Window) -> None:
         previous, self._last = self._last, window
