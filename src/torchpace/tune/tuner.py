@@ -289,9 +289,9 @@ class Tuner:
         if info.get("reference") is not None:
             return self._run_pair(number, info, spec, timeout_s, cut_by_budget=remaining < cap_s)
         result = run_trial(spec, self.host, timeout_s=timeout_s)
-        return self._stored(info, result, cut_by_budget=remaining < cap_s)
+        return self._stored(number, info, result, cut_by_budget=remaining < cap_s)
 
-    def _stored(self, info: dict, result, cut_by_budget: bool) -> dict[str, Any]:
+    def _stored(self, number: int, info: dict, result, cut_by_budget: bool) -> dict[str, Any]:
         """What is stored on the Optuna trial of `result` (the candidate's, for a paired comparison)."""
         status = result.status
         if status == "timeout" and cut_by_budget:
@@ -322,7 +322,7 @@ class Tuner:
                         figure=lambda bench: objective_value(bench, self.options.objective)[0],
                         on_round=lambda rounds, summary: self.on_event("round", number=number, rounds=rounds,
                                                                        summary=summary))
-        stored = self._stored(info, pair.b, cut_by_budget)
+        stored = self._stored(number, info, pair.b, cut_by_budget)
         ref_value, _ = objective_value(pair.a.bench, self.options.objective)
         stored["pair"] = {
             "mode": pair.mode, "mode_reason": pair.mode_reason, "stopped_by": pair.stopped_by, "ratios": pair.ratios,
