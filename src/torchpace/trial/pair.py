@@ -16,7 +16,9 @@ core. `run_pair` measures the two configs (arms A and B) *in alternation* instea
    continue the same arm's own;
 4. the rounds stop when at least `min_rounds` give a 95% CI of the median ratio within
    ±`target_ci_rel` (`measure.stats.summarize`, the statistics of every other figure), or when the
-   rounds' time is spent; both arms are then told to end and write their results.
+   rounds' time is spent; each arm in turn is then told to end, and writes its result while the other
+   waits stopped (what a bench measures after its windows, such as an inference workload's batch-1
+   latency, is measured alone too).
 
 Other processes' CPU use is read between turns, while both arms are stopped, and is reported per arm
 over its own turns. Every arm is ended when the comparison ends for any reason, and a guard process
@@ -381,7 +383,7 @@ class _Rounds:
 def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_s: float) -> tuple[str, list[TrialResult]]:
     """(why the comparison stopped, when not by its own rule; each arm's result).
 
-    The rounds over, each arm is told to end and its result is read. An arm that ended by itself
+    The rounds over, each arm in turn is told to end, and its result is read once it has. An arm that ended by itself
     (`ended`) with a result, a script that finished first, ends the comparison there; one that failed,
     or reached no gate by the deadline, is that config's failure, and the other arm is not judged.
     """
@@ -390,13 +392,11 @@ def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_
         return "failed", [first if arm is ended else TrialResult(
             PARTNER, error=f"the comparison ended when the other arm failed; {_label(arm)} was not judged") for arm in arms]
     results = []
-    for arm in arms:
-        if arm is not ended:
-            arm.resume(END)
-    for arm in arms:
-        if arm is ended:
+    for arm in arms:  # one at a time: what a bench measures after its windows (an inference workload's
+        if arm is ended:  # batch-1 latency) is then measured alone too
             results.append(first)
             continue
+        arm.resume(END)
         try:
             returncode = arm.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
