@@ -64,7 +64,7 @@ bench-fleet: $(STAMP)
 	$(BIN)/python benchmarks/bench_fleet.py $(ARGS)
 
 # On a CUDA host: doctor, bench, a short tune of language and vision, profile, monitor (NVML), in
-# under 8 minutes, one table at the end. Exit 77 (skipped) on a host without CUDA.
+# under 9 minutes, one table at the end. Exit 77 (skipped) on a host without CUDA.
 gpu-check: $(STAMP)
 	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
 

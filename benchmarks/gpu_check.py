@@ -1,4 +1,4 @@
-"""`make gpu-check`: every verb once on a CUDA host, in under 8 minutes, with one table at the end.
+"""`make gpu-check`: every verb once on a CUDA host, in under 9 minutes, with one table at the end.
 
 What it runs (each step is the real `torchpace` command line in its own process, with a time cap):
 
@@ -7,7 +7,9 @@ What it runs (each step is the real `torchpace` command line in its own process,
 3. a short `tune` of each, restricted to the GPU knobs: AMP fp16/bf16, TF32 (`precision.matmul`),
    `backends.cudnn_benchmark`, `compile.mode`, pinned memory (`data.pin_memory`);
 4. `profile` of `vision` (the trace, its verdict and the GPU-idle share);
-5. `monitor` of a few seconds of CUDA matmuls, with NVML: the CSV must hold GPU utilisation.
+5. `monitor` of a few seconds of CUDA matmuls, with NVML: the CSV must hold GPU utilisation;
+6. `compare` of `language` with bf16 against the defaults: two processes on one GPU taking turns
+   (the tunes above decide this way too).
 
 Each row of the table is one step: its headline figure, `ok` or `FAIL` with the reason, and its
 seconds. A step that would start after the time box is `skipped`, never silently dropped.
@@ -17,7 +19,7 @@ Exit codes: 0 every step ok; 1 a step failed; 2 bad arguments; 77 no CUDA device
 `make gpu-check` reads it as "not applicable here", distinct from a pass (0) and a failure (1).
 
 Usage:
-    python benchmarks/gpu_check.py [--minutes 8] [--keep DIR] [--dry-run]
+    python benchmarks/gpu_check.py [--minutes 9] [--keep DIR] [--dry-run]
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ EXIT_NO_CUDA = 77  # automake/meson "skipped": see the module docstring
 _BENCH_TIME_S = "20"
 _TUNE_BUDGET = "90s"
 _TRIAL_TIME_S = "4"
+_COMPARE_TIME_S = "10"
 _GPU_KNOBS = ("precision.amp", "precision.matmul", "backends.cudnn_benchmark", "compile.mode", "data.pin_memory")
 _MONITOR_LOAD = ("import time, torch\n"
                  "x = torch.randn(4096, 4096, device='cuda')\n"
@@ -95,6 +98,12 @@ def read_tune(doc: dict[str, Any], _: Path) -> str:
     return f"{figure} with {config}; {len(doc.get('trials', []))} trials" + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
+def read_compare(doc: dict[str, Any], _: Path) -> str:
+    if doc.get("verdict") == "failed":
+        raise ValueError(doc.get("summary", "an arm failed"))
+    return f"{doc['summary']} ({doc['mode']})"[:110]
+
+
 def read_profile(doc: dict[str, Any], _: Path) -> str:
     verdict = (doc.get("verdict") or {}).get("kind", "?")
     idle = next((f.get("evidence") for f in doc.get("findings", []) if f.get("id") == "profile.gpu_idle"), "no GPU-idle finding")
@@ -121,7 +130,7 @@ def read_monitor(doc: dict[str, Any], workdir: Path) -> str:
 
 
 def plan_steps(workdir: Path) -> list[Step]:
-    """The commands of the check, in order (pure). Their caps add up to under 8 minutes."""
+    """The commands of the check, in order (pure). Their caps add up to under 9 minutes."""
     steps = [Step("doctor", ("doctor", "--json"), 45, read_doctor)]
     for workload in ("language", "vision"):
         steps.append(Step(f"bench {workload}", ("bench", workload, "--device", "cuda", "--max-time", _BENCH_TIME_S, "--json"),
@@ -136,6 +145,8 @@ def plan_steps(workdir: Path) -> list[Step]:
                                          "--json"), 60, read_profile))
     steps.append(Step("monitor (NVML)", ("monitor", "--interval", "0.5", "--csv", str(workdir / "monitor.csv"), "--no-live",
                                          "--json", "--", sys.executable, "-c", _MONITOR_LOAD), 30, read_monitor))
+    steps.append(Step("compare language", ("compare", "language", "--device", "cuda", "--set", "precision.amp=bf16",
+                                           "--max-time", _COMPARE_TIME_S, "--json"), 50, read_compare))
     return steps
 
 
@@ -200,7 +211,7 @@ def cuda_absent_reason() -> str | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=seconds, default=8.0, help="time box for every step together (default 8)")
+    parser.add_argument("--minutes", type=seconds, default=9.0, help="time box for every step together (default 9)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the studies, configs, trace and CSV in DIR")
     parser.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     args = parser.parse_args(argv)

@@ -50,6 +50,7 @@ def _answers(workdir: Path) -> dict[str, subprocess.CompletedProcess]:
         "profile": {"device": "cuda:0", "verdict": {"kind": "input-bound"},
                     "findings": [{"id": "profile.gpu_idle", "evidence": "GPU idle 41% of the step"}]},
         "monitor": {"exit_code": 0},
+        "compare": {"verdict": "faster", "mode": "alternating", "summary": "B is faster: 1.412x A (95% CI 1.390-1.430, 9 rounds)"},
     }
     return {verb: subprocess.CompletedProcess([], 0, json.dumps(doc), "") for verb, doc in docs.items()}
 
@@ -74,7 +75,7 @@ def test_the_table_has_one_row_per_step_with_its_figure_failure_or_skip(tmp_path
     assert by_name["profile vision"].status == "FAIL" and "exit 1: RuntimeError: CUPTI" in by_name["profile vision"].detail
     assert by_name["doctor"].detail.startswith("0 fail, 1 warn; 1 x NVIDIA H200")
     # steps whose cap would end past the 6-minute box are skipped, not dropped
-    assert [by_name[n].status for n in ("tune vision", "monitor (NVML)")] == ["skipped", "skipped"]
+    assert [by_name[n].status for n in ("tune vision", "monitor (NVML)", "compare language")] == ["skipped"] * 3
     assert ["tune", "vision"] not in ran and ["monitor", "--interval"] not in ran
     assert len(table.splitlines()) == len(outcomes) + 3 and "steps ok" in table.splitlines()[-1]
 
@@ -85,3 +86,10 @@ def test_monitor_needs_nvml_figures_in_the_csv(tmp_path):
     (tmp_path / "monitor.csv").write_text("t_s,cpu_pct\n0.5,40\n")
     with pytest.raises(ValueError, match="no GPU utilisation column"):
         gpu_check.read_monitor({"exit_code": 0}, tmp_path)
+
+
+def test_a_comparison_on_one_gpu_reads_its_verdict_and_fails_on_a_failed_arm(tmp_path):
+    doc = json.loads(_answers(tmp_path)["compare"].stdout)
+    assert gpu_check.read_compare(doc, tmp_path) == "B is faster: 1.412x A (95% CI 1.390-1.430, 9 rounds) (alternating)"
+    with pytest.raises(ValueError, match="arm B"):
+        gpu_check.read_compare({"verdict": "failed", "summary": "no ratio: arm B did not finish a measurement"}, tmp_path)
