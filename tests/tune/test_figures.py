@@ -45,3 +45,27 @@ def test_other_load_over_the_trials_is_said_when_any_trial_saw_it_material():
     assert summary["median_cores"] == 0.2 and summary["max_cores"] == 1.9 and summary["trials"] == 3
     assert summary["note"] == ("tuned while other processes used 0.2 of 2 cores (median over 3 trials, up to 1.9): "
                                "the result reflects that contention")
+
+
+def test_a_decision_taken_under_material_load_names_the_knobs_whose_gains_depend_on_free_cores():
+    from torchpace.tune.figures import load_note
+
+    assert load_note(0.3, 2, ["threads.intra_op"]) is None  # under half a core: nothing to say
+    assert load_note(1.4, 2, ["threads.intra_op"]) == (
+        "measured while other processes used 1.4 of 2 cores; gains of threads.intra_op may not hold on a quiet host")
+    assert load_note(1.4, 2, ["precision.amp"]) == (
+        "measured while other processes used 1.4 of 2 cores: the ratio reflects that contention")
+    assert load_note(None, 2, ["data.num_workers"]) is None  # unread
+
+
+def test_the_speedup_of_a_paired_study_is_the_final_comparison_else_the_product_of_its_steps():
+    from torchpace.tune.figures import SPEEDUP_FROM_FINAL, SPEEDUP_FROM_STEPS, paired_speedup
+
+    final = {"pair": {"ratio": 1.3, "ratio_ci_low": 1.25, "ratio_ci_high": 1.36, "rounds": 12, "mode": "alternating"}}
+    steps = [{"step_gain": 1.2}, {"step_gain": 1.1}]
+    assert paired_speedup(final, steps) == {"speedup": 1.3, "speedup_ci_low": 1.25, "speedup_ci_high": 1.36,
+                                            "speedup_rounds": 12, "speedup_from": SPEEDUP_FROM_FINAL,
+                                            "speedup_mode": "alternating"}
+    cut = paired_speedup(None, steps)
+    assert cut["speedup"] == pytest.approx(1.32) and cut["speedup_ci_low"] is None and cut["speedup_from"] == SPEEDUP_FROM_STEPS
+    assert paired_speedup(None, [])["speedup"] == 1.0
