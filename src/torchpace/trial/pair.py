@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import select
 import signal
@@ -51,6 +52,8 @@ from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
 from torchpace.trial.protocol import INVALID, OOM, TIMEOUT, TrialResult, TrialSpec, classify_timeout
 from torchpace.trial.runner import plan_trial_child, read_trial_result, remove_orphan_trial_dirs, trial_dir, trial_paths
+
+_log = logging.getLogger(__name__)
 
 ALTERNATING, SEQUENTIAL = "alternating", "sequential"
 PARTNER = "partner"  # an arm ended because the other arm failed: no verdict on its config
@@ -343,13 +346,20 @@ class _Rounds:
 
     def run(self, deadline: float) -> _Arm | None:
         """Run to the end; the arm that failed (ended, or missed `deadline`) or None."""
+        started = time.monotonic()
         for arm in self.arms:  # both load at once; each stops before its first timed step
             if arm.await_gate(LOADED, deadline) is None:
                 return arm
+        _log.info("both arms loaded after %.1f s", time.monotonic() - started)
         for arm in self.arms:  # each warms up alone
             arm.resume(GO)
-            if arm.await_gate(READY, deadline) is None:
+            ready = arm.await_gate(READY, deadline)
+            if ready is None:
                 return arm
+            _log.info("arm %s warmed up in %.1f s of its own (%s), %d steps per window", arm.name.upper(),
+                      ready["warmup_s"], "converged" if ready["warmup_converged"] else "not converged",
+                      ready["steps_per_window"])
+        _log.info("rounds start %.1f s after the arms did", time.monotonic() - started)
         load = _LoadMeter()
         rounds_end = time.monotonic() + self.options.rounds_s
         a, b = self.arms
@@ -377,6 +387,9 @@ class _Rounds:
             self.stopped_by = "rounds"
         elif time.monotonic() >= rounds_end:
             self.stopped_by = "time"
+        if self.stopped_by and summary is not None:
+            _log.info("rounds stopped by %s after %d: B/A %.3f [%.3f, %.3f]", self.stopped_by, summary.n, summary.median,
+                      summary.ci_low, summary.ci_high)
         return bool(self.stopped_by)
 
 
