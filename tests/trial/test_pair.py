@@ -151,3 +151,12 @@ def test_each_b_turn_is_compared_with_the_a_turns_on_either_side():
     assert paired_ratios(a, b) == pytest.approx([1.5, 1.5, 1.5])
     assert paired_ratios(a[:3], b) == pytest.approx([1.5, 1.5])  # B's last turn waits for the A after it
     assert paired_ratios([100.0], [150.0]) == []
+
+
+def test_a_config_that_cannot_run_here_is_that_arms_invalid_and_nothing_starts(tmp_path):
+    from dataclasses import replace
+
+    host = replace(probe_host(), numactl=None)  # a host without numactl: system.numa=bind cannot run
+    result = run_pair(_spec("logged"), _spec("logged", {"system.numa": "bind"}), host, timeout_s=60, workdir=tmp_path)
+    assert result.b.status == "invalid" and "numactl" in result.b.error
+    assert result.a.status == PARTNER and not result.ok and result.ratios == []

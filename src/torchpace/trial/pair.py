@@ -306,9 +306,6 @@ class _LoadMeter:
             arm.load_wall_s += wall_s
         self._last = now
 
-    def skip(self) -> None:
-        self._last = self._probe()
-
 
 def _run_alternating(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions,
                      base_env: Mapping[str, str], workdir: Path | None, on_round) -> PairResult:
@@ -321,12 +318,15 @@ def _run_alternating(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, time
         for arm in arms:
             stack.callback(arm.close)
             stack.callback(arm.end, guard)  # on any way out: nothing of an arm is left, stopped or running
-        try:
-            for arm in arms:
+        for arm in arms:
+            try:
                 arm.start(host, base_env, timeout_s, guard)
-        except UsageError as err:  # e.g. numactl or an allocator a config needs is not installed
-            invalid = TrialResult(INVALID, error=str(err))
-            return PairResult(ALTERNATING, invalid, invalid, wall_time_s=time.perf_counter() - started)
+            except UsageError as err:  # e.g. numactl or an allocator this arm's config needs is not installed
+                invalid = TrialResult(INVALID, error=str(err))
+                partner = TrialResult(PARTNER, error=f"the other arm's config cannot run here; {_label(arms[arm is arms[0]])} "
+                                      "was not judged")
+                a, b = (invalid, partner) if arm is arms[0] else (partner, invalid)
+                return PairResult(ALTERNATING, a, b, wall_time_s=time.perf_counter() - started)
         rounds = _Rounds(arms, options, on_round)
         ended = rounds.run(deadline)
         stopped_by, results = _arm_results(arms, ended, deadline, timeout_s)
