@@ -283,11 +283,12 @@ def _build_paired_outcome(rows: list[dict[str, Any]], state: Any, meta: StudyMet
     final = next((r for r in rows if r["slot"] == "final" and r["status"] == "ok" and comparison(r)), None)
     final = final if final is not None and final["config"] == dict(state.incumbent) else None
     best, speedup_cmp = baseline, paired_speedup(final, accepted)
-    if baseline and final:
-        baseline = {**baseline, **_arm_figure(final, reference=True)}
-        best = {**final, **_arm_figure(final, reference=False)}
-    elif baseline and accepted:
-        best = {**next(r for r in rows if r["slot"] == accepted[-1]["slot"]), **_arm_figure_of(accepted[-1])}
+    if baseline and final:  # the two arms of the final comparison
+        baseline, best = {**baseline, **_reference_figures(final)}, final
+    elif baseline and accepted:  # the last kept change, as measured in its deciding comparison
+        last = accepted[-1]
+        best = {**next(r for r in rows if r["slot"] == last["slot"]), "samples_per_s": last["samples_per_s"],
+                "objective_value": last["objective_value"]}
     if final:
         speedup_cmp["load_note"] = load_note(_pair_load(final), usable_cores, list(state.incumbent))
     noise = comparison(next((r for r in rows if r["slot"] == "noise" and r["status"] == "ok"), None))
@@ -327,20 +328,13 @@ def _paired_changes(decisions: list[dict], rows: list[dict]) -> list[dict]:
     return changes
 
 
-def _arm_figure(row: dict, reference: bool) -> dict[str, Any]:
-    """One arm's figures in a comparison row: the candidate's (B, the row's own) or the reference arm's (A),
-    under the row's names."""
-    if not reference:
-        return {}
+def _reference_figures(row: dict) -> dict[str, Any]:
+    """The reference arm's (A's) figures in a comparison row, under the names of the row's own (B's)."""
     pair = row["pair"]
     bench = pair.get("reference_bench") or {}
     return {**throughput_columns(bench), "ci_rel_halfwidth": bench.get("ci_rel_halfwidth"),
             "window_samples_per_s": bench.get("window_samples_per_s") or [], "peak_memory_bytes": bench.get("peak_memory_bytes"),
             **{key: bench.get(key) for key in _LATENCY_KEYS}, "objective_value": pair.get("reference_value")}
-
-
-def _arm_figure_of(change: dict) -> dict[str, Any]:
-    return {"samples_per_s": change["samples_per_s"], "objective_value": change["objective_value"]}
 
 
 def _pair_load(row: dict) -> float | None:
