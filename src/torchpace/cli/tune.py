@@ -141,6 +141,7 @@ class _progress:
         self.enabled = enabled and sys.stderr.isatty()
         self.budget_s = budget_s
         self.best = None
+        self.what = ""  # the running trial's stage: knob=value
 
     def __enter__(self):
         if not self.enabled:
@@ -167,8 +168,15 @@ class _progress:
         if kind == "trial_done" and (data["result"].get("bench") or {}).get("samples_per_s"):
             sps = data["result"]["bench"]["samples_per_s"]
             self.best = max(self.best or 0, sps)
-        desc = {"trial_start": f"trial {data.get('number')}: {what}", "trial_done": f"trial {data.get('number')} done",
-                "waiting": "waiting for trials running elsewhere"}.get(kind, kind)
+        if kind == "trial_start":
+            self.what = what
+        if kind == "round" and data.get("summary") is not None:
+            summary = data["summary"]
+            desc = (f"trial {data.get('number')}: {self.what}, round {data['rounds']}: {summary.median:.2f}x the incumbent "
+                    f"[{summary.ci_low:.2f}, {summary.ci_high:.2f}]")
+        else:
+            desc = {"trial_start": f"trial {data.get('number')}: {what}", "trial_done": f"trial {data.get('number')} done",
+                    "waiting": "waiting for trials running elsewhere"}.get(kind, f"trial {data.get('number')}: {self.what}")
         best = f"best {self.best:,.0f} samples/s" if self.best else ""
         self.progress.update(self.task, description=desc, best=best, completed=min(self.budget_s, time.monotonic() - self.start))
 
