@@ -80,7 +80,8 @@ def best_line(o: dict[str, Any]) -> str:
     if not o["best_config"]:
         return config
     ratio = ratio_text(o["speedup"], speedup.get("speedup_ci_low"), speedup.get("speedup_ci_high"), speedup.get("speedup_rounds"))
-    return f"{config}  ->  {ratio} the defaults{figures}; {speedup['speedup_from']}"
+    how = " (in separate runs A B A B A: the two configs could not be held at once)" if speedup.get("speedup_mode") == "sequential" else ""
+    return f"{config}  ->  {ratio} the defaults{figures}; {speedup['speedup_from']}{how}"
 
 
 def _render_paired_waterfall(console, o: dict[str, Any]) -> None:
@@ -96,7 +97,8 @@ def _render_paired_waterfall(console, o: dict[str, Any]) -> None:
     table.add_row("baseline (PyTorch defaults)", f"{base['samples_per_s']:,.1f}{_ci(base)}", "", "1.00x",
                   format_bytes(base.get("peak_memory_bytes")))
     for a in o["accepted"]:
-        gain = ratio_text(a["step_gain"], a.get("step_gain_ci_low"), a.get("step_gain_ci_high"), a.get("rounds"))
+        gain = ratio_text(a["step_gain"], a.get("step_gain_ci_low"), a.get("step_gain_ci_high"), a.get("rounds")) \
+            + (" (separate runs)" if a.get("mode") == "sequential" else "")
         table.add_row(f"+ {a['knob']} = {a['value']}", f"{a['samples_per_s']:,.1f}{_ci(a)}", gain, f"{a['speedup']:.2f}x",
                       format_bytes(a.get("peak_memory_bytes")))
     console.print(table)
@@ -166,6 +168,8 @@ def _render_not_kept(console, decisions: list[dict]) -> None:
         table.add_column(column, overflow="fold")
     for decision in rejected:
         why = decision["reason"].removeprefix("rejected: ")
+        if decision.get("mode") == "sequential":
+            why += " (compared in separate runs)"
         if decision.get("load_note"):
             why += f" ({decision['load_note']})"
         table.add_row(decision["knob"], why)
