@@ -55,9 +55,9 @@ def separate(workload: str, a: dict, b: dict, max_time_s: float, host) -> dict:
                          timeout_s=max_time_s + 120) for config in (a, b)]
     if not all(r.ok for r in results):
         return {"ok": False, "ratio": None, "wall_s": time.perf_counter() - started}
-    fa, fb = (r.bench["samples_per_s"] for r in results)
-    ca, cb = (r.bench["ci_rel_halfwidth"] for r in results)
-    loads = [r.bench.get("other_load_cores") for r in results if r.bench.get("other_load_cores") is not None]
+    fa, fb = (r.bench.objective.value for r in results)
+    ca, cb = (r.bench.objective.ci_rel_halfwidth for r in results)
+    loads = [r.bench.other_load_cores for r in results if r.bench.other_load_cores is not None]
     return {"ok": True, "ratio": fb / fa, "ci_rel": ca + cb, "load": max(loads) if loads else None,
             "wall_s": time.perf_counter() - started}
 

@@ -39,7 +39,7 @@ def bench(config: dict, max_time_s: float, host) -> dict:
     result = run_trial(TrialSpec(workload=WORKLOAD, config=config, max_time_s=max_time_s), host, timeout_s=max_time_s * 3 + 120)
     if not result.ok:
         raise SystemExit(f"bench of {config} failed ({result.status}): {result.error}\n{result.stderr_tail}")
-    return result.bench
+    return result.bench.to_dict()
 
 
 def comm_share(config: dict) -> tuple[float, float]:

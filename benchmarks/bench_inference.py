@@ -42,7 +42,7 @@ def bench_config(config: dict, max_time_s: float, host) -> dict:
     result = run_trial(spec, host, timeout_s=max_time_s * 3 + 120)
     if not result.ok:
         raise SystemExit(f"confirmation bench of {config} failed ({result.status}): {result.error}")
-    return result.bench
+    return result.bench.to_dict()
 
 
 def confirm(configs: dict[str, dict], rounds: int, max_time_s: float, host) -> dict[str, list[dict]]:

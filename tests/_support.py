@@ -43,3 +43,24 @@ def apt_install(packages: tuple[str, ...], present) -> str | None:
         subprocess.run(["apt-get", "update"], env=env, capture_output=True, text=True, timeout=_APT_TIMEOUT_S)
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=_APT_TIMEOUT_S)
     return None if present() else f"apt-get install {' '.join(packages)} failed: {done.stderr.strip()[-500:]}"
+
+
+def restore_recorded_study(path: Path, url: str, host, workload: str) -> str:
+    """The study recorded in `path` (tests/fixtures/studies), restored into Optuna storage `url` as if tuned
+    on this host with `workload`; returns its name."""
+    import json
+
+    import optuna
+    from optuna.distributions import json_to_distribution
+
+    doc = json.loads(Path(path).read_text())
+    meta = {**doc["user_attrs"]["torchpace"], "workload": workload, "host_fingerprint": host.fingerprint(),
+            "host": host.summary()}
+    study = optuna.create_study(study_name=doc["study_name"], storage=url, direction="maximize")
+    study.set_user_attr("torchpace", meta)
+    for trial in doc["trials"]:
+        study.add_trial(optuna.trial.create_trial(
+            state=optuna.trial.TrialState[trial["state"]], value=trial["value"], params=trial["params"],
+            distributions={k: json_to_distribution(v) for k, v in trial["distributions"].items()},
+            user_attrs=trial["user_attrs"], system_attrs=trial["system_attrs"]))
+    return doc["study_name"]

@@ -23,7 +23,7 @@ def _spec(name: str, **kw) -> TrialSpec:
 def test_a_two_process_trial_measures_both_ranks_and_guards_at_the_global_batch(host, own_leftovers):
     result = run_trial(_spec("tiny_mlp", guard_steps=4), host, timeout_s=180)
     assert result.status == "ok", result.error + result.stderr_tail
-    assert result.bench["world_size"] == 2 and result.bench["global_batch_size"] == 64
+    assert result.bench.step.world_size == 2 and result.bench.step.global_batch_size == 64
     single = run_trial(TrialSpec(workload=fixture_workload("tiny_mlp"), max_time_s=1.0, compute_only=False, guard_steps=4),
                        host, timeout_s=120)
     # the guard splits each batch of 32 between the ranks: the same losses as one process on it

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import re
 from xml.etree import ElementTree
 
 import matplotlib
 import pytest
 
+from _support import FIXTURES
+from torchpace.measure.result import BenchResult
 from torchpace.report import charts
 
 _ROW = {"samples_per_s": 100.0, "samples_per_s_ci_low": 95.0, "samples_per_s_ci_high": 104.0}
+
+
+def _recorded_bench() -> BenchResult:
+    """A script bench measured in steps/s (its samples per step unknown)."""
+    return BenchResult.from_dict(json.loads((FIXTURES / "results" / "bench_script_steps_only.json").read_text()))
 
 
 def _accepted():
@@ -60,9 +68,14 @@ def test_drawing_leaves_matplotlib_settings_as_they_were():
 
 @pytest.mark.parametrize("render", [
     lambda: charts.render_split_svg({"input_wait_us": 5000.0, "input_wait_frac": 0.5, "forward_us": 5000.0, "forward_frac": 0.5}),
-    lambda: charts.render_windows_svg({**_ROW, "window_samples_per_s": [99.0, 101.0, 100.0]}),
+    lambda: charts.render_windows_svg(_recorded_bench()),
     lambda: charts.render_waterfall_svg([], 1.0),
 ])
 def test_every_chart_is_well_formed_svg(render):
     root = _parse(render())
     assert root.tag == "svg" and root.find("title") is not None
+
+
+def test_the_windows_chart_of_a_steps_per_s_bench_says_steps_per_s():
+    svg = charts.render_windows_svg(_recorded_bench())
+    assert "steps/s" in svg and "amples/s" not in svg

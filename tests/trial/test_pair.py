@@ -56,7 +56,7 @@ def test_the_arms_take_turns_workers_included(tmp_path):
                       on_round=lambda n, summary: rounds_at.append(time.monotonic_ns()))
     assert result.mode == ALTERNATING and result.ok, (result.a.error, result.b.error)
     assert result.stopped_by in ("time", "rounds") and len(result.ratios) >= 8
-    assert result.a.bench["stopped_by"] == result.b.bench["stopped_by"] == "pair"
+    assert result.a.bench.throughput.stopped_by == result.b.bench.throughput.stopped_by == "pair"
     lines = [line.split() for line in log.read_text().splitlines()]
     events = sorted((int(ns), pgid, pid) for ns, pgid, pid in lines if rounds_at[0] < int(ns) < rounds_at[-1])
     groups = {pgid for _, pgid, _ in events}
@@ -119,8 +119,8 @@ def test_a_script_takes_turns_from_inside_its_process():
     spec = TrialSpec(workload=" ".join(command), command=command, config={}, max_time_s=4.0)
     result = run_pair(spec, spec, probe_host(), timeout_s=180, options=PairOptions(rounds_s=3.0))
     assert result.mode == ALTERNATING and result.ok, (result.a.error, result.b.error, result.b.stderr_tail[-2000:])
-    assert len(result.ratios) >= 1 and result.a.bench["stopped_by"] == "pair"
-    assert result.b.bench["script"]["steps_seen"] > result.b.bench["measured_steps"]
+    assert len(result.ratios) >= 1 and result.a.bench.throughput.stopped_by == "pair"
+    assert result.b.bench.script.steps_seen > result.b.bench.throughput.measured_steps
 
 
 @pytest.mark.slow
@@ -129,7 +129,7 @@ def test_a_sequential_comparison_alternates_separate_runs():
                       options=PairOptions(sequential_rounds=2), sequential="testing the fallback")
     assert result.mode == SEQUENTIAL and result.mode_reason == "testing the fallback" and result.ok
     assert len(result.ratios) == 2 and result.stopped_by == "rounds" and len(result.a_rates) == 3
-    assert result.b.bench["stopped_by"] != "pair"
+    assert result.b.bench.throughput.stopped_by != "pair"
 
 
 def test_arms_that_cannot_be_held_together_are_compared_in_separate_runs():

@@ -21,7 +21,7 @@ def _spec(name, **kw):
 def test_ok_trial_returns_its_bench(host):
     result = run_trial(_spec("tiny_mlp", guard_steps=5), host, timeout_s=120)
     assert result.status == "ok", result.error + result.stderr_tail
-    assert result.bench["samples_per_s"] > 0 and len(result.guard_losses) == 5
+    assert result.bench.throughput.samples_per_s > 0 and len(result.guard_losses) == 5
 
 
 def test_a_working_trial_never_dumps_its_stacks(host):

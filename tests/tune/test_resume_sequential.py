@@ -3,12 +3,10 @@ resumed with the policy it was tuned with: each trial one config measured alone.
 
 from __future__ import annotations
 
-import json
-
-import optuna
 import pytest
 
 from _support import FIXTURES, fixture_workload
+from _support import restore_recorded_study as restore
 from torchpace.report.load import load_report_data
 from torchpace.tune.figures import FIGURES_NOTE
 from torchpace.tune.tuner import TuneOptions, Tuner
@@ -18,19 +16,7 @@ RECORDED = FIXTURES / "studies" / "sequential_greedy.json"
 
 def restore_recorded_study(url: str, host) -> str:
     """The recorded study in `url`, as if tuned on this host with the fixture workload; its name."""
-    from optuna.distributions import json_to_distribution
-
-    doc = json.loads(RECORDED.read_text())
-    meta = {**doc["user_attrs"]["torchpace"], "workload": fixture_workload("tiny_mlp"),
-            "host_fingerprint": host.fingerprint(), "host": host.summary()}
-    study = optuna.create_study(study_name=doc["study_name"], storage=url, direction="maximize")
-    study.set_user_attr("torchpace", meta)
-    for trial in doc["trials"]:
-        study.add_trial(optuna.trial.create_trial(
-            state=optuna.trial.TrialState[trial["state"]], value=trial["value"], params=trial["params"],
-            distributions={k: json_to_distribution(v) for k, v in trial["distributions"].items()},
-            user_attrs=trial["user_attrs"], system_attrs=trial["system_attrs"]))
-    return doc["study_name"]
+    return restore(RECORDED, url, host, fixture_workload("tiny_mlp"))
 
 
 def test_a_study_tuned_before_is_reported_with_its_own_policy(tmp_path, host):

@@ -47,7 +47,7 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
                                 show_progress=not as_json, accuracy_batches=accuracy_batches)
     from torchpace.measure.render import render_bench
 
-    output_result(result.to_dict(), out_path, as_json, render_bench)
+    output_result(result.to_dict(), out_path, as_json, lambda console, _: render_bench(console, result))
     problem = nonfinite_loss_message(result.loss_values)
     if problem:
         click.echo(f"torchpace: error: {problem}", err=True)

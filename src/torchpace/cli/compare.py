@@ -50,8 +50,8 @@ def command(workload, config_paths, assignments, max_time_s, sequential, device,
     config_a, config_b = build_pair(config_paths, assignments)
     options = CompareOptions(max_time_s=max_time_s, sequential=sequential, samples_per_step=samples_per_step, device=device)
     result = compare(workload, command_argv, config_a, config_b, options, probe_host(), show_progress=not as_json)
-    output_result(result, out_path, as_json, render_comparison)
-    return 0 if result["verdict"] != "failed" else 1
+    output_result(result.to_dict(), out_path, as_json, lambda console, _: render_comparison(console, result))
+    return 0 if result.verdict != "failed" else 1
 
 
 def build_pair(config_paths: tuple[str, ...], assignments: tuple[str, ...]):

@@ -1,34 +1,32 @@
-"""Rich rendering of a comparison (`torchpace.compare.run.build_comparison`'s dict)."""
+"""Rich rendering of a comparison (`torchpace.compare.result.Comparison`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from torchpace.compare.result import Comparison
 
 
-def render_comparison(console, r: dict[str, Any]) -> None:
+def render_comparison(console, r: Comparison) -> None:
     from rich.table import Table
 
-    table = Table(title=f"compare {r['target']}  ({_mode(r)})", title_justify="left")
-    for column in ("arm", "config", r["unit"] + " (median of its rounds)", "95% CI", "other load"):
+    table = Table(title=f"compare {r.target}  ({_mode(r)})", title_justify="left")
+    for column in ("arm", "config", r.unit + " (median of its rounds)", "95% CI", "other load"):
         table.add_column(column)
-    for name in ("a", "b"):
-        arm = r[name]
-        config = ", ".join(f"{k}={v}" for k, v in sorted(arm["config"].items())) or "PyTorch defaults"
-        figure = f"{arm['figure']:,.2f}" if arm["figure"] is not None else arm["status"]
-        ci = f"[{arm['ci_low']:,.2f}, {arm['ci_high']:,.2f}]" if arm["ci_low"] is not None else "-"
-        load = f"{arm['other_load_cores']:.1f} cores" if arm["other_load_cores"] is not None else "-"
-        table.add_row(name.upper(), config, figure, ci, load)
+    for name, arm in (("A", r.a), ("B", r.b)):
+        config = ", ".join(f"{k}={v}" for k, v in sorted(arm.config.items())) or "PyTorch defaults"
+        figure = f"{arm.figure:,.2f}" if arm.figure is not None else arm.status
+        ci = f"[{arm.ci_low:,.2f}, {arm.ci_high:,.2f}]" if arm.ci_low is not None else "-"
+        load = f"{arm.other_load_cores:.1f} cores" if arm.other_load_cores is not None else "-"
+        table.add_row(name, config, figure, ci, load)
     console.print(table)
-    console.print(f"[bold]{r['summary']}[/bold]")
-    if r.get("other_load_note"):
-        console.print(f"[yellow]{r['other_load_note']}[/yellow]")
-    for name in ("a", "b"):
-        arm = r[name]
-        if arm["status"] != "ok" and arm["error"]:
-            console.print(f"arm {name.upper()} {arm['status']}: {arm['error']}")
+    console.print(f"[bold]{r.summary}[/bold]")
+    if r.other_load_note:
+        console.print(f"[yellow]{r.other_load_note}[/yellow]")
+    for name, arm in (("A", r.a), ("B", r.b)):
+        if not arm.ok and arm.error:
+            console.print(f"arm {name} {arm.status}: {arm.error}")
 
 
-def _mode(r: dict[str, Any]) -> str:
-    if r["mode"] == "alternating":
-        return f"in alternation: each round one window of A and one of B, the other arm stopped; stopped by {r['stopped_by']}"
-    return f"separate runs A B B A, because {r['mode_reason']}"
+def _mode(r: Comparison) -> str:
+    if r.mode == "alternating":
+        return f"in alternation: each round one window of A and one of B, the other arm stopped; stopped by {r.stopped_by}"
+    return f"separate runs A B B A, because {r.mode_reason}"

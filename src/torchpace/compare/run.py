@@ -20,18 +20,18 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
+from torchpace.compare.result import RESULT_KIND, RESULT_SCHEMA_VERSION, Comparison, ComparisonArm
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts
 from torchpace.measure.contention import decision_note
+from torchpace.measure.result import SAMPLES_PER_S, STEPS_PER_S
 from torchpace.measure.stats import Summary, summarize
 from torchpace.trial.pair import PairOptions, PairResult, ratio_fields, run_pair
 from torchpace.trial.protocol import INVALID, TrialSpec
 
-RESULT_KIND = "torchpace.compare"
-RESULT_SCHEMA_VERSION = 1
 _START_MARGIN_S = 120.0  # start-up, guard steps and compile beyond the measured time
 _WARMUP_SHARE = 0.4  # each arm's warm-up may use this share of --max-time (the bench's own rule)
 
@@ -65,7 +65,7 @@ def arm_specs(target: str | None, command: Sequence[str] | None, config_a: RunCo
 
 
 def compare(target: str | None, command: Sequence[str] | None, config_a: RunConfig, config_b: RunConfig,
-            options: CompareOptions, host: HostFacts, show_progress: bool = True) -> dict[str, Any]:
+            options: CompareOptions, host: HostFacts, show_progress: bool = True) -> Comparison:
     """Compare `config_b` with `config_a` on the workload `target` or the script `command`.
 
     Raises:
@@ -102,26 +102,29 @@ def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, ho
     return workload.name
 
 
-def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b: RunConfig) -> dict[str, Any]:
+def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b: RunConfig) -> Comparison:
     """The comparison's figures (see the module docstring) from a `PairResult` (pure)."""
     from torchpace.knobs import REGISTRY
 
     summary = pair.summary
-    unit = "steps/s" if any(arm.bench and arm.bench.get("samples_per_s") is None for arm in (pair.a, pair.b)) else "samples/s"
+    unit = STEPS_PER_S if any(arm.bench and not arm.bench.throughput.samples_known for arm in (pair.a, pair.b)) \
+        else SAMPLES_PER_S
     changed = sorted(set(config_a.non_default().items()) ^ set(config_b.non_default().items()))
     core_knobs = sorted({name for name, _ in changed if REGISTRY[name].shares_cores})
     loads = [load for load in (pair.other_load_a, pair.other_load_b) if load is not None]
     note = decision_note(max(loads), pair.usable_cores or 1, core_knobs) if loads else None
     verdict = _verdict(pair, summary)
-    return {
-        "kind": RESULT_KIND, "schema_version": RESULT_SCHEMA_VERSION, "target": label,
-        "mode": pair.mode, "mode_reason": pair.mode_reason, "unit": unit, "stopped_by": pair.stopped_by,
-        "a": _arm(pair.a, config_a, pair.a_rates, pair.other_load_a),
-        "b": _arm(pair.b, config_b, pair.b_rates, pair.other_load_b),
-        **ratio_fields(summary), "ratios": pair.ratios, "verdict": verdict,
-        "summary": _sentence(verdict, summary, pair), "other_load_note": note,
-        "usable_cores": pair.usable_cores, "wall_time_s": pair.wall_time_s,
-    }
+    ratio = ratio_fields(summary)
+    return Comparison(
+        kind=RESULT_KIND, schema_version=RESULT_SCHEMA_VERSION, target=label,
+        mode=pair.mode, mode_reason=pair.mode_reason, unit=unit, stopped_by=pair.stopped_by,
+        a=_arm(pair.a, config_a, pair.a_rates, pair.other_load_a),
+        b=_arm(pair.b, config_b, pair.b_rates, pair.other_load_b),
+        ratio=ratio["ratio"], ratio_ci_low=ratio["ratio_ci_low"], ratio_ci_high=ratio["ratio_ci_high"],
+        ratio_ci_coverage=ratio["ratio_ci_coverage"], rounds=ratio["rounds"], ratios=tuple(pair.ratios),
+        verdict=verdict, summary=_sentence(verdict, summary, pair), other_load_note=note,
+        usable_cores=pair.usable_cores, wall_time_s=pair.wall_time_s,
+    )
 
 
 def _verdict(pair: PairResult, summary: Summary | None) -> str:
@@ -148,14 +151,14 @@ def _sentence(verdict: str, summary: Summary | None, pair: PairResult) -> str:
     return f"no difference this comparison can tell: B is {summary.median:.3f}x A ({ci}, which contains 1)"
 
 
-def _arm(result, config: RunConfig, rates: Sequence[float], other_load: float | None) -> dict[str, Any]:
+def _arm(result, config: RunConfig, rates: Sequence[float], other_load: float | None) -> ComparisonArm:
     """One arm in the comparison: its config, status, and the median of its rounds with the CI."""
     figure = summarize(list(rates)) if rates else None
-    return {"config": config.non_default(), "status": result.status,
-            "figure": figure.median if figure else None, "ci_low": figure.ci_low if figure else None,
-            "ci_high": figure.ci_high if figure else None, "rounds": len(rates), "other_load_cores": other_load,
-            "error": result.error or None, "stderr_tail": result.stderr_tail or None,
-            "warmup_converged": (result.bench or {}).get("warmup_converged")}
+    return ComparisonArm(
+        config=config.non_default(), status=result.status, figure=figure.median if figure else None,
+        ci_low=figure.ci_low if figure else None, ci_high=figure.ci_high if figure else None, rounds=len(rates),
+        other_load_cores=other_load, error=result.error or None, stderr_tail=result.stderr_tail or None,
+        warmup_converged=result.bench.throughput.warmup_converged if result.bench else None)
 
 
 @contextlib.contextmanager

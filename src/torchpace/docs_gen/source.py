@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any, Iterable
 
 import torchpace
+from torchpace.records import docstring_attributes
 
 _CONSTANT_NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*$")
 _PACKAGE_DIR = Path(torchpace.__file__).resolve().parent
@@ -196,7 +197,7 @@ def returned_strings(cls: type, methods: Iterable[str]) -> list[str]:
 def field_notes(cls: type) -> dict[str, str]:
     """What each field of dataclass `cls` means: its Google-style ``Attributes:`` entry, else the
     comment on its line."""
-    notes = dict(_docstring_attributes(cls.__doc__ or ""))
+    notes = dict(docstring_attributes(cls.__doc__ or ""))
     _, _, comments = _parsed(cls.__module__)
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     first_line_no = inspect.getsourcelines(cls)[1]
@@ -207,19 +208,3 @@ def field_notes(cls: type) -> dict[str, str]:
                 notes[node.target.id] = comment
     return notes
 
-
-def _docstring_attributes(doc: str) -> Iterable[tuple[str, str]]:
-    """(name, text) pairs of a docstring's ``Attributes:`` section, continuation lines joined."""
-    lines = inspect.cleandoc(doc).splitlines()
-    if "Attributes:" not in lines:
-        return []
-    pairs: list[list[str]] = []
-    for line in lines[lines.index("Attributes:") + 1:]:
-        if not line.strip():
-            break
-        match = re.match(r"^\s{4}(\w+):\s*(.*)$", line)
-        if match:
-            pairs.append([match.group(1), match.group(2)])
-        elif pairs:
-            pairs[-1][1] += " " + line.strip()
-    return [(name, text.replace("``", "`")) for name, text in pairs]

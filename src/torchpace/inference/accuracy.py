@@ -23,12 +23,13 @@ A candidate passes when `max_abs_err <= atol + rtol * max|reference|` and, for c
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from torchpace.errors import TorchpaceError
+from torchpace.measure.result import AccuracyReport  # noqa: F401  (the record lives with the other results)
 
 DEFAULT_EVAL_BATCHES = 4
 # bf16 autocast and int8 weights move a small CNN's logits by ~0.5% of their scale; a broken
@@ -45,25 +46,6 @@ class AccuracyTolerance:
     rtol: float = DEFAULT_RTOL
     atol: float = DEFAULT_ATOL
     min_top1_agreement: float = DEFAULT_MIN_TOP1_AGREEMENT
-
-
-@dataclass(frozen=True)
-class AccuracyReport:
-    """A candidate's distance from the reference, and the verdict."""
-
-    samples: int
-    max_abs_err: float
-    max_rel_err: float
-    reference_max_abs: float
-    top1_agreement: float | None
-    ok: bool
-    reason: str
-    rtol: float
-    atol: float
-    min_top1_agreement: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class AccuracyRejected(TorchpaceError):
@@ -117,8 +99,9 @@ def compare_outputs(reference: list[list[torch.Tensor]], candidate: list[list[to
     err_ok = math.isfinite(max_abs) and max_abs <= tolerance.atol + tolerance.rtol * ref_max
     top1_ok = top1 is None or top1 >= tolerance.min_top1_agreement
     reason = _describe(max_abs, max_rel, top1, samples, tolerance, err_ok, top1_ok)
-    return AccuracyReport(samples, max_abs, max_rel, ref_max, top1, err_ok and top1_ok, reason,
-                          tolerance.rtol, tolerance.atol, tolerance.min_top1_agreement)
+    return AccuracyReport(samples=samples, max_abs_err=max_abs, max_rel_err=max_rel, reference_max_abs=ref_max,
+                          top1_agreement=top1, ok=err_ok and top1_ok, reason=reason, rtol=tolerance.rtol,
+                          atol=tolerance.atol, min_top1_agreement=tolerance.min_top1_agreement)
 
 
 def _describe(max_abs, max_rel, top1, samples, tol: AccuracyTolerance, err_ok: bool, top1_ok: bool) -> str:
@@ -190,12 +173,12 @@ class AccuracyGuard:
         fixed = evaluation_batches(workload.dataset, workload, batches)
         return cls(fixed, reference_outputs(workload, fixed), tolerance, enforce)
 
-    def __call__(self, run: Any) -> dict[str, Any]:
-        """The report (as a dict) for prepared run `run`; AccuracyRejected when enforced and beyond tolerance."""
+    def __call__(self, run: Any) -> AccuracyReport:
+        """The report for prepared run `run`; AccuracyRejected when enforced and beyond tolerance."""
         from torchpace.runtime.batch import batch_len
 
         samples = sum(batch_len(b) for b in self.batches)
         report = compare_outputs(self.reference, candidate_outputs(run, self.batches), samples, self.tolerance)
         if self.enforce and not report.ok:
             raise AccuracyRejected(report)
-        return report.to_dict()
+        return report

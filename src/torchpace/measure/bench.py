@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -26,7 +26,10 @@ from torchpace.host import HostFacts, probe_host
 from torchpace.measure.contention import measure_other_load
 from torchpace.measure.gate import Gate
 from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_memory
+from torchpace.measure.result import (RESULT_KIND, RESULT_SCHEMA_VERSION, AccuracyReport, BenchResult,  # noqa: F401
+                                      LatencyFigures, ScriptInfo, StepShape, ThroughputFigures)
 from torchpace.measure.timing import Clock, Throughput, TimingOptions, measure_throughput
+from torchpace.records import from_json
 from torchpace.runtime import Prepared, prepare
 from torchpace.runtime.batch import batch_len
 from torchpace.workload import Workload
@@ -34,8 +37,6 @@ from torchpace.workload import Workload
 if TYPE_CHECKING:
     from torchpace.inference.latency import Latency
 
-RESULT_KIND = "torchpace.bench"
-RESULT_SCHEMA_VERSION = 1
 WARMUP_SHARE = 0.4  # warm-up may use up to this share of the time cap (compile can take ~20 s)
 _MAIN_SHARE = 0.8  # the real-step measurement ends by this share; compute-only gets the rest
 
@@ -67,72 +68,6 @@ class BenchOptions:
     def timing(self) -> TimingOptions:
         window = self.window_s or min(1.0, max(0.1, self.max_time_s / 40))
         return TimingOptions(window_s=window, target_ci_rel=self.target_ci_rel)
-
-
-@dataclass(frozen=True)
-class BenchResult:
-    """Everything a bench measured. Figures carry their unit in their name. JSON via `to_dict`."""
-
-    workload: str
-    config: dict[str, Any]
-    device: str
-    batch_size: int  # per process
-    grad_accumulation: int
-    samples_per_s: float
-    samples_per_s_ci_low: float
-    samples_per_s_ci_high: float
-    samples_per_s_iqr: float
-    ci_rel_halfwidth: float
-    noise_warning: bool
-    step_time_s: float
-    windows: int
-    measured_steps: int
-    window_samples_per_s: list[float]
-    warmup_s: float
-    warmup_steps: int
-    warmup_converged: bool
-    stopped_by: str
-    compute_only_samples_per_s: float | None
-    input_bound_frac: float | None
-    peak_memory_bytes: int
-    peak_memory_kind: str
-    loss_values: list[float]
-    wall_time_s: float
-    host: dict[str, Any] = field(default_factory=dict)
-    # inference workloads (None otherwise): per-call latency of one request, model size, accuracy
-    latency_batch_size: int | None = None
-    latency_p50_s: float | None = None
-    latency_p90_s: float | None = None
-    latency_p99_s: float | None = None
-    latency_p50_ci_low_s: float | None = None
-    latency_p50_ci_high_s: float | None = None
-    latency_ci_rel_halfwidth: float | None = None
-    latency_calls: int | None = None
-    latency_warmup_s: float | None = None
-    latency_stopped_by: str | None = None
-    model_size_bytes: int | None = None
-    accuracy: dict[str, Any] | None = None
-    # distributed configs: processes that trained together and the batch of one optimizer step over
-    # all of them (samples/s is the sum over ranks; step time the slowest rank's; peak memory the largest rank's)
-    world_size: int = 1
-    global_batch_size: int | None = None
-    # optimizer steps per second (median of the windows, with its CI); in script mode without a known
-    # batch size it is the measured figure and every samples_per_s* field is None
-    steps_per_s: float | None = None
-    steps_per_s_ci_low: float | None = None
-    steps_per_s_ci_high: float | None = None
-    window_steps_per_s: list[float] = field(default_factory=list)
-    # cores that processes outside torchpace's own tree kept busy while this was measured
-    # (torchpace.measure.contention; None when unreadable)
-    other_load_cores: float | None = None
-    # script mode (`bench -- python train.py`): the command, how steps and samples were counted, and
-    # what the launch hook changed in the script (see torchpace.script.hook)
-    script: dict[str, Any] | None = None
-    kind: str = RESULT_KIND
-    schema_version: int = RESULT_SCHEMA_VERSION
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class _LoaderCycle:
@@ -280,22 +215,22 @@ def _measure_all(run: Prepared, clock: Clock, opts: BenchOptions, start: float, 
     return real, compute, latency
 
 
-def _inference_fields(run: Prepared, latency: Latency | None, accuracy: dict[str, Any] | None) -> dict[str, Any]:
-    """The inference-only figures of a BenchResult (latency percentiles, model size, accuracy)."""
+def _inference_fields(run: Prepared, latency: Latency | None, accuracy: AccuracyReport | None) -> dict[str, Any]:
+    """The inference-only parts of a BenchResult (latency percentiles, model size, accuracy)."""
     from torchpace.inference.quantize import model_size_bytes
 
     fields: dict[str, Any] = {"model_size_bytes": model_size_bytes(run.model), "accuracy": accuracy}
     if latency is not None:
         s = latency.summary
-        fields.update(latency_batch_size=1, latency_p50_s=s.p50_s, latency_p90_s=s.p90_s, latency_p99_s=s.p99_s,
-                      latency_p50_ci_low_s=s.p50_ci_low_s, latency_p50_ci_high_s=s.p50_ci_high_s,
-                      latency_ci_rel_halfwidth=s.ci_rel_halfwidth, latency_calls=s.n, latency_warmup_s=latency.warmup_s,
-                      latency_stopped_by=latency.stopped_by)
+        fields["latency"] = LatencyFigures(batch_size=1, p50_s=s.p50_s, p90_s=s.p90_s, p99_s=s.p99_s,
+                                           p50_ci_low_s=s.p50_ci_low_s, p50_ci_high_s=s.p50_ci_high_s,
+                                           ci_rel_halfwidth=s.ci_rel_halfwidth, calls=s.n, warmup_s=latency.warmup_s,
+                                           stopped_by=latency.stopped_by)
     return fields
 
 
-def throughput_fields(real: Throughput, samples_known: bool = True) -> dict[str, Any]:
-    """The figures of a measured phase, named as in BenchResult (one definition for both bench modes).
+def throughput_figures(real: Throughput, samples_known: bool = True) -> ThroughputFigures:
+    """The figures of a measured phase (the one definition, for both bench modes).
 
     The meter measured samples/s when `samples_known`, else steps/s; steps/s is always reported, as
     the median over windows of steps per second with its own CI.
@@ -303,34 +238,31 @@ def throughput_fields(real: Throughput, samples_known: bool = True) -> dict[str,
     from torchpace.measure.stats import summarize
 
     summary = real.summary
-    step_rates = [w.steps / w.elapsed_s for w in real.windows if w.elapsed_s > 0]
-    steps = summarize(step_rates)
-    sample_fields = dict(samples_per_s=summary.median, samples_per_s_ci_low=summary.ci_low,
-                         samples_per_s_ci_high=summary.ci_high, samples_per_s_iqr=summary.iqr,
-                         window_samples_per_s=[w.samples_per_s for w in real.windows])
-    if not samples_known:
-        sample_fields = {name: None for name in sample_fields}
-        sample_fields["window_samples_per_s"] = []
-    return dict(**sample_fields, ci_rel_halfwidth=summary.ci_rel_halfwidth, noise_warning=summary.noisy,
-                step_time_s=real.step_time_s, windows=summary.n, measured_steps=real.measured_steps,
-                warmup_s=real.warmup_s, warmup_steps=real.warmup_steps, warmup_converged=real.warmup_converged,
-                stopped_by=real.stopped_by, steps_per_s=steps.median, steps_per_s_ci_low=steps.ci_low,
-                steps_per_s_ci_high=steps.ci_high, window_steps_per_s=step_rates)
+    step_rates = tuple(w.steps / w.elapsed_s for w in real.windows if w.elapsed_s > 0)
+    steps = summarize(list(step_rates))
+    known = samples_known or None  # None blanks every samples/s figure
+    return ThroughputFigures(
+        samples_per_s=known and summary.median, samples_per_s_ci_low=known and summary.ci_low,
+        samples_per_s_ci_high=known and summary.ci_high, samples_per_s_iqr=known and summary.iqr,
+        window_samples_per_s=tuple(w.samples_per_s for w in real.windows) if samples_known else (),
+        ci_rel_halfwidth=summary.ci_rel_halfwidth, noise_warning=summary.noisy, step_time_s=real.step_time_s,
+        windows=summary.n, measured_steps=real.measured_steps, warmup_s=real.warmup_s, warmup_steps=real.warmup_steps,
+        warmup_converged=real.warmup_converged, stopped_by=real.stopped_by, steps_per_s=steps.median,
+        steps_per_s_ci_low=steps.ci_low, steps_per_s_ci_high=steps.ci_high, window_steps_per_s=step_rates)
 
 
 def _build_result(workload, config, run, real: Throughput, compute: Throughput | None, losses, peak_bytes, peak_kind, wall_s, host) -> BenchResult:
     compute_sps = compute.summary.median if compute else None
     input_bound = max(0.0, 1.0 - real.summary.median / compute_sps) if compute_sps else None
-    loss_values = torch.stack(losses).tolist() if losses else []
+    loss_values = tuple(torch.stack(losses).tolist()) if losses else ()
+    batch_size = run.loader.batch_size or workload.batch_size
     return BenchResult(
         workload=workload.name,
         config=config.non_default(),
         device=str(run.device),
-        batch_size=run.loader.batch_size or workload.batch_size,
-        grad_accumulation=run.grad_accumulation,
-        world_size=run.world_size,
-        global_batch_size=(run.loader.batch_size or workload.batch_size) * run.world_size,
-        **throughput_fields(real),
+        step=StepShape(batch_size=batch_size, grad_accumulation=run.grad_accumulation, world_size=run.world_size,
+                       global_batch_size=batch_size * run.world_size),
+        throughput=throughput_figures(real),
         compute_only_samples_per_s=compute_sps,
         input_bound_frac=input_bound,
         peak_memory_bytes=peak_bytes,
@@ -343,8 +275,8 @@ def _build_result(workload, config, run, real: Throughput, compute: Throughput |
 
 def build_script_bench(real: Throughput, *, samples_known: bool, device, losses: list[float], wall_s: float,
                        measured_wait_s: float | None, batch_size: int | None, backwards_per_step: int,
-                       script: dict[str, Any], other_load_cores: float | None = None) -> dict[str, Any]:
-    """The BenchResult dict of a script measured from inside its process (`torchpace.script.hook`).
+                       script: dict[str, Any], other_load_cores: float | None = None) -> BenchResult:
+    """The BenchResult of a script measured from inside its process (`torchpace.script.hook`).
 
     There is no compute-only ceiling for a script (its batches cannot be replayed), so
     `input_bound_frac` is the measured share of window time spent inside the DataLoader iterator's
@@ -355,11 +287,12 @@ def build_script_bench(real: Throughput, *, samples_known: bool, device, losses:
     device = device if device is not None else torch.device("cpu")
     elapsed_s = sum(w.elapsed_s for w in real.windows)
     peak_bytes, peak_kind = read_peak_memory(device)
-    result = BenchResult(
-        workload=" ".join(script.get("command") or []) or "script", config={}, device=str(device),
-        batch_size=batch_size, grad_accumulation=max(1, backwards_per_step), world_size=1, global_batch_size=batch_size,
-        **throughput_fields(real, samples_known), compute_only_samples_per_s=None,
+    info = from_json(ScriptInfo, script)
+    return BenchResult(
+        workload=" ".join(info.command) or "script", config={}, device=str(device),
+        step=StepShape(batch_size=batch_size, grad_accumulation=max(1, backwards_per_step), world_size=1,
+                       global_batch_size=batch_size),
+        throughput=throughput_figures(real, samples_known), compute_only_samples_per_s=None,
         input_bound_frac=min(1.0, measured_wait_s / elapsed_s) if elapsed_s > 0 and measured_wait_s is not None else None,
-        peak_memory_bytes=peak_bytes, peak_memory_kind=peak_kind, loss_values=losses, wall_time_s=wall_s,
-        host=probe_host().summary(), script=script, other_load_cores=other_load_cores)
-    return result.to_dict()
+        peak_memory_bytes=peak_bytes, peak_memory_kind=peak_kind, loss_values=tuple(losses), wall_time_s=wall_s,
+        host=probe_host().summary(), script=info, other_load_cores=other_load_cores)

@@ -1,8 +1,8 @@
-"""Rich rendering of a bench result (a dict as in `BenchResult.to_dict`)."""
+"""Rich rendering of a bench result (`torchpace.measure.result.BenchResult`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from torchpace.measure.result import BenchResult, ScriptInfo
 
 
 def format_bytes(n: float | None, missing: str = "-") -> str:
@@ -16,60 +16,62 @@ def format_bytes(n: float | None, missing: str = "-") -> str:
     return f"{n:.1f} TiB"
 
 
-def throughput_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+def throughput_rows(r: BenchResult) -> list[tuple[str, str]]:
     """The measured figure's rows: samples/s, or steps/s when the samples per step are unknown (script mode)."""
-    if r.get("samples_per_s") is None:
-        ci = f"[{r['steps_per_s_ci_low']:,.2f}, {r['steps_per_s_ci_high']:,.2f}] (±{r['ci_rel_halfwidth']:.1%})"
-        return [("steps/s (median)", f"{r['steps_per_s']:,.2f}  (samples per step unknown: no DataLoader batch seen; "
+    t = r.throughput
+    if not t.samples_known:
+        ci = f"[{t.steps_per_s_ci_low:,.2f}, {t.steps_per_s_ci_high:,.2f}] (±{t.ci_rel_halfwidth:.1%})"
+        return [("steps/s (median)", f"{t.steps_per_s:,.2f}  (samples per step unknown: no DataLoader batch seen; "
                                      "--samples-per-step N gives samples/s)"),
                 ("95% CI of median", ci)]
-    ci = f"[{r['samples_per_s_ci_low']:,.1f}, {r['samples_per_s_ci_high']:,.1f}] (±{r['ci_rel_halfwidth']:.1%})"
-    rows = [("samples/s (median)", f"{r['samples_per_s']:,.1f}"), ("95% CI of median", ci),
-            ("IQR", f"{r['samples_per_s_iqr']:,.1f} ({r['samples_per_s_iqr'] / r['samples_per_s']:.1%} of median)")]
-    if r.get("steps_per_s") is not None:
-        rows.append(("steps/s", f"{r['steps_per_s']:,.2f}"))
+    ci = f"[{t.samples_per_s_ci_low:,.1f}, {t.samples_per_s_ci_high:,.1f}] (±{t.ci_rel_halfwidth:.1%})"
+    rows = [("samples/s (median)", f"{t.samples_per_s:,.1f}"), ("95% CI of median", ci),
+            ("IQR", f"{t.samples_per_s_iqr:,.1f} ({t.iqr_frac:.1%} of median)")]
+    if t.steps_per_s is not None:
+        rows.append(("steps/s", f"{t.steps_per_s:,.2f}"))
     return rows
 
 
-def bench_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+def bench_rows(r: BenchResult) -> list[tuple[str, str]]:
     """(label, value) rows of the bench table."""
-    batch = "batch unknown" if r.get("batch_size") is None else f"batch {r['batch_size']}"
-    micro = f", {r['grad_accumulation']} {'backward() calls' if r.get('script') else 'micro-batches'}"
+    step, t = r.step, r.throughput
+    batch = "batch unknown" if step.batch_size is None else f"batch {step.batch_size}"
+    micro = f", {step.grad_accumulation} {'backward() calls' if r.script else 'micro-batches'}"
     rows = throughput_rows(r) + [
-        ("step time", f"{r['step_time_s'] * 1000:.2f} ms  ({batch}" + (micro if r["grad_accumulation"] > 1 else "") + ")"),
+        ("step time", f"{t.step_time_s * 1000:.2f} ms  ({batch}" + (micro if step.grad_accumulation > 1 else "") + ")"),
     ]
-    if r.get("world_size", 1) > 1:
-        rows.append(("processes", f"{r['world_size']} ranks x batch {r['batch_size']} = global batch {r['global_batch_size']}  "
-                                  "(samples/s summed over ranks; step time and peak memory of the slowest / largest rank)"))
-    if r.get("compute_only_samples_per_s"):
-        rows += [("compute-only samples/s", f"{r['compute_only_samples_per_s']:,.1f}  (one batch pre-staged on {r['device']})"),
-                 ("input-bound", f"{r['input_bound_frac']:.1%} of the step waits for data")]
-    elif r.get("script") and r.get("input_bound_frac") is not None:
-        rows.append(("input-bound", f"{r['input_bound_frac']:.1%} of the step is spent in the DataLoader's __next__"))
+    if step.world_size > 1:
+        rows.append(("processes", f"{step.world_size} ranks x batch {step.batch_size} = global batch {step.global_batch_size}  "
+                                  f"({t.unit} summed over ranks; step time and peak memory of the slowest / largest rank)"))
+    if r.compute_only_samples_per_s:
+        rows += [("compute-only samples/s", f"{r.compute_only_samples_per_s:,.1f}  (one batch pre-staged on {r.device})"),
+                 ("input-bound", f"{r.input_bound_frac:.1%} of the step waits for data")]
+    elif r.script and r.input_bound_frac is not None:
+        rows.append(("input-bound", f"{r.input_bound_frac:.1%} of the step is spent in the DataLoader's __next__"))
     rows += [
-        ("peak memory", f"{format_bytes(r['peak_memory_bytes'])}  ({r['peak_memory_kind']})"),
-        ("windows / steps", f"{r['windows']} / {r['measured_steps']}  (stopped by {r['stopped_by']})"),
-        ("warm-up", f"{r['warmup_s']:.1f} s, {r['warmup_steps']} steps" + ("" if r["warmup_converged"] else "  (did not settle)")),
+        ("peak memory", f"{format_bytes(r.peak_memory_bytes)}  ({r.peak_memory_kind})"),
+        ("windows / steps", f"{t.windows} / {t.measured_steps}  (stopped by {t.stopped_by})"),
+        ("warm-up", f"{t.warmup_s:.1f} s, {t.warmup_steps} steps" + ("" if t.warmup_converged else "  (did not settle)")),
     ]
-    if r.get("other_load_cores") is not None:
-        rows.append(("other load", f"{r['other_load_cores']:.1f} cores used by processes outside torchpace meanwhile"))
-    if r.get("loss_values"):
-        rows.append(("loss", f"{r['loss_values'][0]:.4g} -> {r['loss_values'][-1]:.4g} over {len(r['loss_values'])} steps"))
-    return rows + script_rows(r.get("script")) + inference_rows(r)
+    if r.other_load_cores is not None:
+        rows.append(("other load", f"{r.other_load_cores:.1f} cores used by processes outside torchpace meanwhile"))
+    if r.loss_values:
+        rows.append(("loss", f"{r.loss_values[0]:.4g} -> {r.loss_values[-1]:.4g} over {len(r.loss_values)} steps"))
+    return rows + script_rows(r.script) + inference_rows(r)
 
 
-def script_rows(script: dict[str, Any] | None) -> list[tuple[str, str]]:
+def script_rows(script: ScriptInfo | None) -> list[tuple[str, str]]:
     """Script mode: how steps were counted, and every argument the config changed in the script."""
     if not script:
         return []
-    step = ("one optimizer step()" if script.get("step_source") == "optimizer"
+    step = ("one optimizer step()" if script.step_source == "optimizer"
             else "one backward() (no torch.optim optimizer was built)")
     rows = [("a step is", step)]
-    if script.get("ended_early"):
+    if script.ended_early:
         rows.append(("note", "the script ended before the measurement did: these are the windows it gave"))
-    for change in script.get("overrides") or ():
-        rows.append(("changed", f"{change['object']} at {change['where']}: {change['argument']} "
-                                f"{change['old']!r} -> {change['new']!r} ({change['knob']})"))
+    for change in script.overrides:
+        rows.append(("changed", f"{change.object} at {change.where}: {change.argument} "
+                                f"{change.old!r} -> {change.new!r} ({change.knob})"))
     return rows
 
 
@@ -80,35 +82,40 @@ def format_latency(seconds: float | None) -> str:
     return f"{seconds * 1e6:.1f} µs" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
 
 
-def inference_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+def inference_rows(r: BenchResult) -> list[tuple[str, str]]:
     """Rows for inference benches: batch-1 latency percentiles, model size, accuracy vs fp32."""
     rows = []
-    if r.get("latency_p50_s") is not None:
-        ci = f"[{format_latency(r['latency_p50_ci_low_s'])}, {format_latency(r['latency_p50_ci_high_s'])}] (±{r['latency_ci_rel_halfwidth']:.1%})"
-        rows += [("latency p50 (batch 1)", f"{format_latency(r['latency_p50_s'])}  95% CI {ci}"),
-                 ("latency p90 / p99", f"{format_latency(r['latency_p90_s'])} / {format_latency(r['latency_p99_s'])}  "
-                                       f"({r['latency_calls']} calls, stopped by {r['latency_stopped_by']})")]
-    if r.get("model_size_bytes") is not None:
-        rows.append(("model size", format_bytes(r["model_size_bytes"])))
-    if r.get("accuracy"):
-        rows.append(("accuracy vs fp32", r["accuracy"]["reason"]))
+    lat = r.latency
+    if lat is not None:
+        ci = f"[{format_latency(lat.p50_ci_low_s)}, {format_latency(lat.p50_ci_high_s)}] (±{lat.ci_rel_halfwidth:.1%})"
+        rows += [("latency p50 (batch 1)", f"{format_latency(lat.p50_s)}  95% CI {ci}"),
+                 ("latency p90 / p99", f"{format_latency(lat.p90_s)} / {format_latency(lat.p99_s)}  "
+                                       f"({lat.calls} calls, stopped by {lat.stopped_by})")]
+    if r.model_size_bytes is not None:
+        rows.append(("model size", format_bytes(r.model_size_bytes)))
+    if r.accuracy:
+        rows.append(("accuracy vs fp32", r.accuracy.reason))
     return rows
 
 
-def render_bench(console, r: dict[str, Any]) -> None:
+def render_bench(console, r: BenchResult) -> None:
     from rich.table import Table
 
-    config = ", ".join(f"{k}={v}" for k, v in r["config"].items()) or "defaults"
-    table = Table(title=f"torchpace bench: {r['workload']} on {r['device']} ({config})", show_header=False)
+    config = ", ".join(f"{k}={v}" for k, v in r.config.items()) or "defaults"
+    table = Table(title=f"torchpace bench: {r.workload} on {r.device} ({config})", show_header=False)
     table.add_column(style="bold")
     table.add_column()
     for label, value in bench_rows(r):
         table.add_row(label, value)
     console.print(table)
-    iqr_frac = r["samples_per_s_iqr"] / r["samples_per_s"] if r.get("samples_per_s") else None
-    for warning in noise_warnings(r["noise_warning"], iqr_frac, "windows", "raise --max-time", r.get("other_load_cores"),
-                                  (r.get("host") or {}).get("usable_cores")):
+    for warning in bench_warnings(r):
         console.print(f"[yellow]warning:[/] {warning}")
+
+
+def bench_warnings(r: BenchResult) -> list[str]:
+    """The warnings beside a bench's figure (the terminal's and the report's)."""
+    return noise_warnings(r.throughput.noise_warning, r.throughput.iqr_frac, "windows", "raise --max-time",
+                          r.other_load_cores, r.host.get("usable_cores"))
 
 
 def noise_warnings(noisy: bool, iqr_frac: float | None, what: str, remedy: str, other_load_cores: float | None,

@@ -99,7 +99,7 @@ def _bench_in_trial(spec, config: RunConfig, options: BenchOptions, host: HostFa
     if not result.ok:
         raise UserCodeError(f"running the workload in a trial process ({result.status})",
                             result.error + "\n" + result.stderr_tail)
-    return BenchResult(**result.bench)
+    return result.bench
 
 
 def nonfinite_loss_message(losses: list[float]) -> str | None:

@@ -17,6 +17,7 @@ import math
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+from torchpace.measure.result import BenchResult
 from torchpace.report.view import is_failed, trial_label, trial_stage
 
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies and in greyscale print.
@@ -239,24 +240,31 @@ def _finite(values: Sequence[float]) -> list[float]:
 # ---- bench and profile ------------------------------------------------------------------------------
 
 
-def render_windows_svg(bench: Mapping[str, Any]) -> str:
-    """A bench's per-window samples/s, its median and the median's 95% CI."""
+def render_windows_svg(bench: BenchResult) -> str:
+    """A bench's per-window figure (samples/s, or steps/s when the samples per step are unknown), its
+    median and the median's 95% CI."""
     from matplotlib.ticker import MaxNLocator
+
+    rate, windows = bench.objective, list(bench.throughput.window_rates)
 
     def draw(fig) -> None:
         ax = fig.add_subplot()
-        windows = bench["window_samples_per_s"]
-        ax.axhspan(bench["samples_per_s_ci_low"], bench["samples_per_s_ci_high"], color=TUNED_COLOUR, alpha=0.15,
-                   label="95% CI of the median")
-        ax.axhline(bench["samples_per_s"], color=TUNED_COLOUR, linewidth=1.5, label=f"median {bench['samples_per_s']:,.0f}")
+        ax.axhspan(rate.ci_low, rate.ci_high, color=TUNED_COLOUR, alpha=0.15, label="95% CI of the median")
+        ax.axhline(rate.value, color=TUNED_COLOUR, linewidth=1.5, label=f"median {rate.value:,.{_digits(rate.value)}f}")
         ax.plot(range(1, len(windows) + 1), windows, "o", color="#333333", markersize=4, label="one timing window")
         ax.set_xlabel("measurement window")
-        ax.set_ylabel("samples/s")
+        ax.set_ylabel(rate.unit)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylim(0, max([*windows, bench["samples_per_s_ci_high"]]) * 1.15)
+        ax.set_ylim(0, max([*windows, rate.ci_high]) * 1.15)
         ax.legend(fontsize=8, loc="lower right")
 
-    return render_figure_svg("windows", "Samples/s of each timing window with the median and its 95% CI", 3.0, draw)
+    title = f"{rate.unit.capitalize()} of each timing window with the median and its 95% CI"
+    return render_figure_svg("windows", title, 3.0, draw)
+
+
+def _digits(value: float) -> int:
+    """Decimals worth showing: none from 100 up (samples/s), two below (a few steps/s)."""
+    return 0 if abs(value) >= 100 else 2
 
 
 def render_split_svg(split: Mapping[str, Any]) -> str:

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from torchpace.errors import UsageError
+from torchpace.measure.result import RESULT_KIND as BENCH_KIND
+from torchpace.measure.result import BenchResult
 from torchpace.tune.storage import mask_url, sqlite_database  # noqa: F401  (mask_url: report/__init__ imports it here)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-BENCH_KIND = "torchpace.bench"  # torchpace.measure.bench.RESULT_KIND (that module imports torch)
 _SUPPORTED_RESULT_SCHEMA = 1
 EXPECTED = ("a torchpace study (the SQLite file `torchpace tune` writes, e.g. .torchpace/studies.db; or "
             "--storage URL), or a JSON result: `torchpace bench --out FILE` (kind torchpace.bench) or "
@@ -59,7 +60,7 @@ class ReportData:
         config: the final config (tuned, benched or profiled): knob name -> value, defaults left out.
         host: the measured host's summary (`HostFacts.summary()`), None when the input has none.
         tune: `TuneOutcome.to_dict()` of a study.
-        bench: `BenchResult.to_dict()`.
+        bench: a bench result.
         profile: `ProfileResult.to_dict()`.
         config_path: where the config was saved as TOML, when known.
         note: a line about how the input was read (e.g. which of several studies).
@@ -72,7 +73,7 @@ class ReportData:
     config: Mapping[str, Any] = field(default_factory=dict)
     host: Mapping[str, Any] | None = None
     tune: Mapping[str, Any] | None = None
-    bench: Mapping[str, Any] | None = None
+    bench: BenchResult | None = None
     profile: Mapping[str, Any] | None = None
     config_path: str | None = None
     note: str | None = None
@@ -140,21 +141,21 @@ def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
     if doc.get("schema_version") != _SUPPORTED_RESULT_SCHEMA:
         raise UsageError(f"{source!r} has {kind} schema_version {doc.get('schema_version')!r}; this torchpace reads "
                          f"{_SUPPORTED_RESULT_SCHEMA} (a newer torchpace wrote it?)")
-    config = dict(doc.get("config") or {})
     if kind == BENCH_KIND:
-        _check_bench_fields(doc, source)
-        return ReportData("bench", source, str(doc.get("workload", "?")), config, host=doc.get("host") or None, bench=doc)
-    return ReportData("profile", source, str(doc.get("workload", "?")), config, profile=doc)
+        bench = read_bench(doc, source)
+        return ReportData("bench", source, bench.workload, dict(bench.config), host=bench.host or None, bench=bench)
+    return ReportData("profile", source, str(doc.get("workload", "?")), dict(doc.get("config") or {}), profile=doc)
 
 
-def _check_bench_fields(doc: Mapping[str, Any], source: str) -> None:
-    """UsageError naming the fields a bench result lacks (the schema's required ones: the report shows them)."""
-    from torchpace.measure.schema import BENCH_RESULT_SCHEMA, FIELDS_ADDED_WITH_SCRIPT_MODE
+def read_bench(doc: Mapping[str, Any], source: str) -> BenchResult:
+    """The bench result of a document of any version written so far (UsageError naming the fields it lacks)."""
+    from torchpace.records import MissingFields
 
-    missing = [name for name in BENCH_RESULT_SCHEMA["required"] if name not in doc and name not in FIELDS_ADDED_WITH_SCRIPT_MODE]
-    if missing:
-        raise UsageError(f"{source!r} is a bench result without the field(s) {', '.join(missing)}; write it again "
-                         "with `torchpace bench --out FILE`")
+    try:
+        return BenchResult.from_dict(doc)
+    except MissingFields as err:
+        raise UsageError(f"{source!r} is a bench result without the field(s) {', '.join(err.names)}; write it again "
+                         "with `torchpace bench --out FILE`") from None
 
 
 # ---- studies ---------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def build_charts(data: ReportData) -> dict[str, str]:
     svgs: dict[str, str] = {}
     if data.tune:
         svgs.update(_tune_charts(data.tune))
-    if data.bench and data.bench.get("window_samples_per_s"):
+    if data.bench and data.bench.throughput.window_rates:
         svgs["windows"] = charts.render_windows_svg(data.bench)
     if data.profile:
         from torchpace.report.view import step_split

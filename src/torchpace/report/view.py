@@ -7,9 +7,11 @@ table beside it always show the same trial.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from torchpace.measure.render import format_bytes
+from torchpace.measure.result import SAMPLES_PER_S, BenchResult, Objective
 from torchpace.report.load import ReportData
 
 DEFAULT_CONFIG_FILE = "torchpace.toml"
@@ -91,6 +93,23 @@ def format_sps_ci(row: Mapping[str, Any] | None) -> str:
     return format_sps(row) + ("" if ci == "-" else f" {ci}")
 
 
+def format_figure(figure: Objective | None) -> str:
+    """`12,345` samples/s, `7.91` steps/s: a figure's median in its unit; `-` without one."""
+    if figure is None or figure.value is None:
+        return "-"
+    return f"{figure.value:,.0f}" if figure.unit == SAMPLES_PER_S or abs(figure.value) >= 100 else f"{figure.value:,.2f}"
+
+
+def format_figure_ci(figure: Objective | None, with_value: bool = True) -> str:
+    """`12,345 [12,001, 12,700]`: a figure and its 95% CI (or the CI alone); `-` when unknown."""
+    if figure is None or figure.value is None:
+        return "-"
+    if figure.ci_low is None or figure.ci_high is None:
+        return format_figure(figure) if with_value else "-"
+    low, high = (format_figure(replace(figure, value=v)) for v in (figure.ci_low, figure.ci_high))
+    return (f"{format_figure(figure)} " if with_value else "") + f"[{low}, {high}]"
+
+
 def format_value(value: Any) -> str:
     """A knob value as the user writes it (`true`, `2`, `bf16`)."""
     if isinstance(value, bool):
@@ -154,11 +173,13 @@ def summary_cards(data: ReportData) -> list[dict[str, str]]:
         ]
     if data.bench:
         b = data.bench
-        return [{"label": "samples/s", "value": f"{b['samples_per_s']:,.0f}", "detail": f"95% CI ±{b['ci_rel_halfwidth']:.1%}"},
-                {"label": "step time", "value": f"{b['step_time_s'] * 1000:.2f} ms", "detail": f"batch {b['batch_size']}"},
-                {"label": "input-bound", "value": "-" if b.get("input_bound_frac") is None else f"{b['input_bound_frac']:.0%}",
+        rate = b.objective
+        batch = "batch unknown" if b.step.batch_size is None else f"batch {b.step.batch_size}"
+        return [{"label": rate.unit, "value": format_figure(rate), "detail": f"95% CI ±{b.throughput.ci_rel_halfwidth:.1%}"},
+                {"label": "step time", "value": f"{b.throughput.step_time_s * 1000:.2f} ms", "detail": batch},
+                {"label": "input-bound", "value": "-" if b.input_bound_frac is None else f"{b.input_bound_frac:.0%}",
                  "detail": "of the step waits for data"},
-                {"label": "peak memory", "value": format_bytes(b.get("peak_memory_bytes")), "detail": str(b.get("peak_memory_kind", ""))}]
+                {"label": "peak memory", "value": format_bytes(b.peak_memory_bytes), "detail": b.peak_memory_kind}]
     p = data.profile or {}
     split = step_split(p) or {}
     return [{"label": "verdict", "value": p.get("verdict", {}).get("kind", "-"), "detail": f"{p.get('steps', '?')} profiled steps"},
@@ -284,15 +305,12 @@ def trial_row(t: Mapping[str, Any], base_sps: float | None) -> dict[str, Any]:
 # ---- bench and profile ------------------------------------------------------------------------------
 
 
-def bench_view(bench: Mapping[str, Any]) -> dict[str, Any]:
+def bench_view(bench: BenchResult) -> dict[str, Any]:
     """The bench section: its figures as (label, value) rows and the noise warning."""
-    from torchpace.measure.render import bench_rows, noise_warnings
+    from torchpace.measure.render import bench_rows, bench_warnings
 
-    iqr_frac = bench["samples_per_s_iqr"] / bench["samples_per_s"] if bench.get("samples_per_s") else None
-    warnings = noise_warnings(bool(bench.get("noise_warning")), iqr_frac, "windows", "raise --max-time",
-                              bench.get("other_load_cores"), (bench.get("host") or {}).get("usable_cores"))
-    return {"rows": bench_rows(bench), "noisy": " ".join(warnings) or None, "device": bench.get("device"),
-            "has_windows": len(bench.get("window_samples_per_s") or []) > 0}
+    return {"rows": bench_rows(bench), "noisy": " ".join(bench_warnings(bench)) or None, "device": bench.device,
+            "has_windows": bool(bench.throughput.window_rates), "unit": bench.objective.unit}
 
 
 def profile_view(profile: Mapping[str, Any]) -> dict[str, Any]:

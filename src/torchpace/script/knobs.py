@@ -9,7 +9,7 @@ took effect in the script (no DataLoader was built, the optimizer has no fused k
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
@@ -37,9 +37,13 @@ def check_script_config(config: RunConfig, host, label: str) -> None:
 
 
 
-def unreached_knobs(config: Mapping[str, Any], script: Mapping[str, Any]) -> dict[str, str]:
-    """knob -> why, for each non-default knob applied in-process that never took effect in the script."""
-    reached, not_applied = set(script.get("reached") or ()), dict(script.get("not_applied") or {})
+def unreached_knobs(config: Mapping[str, Any], reached: Iterable[str], not_applied: Mapping[str, str]) -> dict[str, str]:
+    """knob -> why, for each non-default knob applied in-process that never took effect in the script.
+
+    Args:
+        reached, not_applied: what the hook reported (`ScriptInfo.reached`, `ScriptInfo.not_applied`).
+    """
+    reached = set(reached)
     why: dict[str, str] = {}
     for name, value in RunConfig(dict(config)).non_default().items():
         reach = REGISTRY[name].script_reach

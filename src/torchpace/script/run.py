@@ -27,7 +27,6 @@ def bench_script(command: Sequence[str], config: RunConfig, max_time_s: float, h
         ScriptFailed: the script failed, never stepped, or ended before enough windows.
     """
     from torchpace.launch.command import parse_python_command
-    from torchpace.measure.bench import BenchResult
     from torchpace.trial import run_trial
 
     label = parse_python_command(command).label
@@ -39,7 +38,7 @@ def bench_script(command: Sequence[str], config: RunConfig, max_time_s: float, h
         raise UsageError(result.error)
     if not result.ok:
         raise ScriptFailed(f"the script `{' '.join(command)}` ({result.status}): {result.error}", result.stderr_tail)
-    return BenchResult(**result.bench)
+    return result.bench
 
 
 

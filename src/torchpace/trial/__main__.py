@@ -46,14 +46,14 @@ def run_spec(spec: TrialSpec) -> TrialResult:
         gate = Gate.open(spec.gate)
         bench = run_bench(workload, spec.config, options, device=spec.device, accuracy=_accuracy_guard(spec, workload),
                           own_root_pid=os.getppid(),  # the tuner (or bench) that started this trial
-                          clock=gate.clock if gate else time.perf_counter, gate=gate).to_dict()
-        status = NONFINITE if is_nonfinite(bench["loss_values"]) else OK
+                          clock=gate.clock if gate else time.perf_counter, gate=gate)
+        status = NONFINITE if is_nonfinite(bench.loss_values) else OK
         error = "loss became NaN/Inf while measuring" if status == NONFINITE else ""
         verdict = _profile_verdict(spec) if spec.profile and status == OK else None
         return TrialResult(status, bench, guard_losses, guard_metric, error, wall_time_s=time.perf_counter() - start,
                            verdict=verdict)
     except AccuracyRejected as err:
-        return TrialResult(GUARD, accuracy=err.report.to_dict(), error=str(err), wall_time_s=time.perf_counter() - start)
+        return TrialResult(GUARD, accuracy=err.report, error=str(err), wall_time_s=time.perf_counter() - start)
     except UsageError as err:
         return TrialResult(INVALID, error=str(err), wall_time_s=time.perf_counter() - start)
     except (UserCodeError, torch.OutOfMemoryError, MemoryError, RuntimeError) as err:

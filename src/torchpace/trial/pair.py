@@ -48,6 +48,7 @@ from torchpace.errors import UsageError
 from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.measure.gate import END, GO, LOADED, READY, WINDOW
+from torchpace.measure.result import BenchResult, pool_throughput
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
 from torchpace.trial.protocol import INVALID, OOM, TIMEOUT, TrialResult, TrialSpec, classify_timeout
@@ -168,7 +169,7 @@ def sequential_reason(spec_a: TrialSpec, spec_b: TrialSpec, *, peak_bytes: int |
 
 def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions = PairOptions(),
              *, base_env: Mapping[str, str] | None = None, workdir: Path | None = None, sequential: str | None = None,
-             figure: Callable[[dict], float | None] | None = None,
+             figure: Callable[[BenchResult], float | None] | None = None,
              on_round: Callable[[int, Summary | None], None] | None = None) -> PairResult:
     """Compare `spec_b` with `spec_a` (see the module docstring); never raises for the arms' failures.
 
@@ -480,24 +481,16 @@ def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeo
 def _pooled(runs: Sequence[TrialResult]) -> TrialResult:
     """One arm's separate runs as one result: the first run's, its windows those of every run."""
     first = runs[0]
-    windows = [w for r in runs for w in (r.bench.get("window_samples_per_s") or [])]
-    if not windows:
-        return first
-    summary = summarize(windows)
-    bench = {**first.bench, "window_samples_per_s": windows, "windows": summary.n, "samples_per_s": summary.median,
-             "samples_per_s_ci_low": summary.ci_low, "samples_per_s_ci_high": summary.ci_high,
-             "samples_per_s_iqr": summary.iqr, "ci_rel_halfwidth": summary.ci_rel_halfwidth}
-    return replace(first, bench=bench)
+    throughput = pool_throughput([r.bench.throughput for r in runs])
+    return replace(first, bench=replace(first.bench, throughput=throughput))
 
 
-def _throughput(bench: dict | None) -> float | None:
-    if not bench:
-        return None
-    return bench.get("samples_per_s") if bench.get("samples_per_s") is not None else bench.get("steps_per_s")
+def _throughput(bench: BenchResult | None) -> float | None:
+    return bench.objective.value if bench is not None else None
 
 
 def _median_load(runs: Sequence[TrialResult]) -> float | None:
     import statistics
 
-    loads = [r.bench.get("other_load_cores") for r in runs if r.bench and r.bench.get("other_load_cores") is not None]
+    loads = [r.bench.other_load_cores for r in runs if r.bench and r.bench.other_load_cores is not None]
     return statistics.median(loads) if loads else None

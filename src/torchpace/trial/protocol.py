@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchpace.measure.result import AccuracyReport, BenchResult
+
 # Failure classes (docs/design.md#trials-one-process-each). "ok" is a finished measurement.
 OK = "ok"
 OOM = "oom"
@@ -84,7 +86,7 @@ class TrialResult:
     """What a trial produced: its status, the bench figures when ok, and why not otherwise."""
 
     status: str
-    bench: dict[str, Any] | None = None
+    bench: BenchResult | None = None  # a bench result (`torchpace.measure.result`) when ok
     guard_losses: list[float] = field(default_factory=list)
     guard_metric: float | None = None  # the workload's evaluate() after the guard steps
     error: str = ""
@@ -92,7 +94,7 @@ class TrialResult:
     returncode: int | None = None
     wall_time_s: float = 0.0
     verdict: str | None = None
-    accuracy: dict[str, Any] | None = None  # inference: outputs vs the fp32 eager reference (AccuracyReport)
+    accuracy: AccuracyReport | None = None  # inference: outputs vs the fp32 eager reference
     failed_rank: int | None = None  # multi-process trials: the rank that failed first
 
     @property
@@ -100,11 +102,19 @@ class TrialResult:
         return self.status == OK
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["bench"] = self.bench.to_dict() if self.bench is not None else None
+        data["accuracy"] = self.accuracy.to_dict() if self.accuracy is not None else None
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrialResult":
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if fields.get("bench") is not None:
+            fields["bench"] = BenchResult.from_dict(fields["bench"])
+        if fields.get("accuracy") is not None:
+            fields["accuracy"] = AccuracyReport.from_dict(fields["accuracy"])
+        return cls(**fields)
 
 
 def is_nonfinite(values: list[float]) -> bool:

@@ -58,9 +58,10 @@ def read_script_result(spec: TrialSpec, result_path: Path, returncode: int, stde
     label = " ".join(spec.command)
     if returncode == 0 and result_path.exists():
         result = TrialResult.from_dict(json.loads(result_path.read_text()))
-        bench = dict(result.bench, config=RunConfig(spec.config).non_default()) if result.bench else None
+        bench = replace(result.bench, config=RunConfig(spec.config).non_default()) if result.bench else None
         result = replace(result, bench=bench, stderr_tail=stderr_tail, returncode=0)
-        unreached = unreached_knobs(spec.config, (bench or {}).get("script") or {})
+        script = bench.script if bench is not None else None
+        unreached = unreached_knobs(spec.config, script.reached if script else (), script.not_applied if script else {})
         if result.ok and unreached:
             return replace(result, status=INVALID, error="; ".join(f"{k}: {why}" for k, why in unreached.items()))
         return result

@@ -14,23 +14,19 @@ The figure and its relative CI half-width are stored on each trial (`objective_v
 
 from __future__ import annotations
 
-from typing import Any
-
 from torchpace.errors import UsageError
+from torchpace.measure.result import BenchResult
 
 OBJECTIVES = ("throughput", "latency")
 
 
-def objective_value(bench: dict[str, Any] | None, objective: str) -> tuple[float | None, float | None]:
-    """(figure, relative CI half-width) of a bench result under `objective`; (None, None) without one."""
-    if not bench:
+def objective_value(bench: BenchResult | None, objective: str) -> tuple[float | None, float | None]:
+    """(figure as "higher is better", relative CI half-width) of a bench result under `objective`;
+    (None, None) without one."""
+    figure = bench.objective_for(objective) if bench is not None else None
+    if figure is None or figure.score is None:
         return None, None
-    if objective == "latency":
-        p50_s = bench.get("latency_p50_s")
-        return (1.0 / p50_s, bench.get("latency_ci_rel_halfwidth")) if p50_s else (None, None)
-    if bench.get("samples_per_s") is None:  # a script whose samples per step are unknown: steps/s
-        return bench.get("steps_per_s"), bench.get("ci_rel_halfwidth")
-    return bench.get("samples_per_s"), bench.get("ci_rel_halfwidth")
+    return figure.score, figure.ci_rel_halfwidth
 
 
 def check_objective(objective: str, is_training: bool, workload_name: str) -> None:

@@ -245,7 +245,8 @@ class Tuner:
             trial.set_user_attr(ATTR, {"status": "interrupted", "error": "the tuner was stopped (Ctrl-C or SIGTERM) "
                                        "during this trial; `--resume` runs it again"})
             raise
-        result["objective_value"], result["objective_ci_rel"] = objective_value(result.get("bench"), self.options.objective)
+        result.setdefault("objective_value", None)
+        result.setdefault("objective_ci_rel", None)
         trial.set_user_attr(ATTR, result)
         self.on_event("trial_done", number=trial.number, info=info, result=result)
         if result["status"] != "ok":
@@ -298,15 +299,19 @@ class Tuner:
             status = "budget"  # cut by the budget, not a verdict on the config: re-run on --resume
         _log.info("trial %d (%s) ended %s, wall time %.1f s%s", number, info.get("slot"), status, result.wall_time_s,
                   f": {result.error.strip().splitlines()[-1]}" if result.error.strip() else "")
-        bench = dict(result.bench or {})
+        bench = result.bench.to_dict() if result.bench is not None else {}
+        accuracy = result.accuracy or (result.bench.accuracy if result.bench is not None else None)
         bench.pop("loss_values", None)
         host = bench.pop("host", None)
         if bench:
             bench["usable_cores"] = (host or {}).get("usable_cores")  # other_load_cores is out of these
+        figure, ci_rel = objective_value(result.bench, self.options.objective)
         return {**info, "status": status, "bench": bench or None, "guard_losses": result.guard_losses,
+                "objective_value": figure, "objective_ci_rel": ci_rel,
                 "guard_metric": result.guard_metric, "verdict": result.verdict,
                 "error": result.error[-_STORED_STDERR_CHARS:], "stderr_tail": result.stderr_tail[-_STORED_STDERR_CHARS:],
-                "wall_time_s": result.wall_time_s, "accuracy": result.accuracy or bench.get("accuracy")}
+                "wall_time_s": result.wall_time_s,
+                "accuracy": accuracy.to_dict() if accuracy is not None else None}
 
     def _run_pair(self, number: int, info: dict, spec, timeout_s: float, cut_by_budget: bool) -> dict[str, Any]:
         """A paired comparison: the candidate (`info["config"]`, arm B) and `info["reference"]` (arm A) in
@@ -330,7 +335,7 @@ class Tuner:
             "usable_cores": pair.usable_cores, "wall_time_s": pair.wall_time_s,
             "reference_status": pair.a.status, "reference_error": pair.a.error[-_STORED_STDERR_CHARS:],
             "reference_value": ref_value,
-            "reference_bench": {key: (pair.a.bench or {}).get(key) for key in _REFERENCE_FIGURES} if pair.a.bench else None,
+            "reference_bench": {key: pair.a.bench.to_dict().get(key) for key in _REFERENCE_FIGURES} if pair.a.bench else None,
         }
         return stored
 

@@ -1,0 +1,354 @@
+"""What a bench measured, as frozen records (no torch: the tuner, the report and the trial protocol read them).
+
+`BenchResult` nests one record per part of the measurement: `step` (what one optimizer step is:
+samples per process, micro-batches, processes), `throughput` (the real step's windows: samples/s,
+or steps/s when the samples per step are unknown, and steps/s always), `latency` (inference: batch-1
+calls), `script` (script mode: how steps and samples were counted, what the hook changed) and
+`accuracy` (inference: outputs against the fp32 eager reference). Its `objective` says which figure
+it is judged by, in which unit, with its CI: no reader has to guess from which field is null.
+
+The JSON (`torchpace bench --json`, a trial's RESULT.json) keeps the flat field names it has always
+had (`samples_per_s`, `latency_p50_s`, ...) plus `objective`; `BenchResult.from_dict` reads every
+version written so far (one before steps/s and script mode, one of script mode with `samples_per_s`
+null, the current one). The schema (`torchpace.measure.schema`) is derived from these records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchpace.records import from_json, spec, to_json
+
+RESULT_KIND = "torchpace.bench"
+RESULT_SCHEMA_VERSION = 1
+
+THROUGHPUT, LATENCY = "throughput", "latency"  # the objectives a result is judged by
+SAMPLES_PER_S, STEPS_PER_S, SECONDS = "samples/s", "steps/s", "s"  # their units
+UNITS = (SAMPLES_PER_S, STEPS_PER_S, SECONDS)
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The one figure a result is judged by: which, in what unit, its value and the 95% CI of it.
+
+    Attributes:
+        name: `throughput` (higher is better) or `latency` (batch-1 p50; lower is better).
+        unit: `samples/s`, `steps/s` (a script whose samples per step are unknown) or `s`.
+        value: the median (of the windows, the calls, or of pooled or paired measurements).
+        ci_low: the 95% CI of that median (None when unknown).
+        ci_high: see `ci_low`.
+        ci_rel_halfwidth: half the CI's width relative to the value (0.02: ±2%).
+    """
+
+    name: str = field(metadata=spec(enum=[THROUGHPUT, LATENCY]))
+    unit: str = field(metadata=spec(enum=list(UNITS)))
+    value: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    ci_rel_halfwidth: float | None = None
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.name != LATENCY
+
+    @property
+    def score(self) -> float | None:
+        """The figure as "higher is better" (1 / value for latency): what the tuner maximises."""
+        if self.value is None or (not self.higher_is_better and self.value <= 0):
+            return None
+        return self.value if self.higher_is_better else 1.0 / self.value
+
+    @property
+    def unit_noun(self) -> str:
+        """`samples`, `steps` or `s`: the unit without "/s", for labels such as "steps/s [95% CI]"."""
+        return self.unit.removesuffix("/s")
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What one optimizer step is.
+
+    Attributes:
+        batch_size: per process (script mode: samples of one optimizer step; null when unknown).
+        grad_accumulation: micro-batches (script mode: `backward()` calls) per step.
+        world_size: processes training together (torchrun).
+        global_batch_size: samples of one optimizer step over all processes: batch_size * world_size.
+    """
+
+    batch_size: int | None = field(metadata=spec(minimum=1))
+    grad_accumulation: int = field(default=1, metadata=spec(minimum=1))
+    world_size: int = field(default=1, metadata=spec(minimum=1))
+    global_batch_size: int | None = field(default=None, metadata=spec(minimum=1))
+
+
+_SAMPLES_UNKNOWN = "null when the samples per step are unknown (script mode)"
+
+
+@dataclass(frozen=True)
+class ThroughputFigures:
+    """The real step's measured windows (`torchpace.measure.bench.throughput_figures` defines them).
+
+    Attributes:
+        ci_rel_halfwidth: half the 95% CI's width relative to the median of the measured figure
+            (samples/s, else steps/s).
+        noise_warning: IQR / median above 10%.
+        step_time_s: median seconds per step over the windows.
+        windows: measured windows.
+        measured_steps: steps in the measured windows.
+        window_samples_per_s: each window's samples/s (empty when the samples per step are unknown).
+        warmup_s: seconds of warm-up (excluded from the figures).
+        warmup_converged: two consecutive warm-up windows agreed before measuring.
+        steps_per_s: optimizer steps per second: median of the windows (null in results written before
+            it was measured).
+        window_steps_per_s: each window's steps/s.
+    """
+
+    samples_per_s: float | None = field(metadata=spec(_SAMPLES_UNKNOWN))
+    samples_per_s_ci_low: float | None = field(metadata=spec(_SAMPLES_UNKNOWN))
+    samples_per_s_ci_high: float | None = field(metadata=spec(_SAMPLES_UNKNOWN))
+    samples_per_s_iqr: float | None = field(metadata=spec(_SAMPLES_UNKNOWN))
+    ci_rel_halfwidth: float
+    noise_warning: bool
+    step_time_s: float
+    windows: int = field(metadata=spec(minimum=1))
+    measured_steps: int = field(metadata=spec(minimum=1))
+    window_samples_per_s: tuple[float, ...]
+    warmup_s: float
+    warmup_steps: int
+    warmup_converged: bool
+    stopped_by: str = field(metadata=spec(
+        "ci: the CI target was met; time: the time cap; script-ended: the script finished before either; "
+        "pair: one arm of a paired comparison (`torchpace compare`, tune), ended by the comparison",
+        enum=["ci", "time", "script-ended", "pair"]))
+    steps_per_s: float | None = None
+    steps_per_s_ci_low: float | None = None
+    steps_per_s_ci_high: float | None = None
+    window_steps_per_s: tuple[float, ...] = ()
+
+    @property
+    def samples_known(self) -> bool:
+        return self.samples_per_s is not None
+
+    @property
+    def unit(self) -> str:
+        """`samples/s`, or `steps/s` when the samples per step are unknown."""
+        return SAMPLES_PER_S if self.samples_known else STEPS_PER_S
+
+    @property
+    def rate(self) -> Objective:
+        """The measured figure in its unit, with its CI (the throughput objective)."""
+        if self.samples_known:
+            return Objective(THROUGHPUT, SAMPLES_PER_S, self.samples_per_s, self.samples_per_s_ci_low,
+                             self.samples_per_s_ci_high, self.ci_rel_halfwidth)
+        return Objective(THROUGHPUT, STEPS_PER_S, self.steps_per_s, self.steps_per_s_ci_low, self.steps_per_s_ci_high,
+                         self.ci_rel_halfwidth)
+
+    @property
+    def window_rates(self) -> tuple[float, ...]:
+        """Each window's figure in `unit`."""
+        return self.window_samples_per_s if self.samples_known else self.window_steps_per_s
+
+    @property
+    def iqr_frac(self) -> float | None:
+        """IQR / median of samples/s (None when the samples per step are unknown)."""
+        if not self.samples_per_s or self.samples_per_s_iqr is None:
+            return None
+        return self.samples_per_s_iqr / self.samples_per_s
+
+
+@dataclass(frozen=True)
+class LatencyFigures:
+    """Per-call latency of one request (inference workloads), in seconds; JSON names `latency_*`.
+
+    Attributes:
+        batch_size: samples per call (1).
+        p50_s: the median call's seconds.
+        p50_ci_low_s: the 95% CI of p50 (low end).
+        p50_ci_high_s: the 95% CI of p50 (high end).
+        ci_rel_halfwidth: half the p50 CI's width relative to p50.
+        calls: timed calls.
+        warmup_s: seconds of warm-up calls (excluded).
+        stopped_by: `ci` (target met), `time` (deadline) or `calls` (the most calls).
+    """
+
+    batch_size: int = field(metadata=spec(minimum=1))
+    p50_s: float
+    p90_s: float
+    p99_s: float
+    p50_ci_low_s: float
+    p50_ci_high_s: float
+    ci_rel_halfwidth: float
+    calls: int = field(metadata=spec(minimum=1))
+    warmup_s: float
+    stopped_by: str = field(metadata=spec(enum=["ci", "time", "calls"]))
+
+    @property
+    def objective(self) -> Objective:
+        return Objective(LATENCY, SECONDS, self.p50_s, self.p50_ci_low_s, self.p50_ci_high_s, self.ci_rel_halfwidth)
+
+
+@dataclass(frozen=True)
+class AccuracyReport:
+    """A candidate's outputs against the fp32 eager reference, and the verdict (`torchpace.inference.accuracy`).
+
+    Attributes:
+        samples: outputs compared.
+        max_abs_err: the largest |candidate - reference| of any output element.
+        max_rel_err: `max_abs_err` over the largest |reference| element.
+        top1_agreement: share of samples whose argmax matches (classifiers; null otherwise).
+        ok: within the tolerances (`rtol` relative to `reference_max_abs`, `atol`, `min_top1_agreement`).
+        reference_max_abs: the largest |reference| element.
+    """
+
+    samples: int = field(metadata=spec(minimum=0))
+    max_abs_err: float
+    max_rel_err: float
+    top1_agreement: float | None = field(metadata=spec(minimum=0, maximum=1))
+    ok: bool
+    reason: str
+    reference_max_abs: float | None = field(default=None, metadata=spec(required=False))
+    rtol: float | None = field(default=None, metadata=spec(required=False))
+    atol: float | None = field(default=None, metadata=spec(required=False))
+    min_top1_agreement: float | None = field(default=None, metadata=spec(required=False))
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_json(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "AccuracyReport":
+        return from_json(cls, data)
+
+
+@dataclass(frozen=True)
+class ScriptOverride:
+    """One argument of a script's DataLoader or optimizer that the config changed (`launch.inprocess`)."""
+
+    knob: str
+    object: str
+    where: str
+    argument: str
+    old: Any = None
+    new: Any = None
+
+
+@dataclass(frozen=True)
+class ScriptInfo:
+    """Script mode: the command, how steps and samples were counted, and what the launch hook changed.
+
+    Attributes:
+        steps_seen: steps the script made while measured.
+        ended_early: the script ended before the measurement did.
+        reached: knobs that took effect in the script.
+        not_applied: knob -> why it could not take effect where it was met.
+        more: what else the hook reported, kept as it was written.
+    """
+
+    command: tuple[str, ...] = ()
+    step_source: str | None = field(default=None, metadata=spec(enum=["optimizer", "backward"]))
+    samples_source: str | None = field(default=None, metadata=spec(enum=["dataloader", "--samples-per-step", None]))
+    steps_seen: int | None = field(default=None, metadata=spec(required=False))
+    ended_early: bool = False
+    overrides: tuple[ScriptOverride, ...] = ()
+    reached: tuple[str, ...] = ()
+    not_applied: Mapping[str, str] = field(default_factory=dict)
+    more: Mapping[str, Any] = field(default_factory=dict, metadata=spec(rest=True))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchResult:
+    """Everything a bench measured (see the module docstring). JSON: `to_dict` / `from_dict`.
+
+    Attributes:
+        workload: the workload's name (script mode: the command).
+        config: knobs that differ from their defaults.
+        step: what one optimizer step is (per process and over all processes).
+        throughput: the real step's windows.
+        compute_only_samples_per_s: the same step on one batch pre-staged on the device (null in script mode).
+        input_bound_frac: 1 - samples/s over the compute-only figure (script mode: the measured share of
+            the windows spent in the DataLoader iterator's `__next__`); null when not measured.
+        peak_memory_bytes: the CUDA allocator's peak on a GPU, the process's peak RSS on a CPU.
+        loss_values: the loss of every step, warm-up included (empty for inference, and as stored on a trial).
+        wall_time_s: the bench's wall time.
+        host: the host's summary with its `fingerprint` (empty as stored on a trial).
+        latency: inference workloads: batch-1 latency (None otherwise).
+        model_size_bytes: the prepared model's weights as saved (state_dict, or the TorchScript archive).
+        accuracy: outputs vs the fp32 eager reference on the first batches of the dataset.
+        other_load_cores: cores processes outside torchpace's own tree kept busy while this was measured.
+        script: script mode: the command, how steps and samples were counted, what the hook changed.
+    """
+
+    JSON_DERIVED = ("objective",)
+
+    kind: str = field(default=RESULT_KIND, metadata=spec(const=RESULT_KIND))
+    schema_version: int = field(default=RESULT_SCHEMA_VERSION, metadata=spec(const=RESULT_SCHEMA_VERSION))
+    workload: str
+    config: Mapping[str, Any]
+    device: str
+    step: StepShape = field(metadata=spec(inline=""))
+    throughput: ThroughputFigures = field(metadata=spec(inline=""))
+    compute_only_samples_per_s: float | None = None
+    input_bound_frac: float | None = field(default=None, metadata=spec(minimum=0, maximum=1))
+    peak_memory_bytes: int = field(metadata=spec(minimum=0))
+    peak_memory_kind: str = field(metadata=spec(enum=["cuda_max_allocated", "cpu_peak_rss"]))
+    loss_values: tuple[float, ...] = ()
+    wall_time_s: float
+    host: Mapping[str, Any] = field(default_factory=dict)
+    latency: LatencyFigures | None = field(default=None, metadata=spec(inline="latency_"))
+    model_size_bytes: int | None = field(default=None, metadata=spec(minimum=0))
+    accuracy: AccuracyReport | None = None
+    other_load_cores: float | None = field(default=None, metadata=spec(required=False, minimum=0))
+    script: ScriptInfo | None = None
+
+    @property
+    def objective(self) -> Objective:
+        """what this result is judged by: throughput in samples/s (steps/s when the samples per step are unknown)"""
+        return self.throughput.rate
+
+    def objective_for(self, name: str) -> Objective | None:
+        """The figure of objective `name` (`throughput`, or `latency`: None when not measured)."""
+        if name == LATENCY:
+            return self.latency.objective if self.latency is not None else None
+        return self.throughput.rate
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_json(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, partial: bool = False) -> "BenchResult":
+        """A result from its JSON, of any version written so far (see the module docstring).
+
+        Args:
+            partial: `data` holds only some figures (a comparison's reference arm as stored by an
+                older tuner): what it lacks is None.
+        """
+        return from_json(cls, data, partial=partial)
+
+
+def pool_throughput(runs: Sequence[ThroughputFigures]) -> ThroughputFigures:
+    """The figures of one config's separate runs taken together: every run's windows pooled, and the
+    median of them with its 95% CI (`measure.stats.summarize`); the first run's when none has windows."""
+    from dataclasses import replace
+
+    from torchpace.measure.stats import summarize
+
+    first = runs[0]
+    steps = [w for r in runs for w in r.window_steps_per_s]
+    samples = [w for r in runs for w in r.window_samples_per_s]
+    pooled = samples if first.samples_known else steps
+    if not pooled:
+        return first
+    summary = summarize(list(pooled))
+    step_summary = summarize(steps) if steps else None
+    sample_fields: dict[str, Any] = {}
+    if first.samples_known:
+        sample_fields = dict(samples_per_s=summary.median, samples_per_s_ci_low=summary.ci_low,
+                             samples_per_s_ci_high=summary.ci_high, samples_per_s_iqr=summary.iqr,
+                             window_samples_per_s=tuple(samples))
+    return replace(first, **sample_fields, windows=summary.n, ci_rel_halfwidth=summary.ci_rel_halfwidth,
+                   noise_warning=summary.noisy, measured_steps=sum(r.measured_steps for r in runs),
+                   window_steps_per_s=tuple(steps), steps_per_s=step_summary.median if step_summary else first.steps_per_s,
+                   steps_per_s_ci_low=step_summary.ci_low if step_summary else first.steps_per_s_ci_low,
+                   steps_per_s_ci_high=step_summary.ci_high if step_summary else first.steps_per_s_ci_high)
+
