@@ -63,7 +63,7 @@ def test_quantized_model_is_smaller_and_its_outputs_within_tolerance(host):
         int8_bytes = model_size_bytes(run.model)
         report = guard(run)
     assert int8_bytes < 0.5 * fp32_bytes  # int8 weights: about a quarter of fp32, plus scales
-    assert report["ok"] and 0 < report["max_rel_err"] < 0.05 and report["top1_agreement"] == 1.0
+    assert report.ok and 0 < report.max_rel_err < 0.05 and report.top1_agreement == 1.0
 
 
 def test_planted_int8_breakage_is_rejected_by_the_guard_with_its_figures(host):
@@ -77,11 +77,11 @@ def test_planted_int8_breakage_is_rejected_by_the_guard_with_its_figures(host):
     assert str(caught.value).startswith("rejected: max abs err") and "top-1 agreement" in str(caught.value)
     # the same model in fp32 matches to float rounding: the guard blames the quantization, not the workload
     with prepare(breaks_under_int8(), host=host) as run:
-        assert AccuracyGuard.capture(breaks_under_int8())(run)["max_rel_err"] < 1e-5
+        assert AccuracyGuard.capture(breaks_under_int8())(run).max_rel_err < 1e-5
 
 
 def test_a_report_only_guard_never_raises(host):
     guard = AccuracyGuard.capture(breaks_under_int8(), batches=1, enforce=False)
     with prepare(breaks_under_int8(), INT8, host=host) as run:
         report = guard(run)
-    assert not report["ok"] and report["samples"] == 32
+    assert not report.ok and report.samples == 32
