@@ -52,10 +52,11 @@ def test_the_arms_take_turns_workers_included(tmp_path):
     rounds_at: list[int] = []
     env = {**os.environ, "TORCHPACE_TEST_ACTIVITY_LOG": str(log)}
     result = run_pair(_spec("logged", WORKERS), _spec("logged", WORKERS), probe_host(), timeout_s=180,
-                      options=PairOptions(rounds_s=4.0, min_rounds=8, target_ci_rel=0.0), base_env=env,
+                      options=PairOptions(rounds_s=120.0, min_rounds=8, max_rounds=8, target_ci_rel=0.0), base_env=env,
                       on_round=lambda n, summary: rounds_at.append(time.monotonic_ns()))
     assert result.mode == ALTERNATING and result.ok, (result.a.error, result.b.error)
-    assert result.stopped_by in ("time", "rounds") and len(result.ratios) >= 8
+    # eight rounds whatever the host's speed: the time allowed is far beyond them, the CI target unreachable
+    assert result.stopped_by == "rounds" and len(result.ratios) == 8
     assert result.a.bench.throughput.stopped_by == result.b.bench.throughput.stopped_by == "pair"
     lines = [line.split() for line in log.read_text().splitlines()]
     events = sorted((int(ns), pgid, pid) for ns, pgid, pid in lines if rounds_at[0] < int(ns) < rounds_at[-1])
