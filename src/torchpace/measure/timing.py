@@ -16,7 +16,8 @@ In a paired comparison (`torchpace.trial.pair`) the meter takes turns with anoth
 `torchpace.measure.gate.Gate`: it stops before the first step and when warm-up is over (so the two
 warm-ups and any compile never overlap the other arm's measurement), then measures one window per
 turn, the first `turn_lead_in` of each turn's steps untimed (caches and clocks the other arm left
-cold), and the parent, which compares the two arms round by round, says when to end.
+cold), and the parent, which compares the two arms round by round, says when to end. A turn lasts
+about the window's planned time however the host's speed changes (between half and twice it).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ _MAX_STEPS_PER_WINDOW = 10_000  # bounds a window of a near-free step
 _SIZING_STEPS = 8  # the window is sized from the mean of the last few single steps
 _MAX_WINDOW_GROWTH = 8  # warm-up doubles a window while it is shorter than this many `window_s`
 _OVERRUN = 4  # a warm-up window that lasts this many times its plan ends early and re-sizes the next
-_TURN_OVERRUN = 2  # a paired comparison's turn ends at this many times its plan: the host slowed, the turns stay short
+_TURN_OVERRUN = 2  # a paired comparison's turn ends at this many times its planned time (the host slowed)
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,8 @@ class TimingOptions:
     # single steps at most: a step with a rhythm of its own (loader workers that deliver in bursts)
     # never has two agreeing singles, and its windows are then sized from the mean of the last 8
     max_single_steps: int = 16
-    # paired comparisons: this share of a window's steps (at least one) runs untimed at the start of
-    # each turn, after the other arm had the host
+    # paired comparisons: this share of a window's steps (rounded to whole steps) runs untimed at the
+    # start of each turn, after the other arm had the host
     turn_lead_in: float = 0.1
 
 
@@ -121,8 +122,8 @@ class WindowMeter:
     last step with one `sync()` and one clock reading.
 
     With a `gate` (a paired comparison), `start()` and the end of warm-up stop at the gate, and the
-    ``measure`` phase is one window per turn, ended by the parent (stopped by "pair"), not by the CI
-    or the deadline; `clock` must then be the gate's, which leaves out the time stopped.
+    ``measure`` phase is one window per turn (of between half and twice its planned time), ended by
+    the parent (stopped by "pair"), not by the CI or the deadline; `clock` must then be the gate's, which leaves out the time stopped.
     """
 
     def __init__(self, clock: Clock, sync: Callable[[], None], options: TimingOptions, warmup_deadline: float,
@@ -166,7 +167,7 @@ class WindowMeter:
             return None
         self._steps += 1
         self._samples += samples
-        if self._steps < (1 if self.phase == "single" else self._per_window) and not self._overran():
+        if not self._window_full():
             return None
         self.sync()
         window = Window(self._steps, self._samples, self.clock() - self._window_start)
@@ -193,13 +194,21 @@ class WindowMeter:
         self._step_s = step_s
         self._per_window = max(1, min(_MAX_STEPS_PER_WINDOW, round(self.options.window_s / step_s)))
 
-    def _overran(self) -> bool:
-        """A warm-up window has run `_OVERRUN` times its planned length, or a turn of a paired comparison
-        `_TURN_OVERRUN` times (checked at each step): a host that slowed down mid-comparison then still
-        gives many short turns instead of a few long ones."""
-        limit = _OVERRUN if self.phase == "warmup" else _TURN_OVERRUN if self.gate is not None and self.phase == "measure" \
-            else None
-        return limit is not None and self.clock() - self._window_start > limit * self._per_window * self._step_s
+    def _window_full(self) -> bool:
+        """The window ends at this step: a single step; a warm-up window at its planned steps, or at
+        `_OVERRUN` times its planned time; a turn of a paired comparison at its planned steps, but not
+        before half its planned time nor after `_TURN_OVERRUN` times it (checked at each step). A host
+        whose speed changed mid-comparison (other processes came or went, two OpenMP threads got or lost
+        a core) then still gives turns of about the planned time, never one of a millisecond or of many
+        seconds, and the two arms' turns stay alike in length."""
+        if self.phase == "single":
+            return True
+        planned_s, elapsed_s = self._per_window * self._step_s, self.clock() - self._window_start
+        if self.gate is not None and self.phase == "measure":
+            if self._steps >= self._per_window:
+                return 2 * elapsed_s >= planned_s
+            return elapsed_s > _TURN_OVERRUN * planned_s
+        return self._steps >= self._per_window or (self.phase == "warmup" and elapsed_s > _OVERRUN * planned_s)
 
     def _after_warmup(self, window: Window) -> None:
         previous, self._last = self._last, window
@@ -235,7 +244,9 @@ class WindowMeter:
         if self.gate.pause(event, **data) == END:
             self.stopped_by, self.phase = "pair", "done"
         else:
-            self._lead_in = max(1, round(self.options.turn_lead_in * self._per_window))
+            # a share of the turn's time, in whole steps: none for a window of a few long steps, where one
+            # step's cold caches are a small part of it and an untimed step would cost a whole step's time
+            self._lead_in = round(self.options.turn_lead_in * self._per_window)
 
     def _after_measured(self, window: Window) -> None:
         self.windows.append(window)
