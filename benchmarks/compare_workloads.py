@@ -9,8 +9,10 @@ from torchpace.workload import Workload
 
 
 class _SleepyItems(torch.utils.data.Dataset):
-    """Each item waits 3 ms (a read from slow storage) and costs almost no CPU: two DataLoader workers
-    deliver batches twice as fast as one, however busy the CPUs are."""
+    """Each item waits 25 ms (a read from slow storage) and costs almost no CPU, and a batch is one item:
+    two DataLoader workers deliver batches twice as fast as one, however busy the CPUs are. (Short waits
+    of many items per batch would not do: on a busy host each wake-up waits for a CPU, several
+    milliseconds, and the batch time is then the scheduler's, not the storage's.)"""
 
     def __init__(self, n: int = 512):
         self.x = torch.randn(n, 8, generator=torch.Generator().manual_seed(0))
@@ -19,7 +21,7 @@ class _SleepyItems(torch.utils.data.Dataset):
         return len(self.x)
 
     def __getitem__(self, i):
-        time.sleep(0.003)
+        time.sleep(0.025)
         return self.x[i], (self.x[i, 0] > 0).long()
 
 
@@ -27,4 +29,4 @@ def sleepy_loader() -> Workload:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 2))
     return Workload(model=model, dataset=_SleepyItems(), loss=lambda out, batch: nn.functional.cross_entropy(out, batch[1]),
-                    batch_size=8, name="sleepy_loader")
+                    batch_size=1, name="sleepy_loader")
