@@ -8,9 +8,11 @@ Each case asks "is B faster than A?" `--repeats` times, two ways, interleaved:
   ratio of their two figures (each with its own CI).
 
 The cases: `aa` (tabular against itself: the ratio should be 1, and its CI should contain 1 and be
-narrow), `workers` (a loader whose items sleep, 1 DataLoader worker against 2: a 2x effect that
-does not depend on the CPU), `threads` (tabular with 2 intra-op threads against 1: an effect that
-depends on how many cores other processes leave free). `--busy N` runs N processes that spin
+narrow), `aa1` (the same with one intra-op thread: beside busy processes two OpenMP threads switch
+between a fast and a 20-100x slower regime from one turn to the next, one thread does not),
+`workers` (a loader whose items sleep 25 ms, 1 DataLoader worker against 2: a 2x effect that does
+not depend on the CPU), `threads` (tabular with 2 intra-op threads against 1: an effect that depends
+on how many cores other processes leave free). `--busy N` runs N processes that spin
 (`while True: pass`) for the whole benchmark, as another user's jobs would.
 """
 
@@ -33,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 SLEEPY = f"{HERE / 'compare_workloads.py'}:sleepy_loader"
 CASES = {
     "aa": ("tabular", {}, {}, (1.0, 1.0)),
+    "aa1": ("tabular", {"threads.intra_op": 1}, {"threads.intra_op": 1}, (1.0, 1.0)),
     "workers": (SLEEPY, {"data.num_workers": 1}, {"data.num_workers": 2}, (1.8, 2.2)),
     "threads": ("tabular", {"threads.intra_op": 2}, {"threads.intra_op": 1}, None),
 }
@@ -64,7 +67,7 @@ def separate(workload: str, a: dict, b: dict, max_time_s: float, host) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="aa,workers,threads", help="comma-separated: " + ", ".join(CASES))
+    parser.add_argument("--cases", default="aa,aa1,workers,threads", help="comma-separated: " + ", ".join(CASES))
     parser.add_argument("--repeats", type=count, default=3)
     parser.add_argument("--max-time", type=seconds, default=20.0, help="seconds of rounds per comparison")
     parser.add_argument("--busy", type=busy, default=0, metavar="N", help="processes that spin meanwhile (0-8)")
