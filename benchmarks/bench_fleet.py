@@ -54,16 +54,17 @@ def summarize_trials(url: str) -> dict:
     """Finished trials, time outside trial processes and assignment-lock waits, from the study's records."""
     import optuna
 
+    from torchpace.tune.attrs import TrialRecord
     from torchpace.tune.storage import resolve_storage_url
-    from torchpace.tune.study import trial_info
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     trials = optuna.load_study(study_name=STUDY, storage=resolve_storage_url(url)).get_trials(deepcopy=False)
-    measured = [(t, trial_info(t)) for t in trials if t.datetime_complete and "wall_time_s" in trial_info(t)]
-    outside_s = sum((t.datetime_complete - t.datetime_start).total_seconds() - (i["wall_time_s"] or 0) for t, i in measured)
+    measured = [(t, TrialRecord.from_trial(t)) for t in trials if t.datetime_complete]
+    measured = [(t, r) for t, r in measured if r.wall_time_s is not None]
+    outside_s = sum((t.datetime_complete - t.datetime_start).total_seconds() - r.wall_time_s for t, r in measured)
     return {"trials": len(measured), "outside_trials_s": outside_s,
-            "lock_wait_s": sum(i.get("lock_wait_s", 0.0) for _, i in measured),
-            "workers_seen": len({i.get("worker") for _, i in measured})}
+            "lock_wait_s": sum(r.assignment.lock_wait_s or 0.0 for _, r in measured),
+            "workers_seen": len({r.assignment.worker for _, r in measured})}
 
 
 def main() -> None:

@@ -71,7 +71,7 @@ def print_report(outcomes: dict, runs: dict[str, list[dict]]) -> None:
         tuned = runs[f"tuned for {objective}"]
         gain = better(_median(default, key), _median(tuned, key))
         outcome = outcomes[objective]
-        knobs = ", ".join(f"{a['knob']}={a['value']}" for a in outcome.accepted) or "none (nothing beat the noise)"
+        knobs = ", ".join(f"{a.knob}={a.value}" for a in outcome.accepted) or "none (nothing beat the noise)"
         print(f"{objective}: {gain:.2f}x the default (confirmation medians); tune's own estimate {outcome.speedup:.2f}x; "
               f"accepted: {knobs}")
 
@@ -91,7 +91,7 @@ def main() -> None:
             outcomes[objective], walls[objective] = run_tune(objective, Path(tmp), args.trial_time, args.budget, host)
             o = outcomes[objective]
             print(f"tune --objective {objective}: {len(o.trials)} trials in {walls[objective]:.0f} s, best {o.best_config}, "
-                  f"export {o.export and (o.export.get('format') or o.export.get('error'))}")
+                  f"export {o.export and (o.export.format or o.export.error)}")
         configs = {"default": {}, "tuned for latency": outcomes["latency"].best_config,
                    "tuned for throughput": outcomes["throughput"].best_config}
         runs = confirm(configs, args.rounds, args.confirm_time, host)

@@ -101,11 +101,11 @@ def trial_processes(outcome) -> int:
     its separate runs (sequential)."""
     count = 0
     for trial in outcome.trials:
-        pair = trial.get("pair")
+        pair = trial.pair
         if not pair:
             count += 1
-        elif pair.get("mode") == "sequential":
-            count += len(pair.get("ratios") or []) * 2 + 1
+        elif pair.mode == "sequential":
+            count += len(pair.ratios) * 2 + 1
         else:
             count += 2
     return count
@@ -124,7 +124,7 @@ def earlier_grid(workload, grid_from: Path, workdir: Path):
     earlier = json.loads((grid_from / "results.json").read_text()) if (grid_from / "results.json").exists() else []
     wall_s = next((row["wall_s"] for result in earlier if result["workload"] == workload
                    for row in result["rows"] if row["strategy"] == "grid"), float("nan"))
-    return SimpleNamespace(trials=rows, best_config=best["config"], extras={}), wall_s
+    return SimpleNamespace(trials=rows, best_config=dict(best.config), decisions=()), wall_s
 
 
 def bench_workload(workload, args, workdir: Path, host, progress) -> dict:
@@ -159,8 +159,9 @@ def bench_workload(workload, args, workdir: Path, host, progress) -> dict:
         rows.append({"strategy": name, "picked_over_oracle": median[key] / oracle, "trials": trial_processes(run["outcome"]),
                      "wall_s": run["wall_s"], "tuned_over_default": median[key],
                      "picked": run["outcome"].best_config, "picked_single_samples_per_s": single.get(key),
-                     "picked_remeasured": figures[key], "decisions": run["outcome"].extras.get("decisions"),
-                     "trial_figures": [(t["slot"], t["config"], t["status"], t["samples_per_s"]) for t in run["outcome"].trials]})
+                     "picked_remeasured": figures[key], "decisions": [d.to_dict() for d in run["outcome"].decisions],
+                     "trial_figures": [(t.slot, dict(t.config), t.status, t.throughput.value if t.throughput else None)
+                                       for t in run["outcome"].trials]})
     return {"workload": workload, "rows": rows, "oracle_config": configs[oracle_key], "oracle_speedup": oracle,
             "grid_trials": len(grid.trials), "greedy_trials": greedy_trials,
             "grid_top": [{"config": configs[k], "single": single[k], "remeasured": figures[k]} for k in top]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from xml.etree import ElementTree
@@ -10,10 +11,11 @@ import matplotlib
 import pytest
 
 from _support import FIXTURES
-from torchpace.measure.result import BenchResult
+from torchpace.measure.result import BenchResult, Objective
 from torchpace.report import charts
+from torchpace.tune.outcome import AcceptedChange, TrialRow
 
-_ROW = {"samples_per_s": 100.0, "samples_per_s_ci_low": 95.0, "samples_per_s_ci_high": 104.0}
+_FIGURE = Objective("throughput", "samples/s", 100.0, 95.0, 104.0)
 
 
 def _recorded_bench() -> BenchResult:
@@ -22,8 +24,8 @@ def _recorded_bench() -> BenchResult:
 
 
 def _accepted():
-    return [{"knob": "data.num_workers", "value": 2, "speedup": 1.30, "step_gain": 1.30},
-            {"knob": "precision.amp", "value": "bf16", "speedup": 1.69, "step_gain": 1.30}]
+    return [AcceptedChange(None, "data.num_workers", 2, {}, None, None, step_gain=1.30, speedup=1.30),
+            AcceptedChange(None, "precision.amp", "bf16", {}, None, None, step_gain=1.30, speedup=1.69)]
 
 
 def _parse(svg: str) -> ElementTree.Element:
@@ -50,18 +52,18 @@ def test_the_waterfall_labels_each_accepted_knob_and_the_total():
 
 
 def test_trials_chart_marks_failures_and_guard_rejections():
-    trials = [{**_ROW, "number": 0, "slot": "baseline", "kind": "baseline", "status": "ok", "guard": "pass"},
-              {**_ROW, "number": 1, "slot": "cand:a=1", "kind": "candidate", "stage": "data", "knob": "data.num_workers",
-               "value": 1, "status": "ok", "guard": "fail"},
-              {"number": 2, "slot": "cand:a=2", "kind": "candidate", "stage": "data", "knob": "data.num_workers", "value": 2,
-               "status": "oom", "samples_per_s": None}]
-    svg = charts.render_trials_svg(trials, 100.0)
+    trials = [TrialRow(number=0, slot="baseline", kind="baseline", throughput=_FIGURE, guard="pass"),
+              TrialRow(number=1, slot="cand:a=1", kind="candidate", stage="data", knob="data.num_workers", value=1,
+                       throughput=_FIGURE, guard="fail"),
+              TrialRow(number=2, slot="cand:a=2", kind="candidate", stage="data", knob="data.num_workers", value=2,
+                       status="oom")]
+    svg = charts.render_trials_svg(trials, _FIGURE, "samples/s")
     assert "oom" in svg and "data: guard failed" in svg and "num_workers=2" in svg and "failed (class below)" in svg
 
 
 def test_drawing_leaves_matplotlib_settings_as_they_were():
     before = dict(matplotlib.rcParams)
-    charts.render_speed_svg(_ROW, {**_ROW, "samples_per_s": 120.0})
+    charts.render_speed_svg(_FIGURE, dataclasses.replace(_FIGURE, value=120.0))
     charts.render_losses_svg([1.0, 0.9], [1.0, float("nan")], [("amp=fp16", [1.0, float("inf")])])
     assert dict(matplotlib.rcParams) == before
 

@@ -5,6 +5,7 @@ Every chart must be present as inline SVG, and nothing may point outside the fil
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tomllib
@@ -99,11 +100,11 @@ def test_toml_json_and_report_show_the_same_figures_by_one_stated_definition(stu
     figure inside its own CI, by the paired definition each states."""
     from markupsafe import escape
 
-    from torchpace.tune.figures import PAIRED_FIGURES_NOTE, SPEEDUP_FROM_FINAL, comparison
+    from torchpace.tune.figures import PAIRED_FIGURES_NOTE, SPEEDUP_FROM_FINAL
 
     toml = load_config(tuned_study.db.parent / "torchpace.toml").result
     live = tuned_study.outcome
-    stored = load_report_data(str(tuned_study.db)).tune
+    stored = load_report_data(str(tuned_study.db)).tune.to_dict()
     for outcome in (live, stored):
         for row, prefix in ((outcome["baseline"], "baseline"), (outcome["best"], "tuned")):
             assert row["samples_per_s_ci_low"] <= row["samples_per_s"] <= row["samples_per_s_ci_high"]
@@ -114,7 +115,7 @@ def test_toml_json_and_report_show_the_same_figures_by_one_stated_definition(stu
         speedup = outcome["extras"]["speedup"]
         assert speedup["speedup_from"] == toml["speedup_from"]
         if speedup["speedup_from"] == SPEEDUP_FROM_FINAL:  # a kept change: the final comparison's ratio and CI
-            final = comparison(next(t for t in outcome["trials"] if t["slot"] == "final"))
+            final = next(t for t in outcome["trials"] if t["slot"] == "final")["pair"]
             assert (outcome["speedup"], toml["speedup_ci_low"], toml["speedup_ci_high"]) == pytest.approx(
                 (final["ratio"], final["ratio_ci_low"], final["ratio_ci_high"]))
             assert toml["speedup_ci_low"] <= outcome["speedup"] <= toml["speedup_ci_high"]
@@ -220,7 +221,8 @@ def test_a_search_strategy_other_than_greedy_has_no_waterfall(tuned_study, tmp_p
     """The rendering branch for tpe/random/grid studies (the real outcome, relabelled: the layout is under test)."""
     from torchpace.report.load import build_tune_data
 
-    outcome = {**tuned_study.outcome, "strategy": "random", "accepted": [], "extras": {"decisions": []}}
+    stored = load_report_data(str(tuned_study.db)).tune
+    outcome = dataclasses.replace(stored, strategy="random", accepted=(), decisions=())
     out = write_report(build_tune_data(outcome, tuned_study.host, "s.db"), tmp_path / "r.html", with_doctor=False)
     page, html = parse_page(out), out.read_text()
     assert set(page.charts) == {"speed", "trials", "losses"} and "best trial of a random search" in html

@@ -13,14 +13,14 @@ import pytest
 from _support import fixture_workload
 from torchpace.errors import UsageError
 from torchpace.report.load import EXPECTED, build_result_data, load_report_data, mask_url, pick_study, rebuild_space
-from torchpace.tune.study import ATTR, STUDY_KIND, STUDY_SCHEMA_VERSION
+from torchpace.tune.attrs import ATTR, StudyAttrs
 
-_META = {"kind": STUDY_KIND, "schema_version": STUDY_SCHEMA_VERSION}
+_META = StudyAttrs()
 
 
 def test_a_stored_study_reads_back_as_the_outcome_the_tuner_returned(tuned_study):
     data = load_report_data(str(tuned_study.db), study=tuned_study.name)
-    live, stored = tuned_study.outcome, data.tune
+    live, stored = tuned_study.outcome, data.tune.to_dict()
     assert data.kind == "study" and data.host["fingerprint"] == tuned_study.host["fingerprint"]
     assert [t["slot"] for t in stored["trials"]] == [t["slot"] for t in live["trials"]]
     for key in ("best_config", "accepted", "speedup", "failed_baseline", "baseline"):
@@ -32,9 +32,10 @@ def test_a_stored_study_reads_back_as_the_outcome_the_tuner_returned(tuned_study
 
 
 def test_the_space_rebuilt_from_rows_is_each_tried_knob_with_its_default_first(tuned_study):
-    space = rebuild_space(tuned_study.outcome["trials"])
+    rows = load_report_data(str(tuned_study.db)).tune.trials
+    space = rebuild_space(rows)
     assert [k.name for k in space] == ["data.num_workers"]
-    tried = {t["value"] for t in tuned_study.outcome["trials"] if t["kind"] == "candidate"}
+    tried = {t.value for t in rows if t.kind == "candidate"}
     assert space[0].values[0] == 0 and set(space[0].values[1:]) == tried
 
 
@@ -79,7 +80,7 @@ def test_the_only_torchpace_study_is_chosen_and_other_studies_are_ignored(tuned_
     shutil.copy(tuned_study.db, db)
     optuna.create_study(study_name="not-ours", storage=f"sqlite:///{db}")
     data = load_report_data(str(db))
-    assert data.tune["study"] == tuned_study.name and data.note is None
+    assert data.tune.study == tuned_study.name and data.note is None
 
 
 def test_pick_study_takes_the_most_recent_and_says_so():
@@ -93,7 +94,7 @@ def test_pick_study_takes_the_most_recent_and_says_so():
     with pytest.raises(UsageError, match="holds no torchpace study"):
         pick_study([("x", None, None, 3)], None, "s.db")
     with pytest.raises(UsageError, match="schema"):
-        pick_study([("a", {**_META, "schema_version": 99}, old, 1)], None, "s.db")
+        pick_study([("a", StudyAttrs(schema_version=99), old, 1)], None, "s.db")
 
 
 def test_a_study_with_only_its_baseline_reads_as_baseline_equals_tuned(tuned_study, tmp_path):
@@ -104,8 +105,8 @@ def test_a_study_with_only_its_baseline_reads_as_baseline_equals_tuned(tuned_stu
     study.set_user_attr(ATTR, source.user_attrs[ATTR])
     study.add_trial(source.trials[0])  # the real baseline trial, as the first tune session stored it
     data = load_report_data(str(db))
-    assert [t["slot"] for t in data.tune["trials"]] == ["baseline"]
-    assert data.tune["speedup"] == 1.0 and data.tune["best_config"] == {} and data.tune["stopped"] == "unfinished"
+    assert [t.slot for t in data.tune.trials] == ["baseline"]
+    assert data.tune.speedup == 1.0 and data.tune.best_config == {} and data.tune.stopped == "unfinished"
 
 
 def test_results_are_told_by_kind():
@@ -147,7 +148,7 @@ def test_a_latency_study_reads_back_with_its_objective(tmp_path, host):
                           storage=f"sqlite:///{tmp_path / 's.db'}", profile_baseline=False, objective="latency",
                           out=tmp_path / "torchpace.toml")
     live = Tuner(options, host).run().to_dict()
-    stored = load_report_data(str(tmp_path / "s.db")).tune
+    stored = load_report_data(str(tmp_path / "s.db")).tune.to_dict()
     assert stored["objective"] == "latency"
     for key in ("best_config", "speedup", "accepted"):
         assert stored[key] == live[key], key

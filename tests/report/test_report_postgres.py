@@ -29,7 +29,7 @@ def test_the_report_of_a_postgres_study_is_the_report_of_the_same_records_in_sql
     copy_study(tuned_study.name, f"sqlite:///{tuned_study.db}", url)
     from_sqlite = load_report_data(str(tuned_study.db), study=tuned_study.name)
     from_postgres = load_report_data(None, storage=url, study=tuned_study.name)
-    assert from_postgres.tune["trials"] == from_sqlite.tune["trials"]
+    assert from_postgres.tune.trials == from_sqlite.tune.trials
     sqlite_html = _html(from_sqlite, tmp_path / "a.html", f"sqlite:///{tuned_study.db.resolve()}", str(tuned_study.db))
     postgres_html = _html(from_postgres, tmp_path / "b.html", mask_url(url))
     assert "tp-secret" not in postgres_html

@@ -24,3 +24,30 @@ def test_a_recorded_bench_of_each_version_renders_in_its_unit(name, unit, tmp_pa
         # samples/s is named once, in the hint on how to get it; no figure is labelled with it
         assert html.count("samples/s") == html.count("--samples-per-step N gives samples/s") == 1
         assert "batch unknown" in html
+
+
+def test_the_report_of_a_study_measured_in_steps_per_s_never_says_samples_per_s(tmp_path):
+    """A tune of a script whose samples per step are unknown: every figure, table head, chart and note says steps/s."""
+    from torchpace.measure.result import Objective
+    from torchpace.report.load import build_tune_data
+    from torchpace.tune.figures import figures_note
+    from torchpace.tune.outcome import AcceptedChange, TrialRow, TuneOutcome
+
+    def figure(value):
+        return Objective("throughput", "steps/s", value, value * 0.98, value * 1.02, 0.02)
+
+    base = TrialRow(number=0, slot="baseline", kind="baseline", throughput=figure(7.8), objective=figure(7.8),
+                    window_rates=(7.7, 7.8, 7.9), guard_losses=(2.0, 1.9, 1.8))
+    best = TrialRow(number=1, slot="cand:data.num_workers=2", kind="candidate", stage="data", knob="data.num_workers",
+                    value=2, config={"data.num_workers": 2}, throughput=figure(9.9), objective=figure(9.9),
+                    window_rates=(9.8, 9.9, 10.0), guard="pass", guard_losses=(2.0, 1.9, 1.8))
+    change = AcceptedChange("data", "data.num_workers", 2, {"data.num_workers": 2}, figure(9.9), figure(9.9),
+                            step_gain=9.9 / 7.8, speedup=9.9 / 7.8)
+    outcome = TuneOutcome(study="s", storage="sqlite://", strategy="greedy", workload="python train.py", baseline=base,
+                          best_config={"data.num_workers": 2}, best=best, speedup=9.9 / 7.8, accepted=(change,),
+                          trials=(base, best), out_path=None, stopped="done", unit="steps/s",
+                          figures_note=figures_note("steps/s"))
+    html = write_report(build_tune_data(outcome, None, "s.db"), tmp_path / "steps.html", with_doctor=False).read_text()
+    assert "samples/s" not in html
+    assert '<div class="label">baseline steps/s</div>' in html and "7.80 [7.64, 7.96] steps/s" in html
+    assert "steps/s [95% CI]" in html and "Steps/s of every trial" in html

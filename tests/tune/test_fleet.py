@@ -103,7 +103,7 @@ def test_a_worker_killed_mid_trial_loses_nothing_and_its_trial_is_run_again(post
 def test_a_host_with_another_fingerprint_is_refused_naming_both(postgres, host):
     url = postgres.create_database("fingerprint")
     spec = fixture_workload("tiny_mlp")
-    open_study(open_storage(url), STUDY, {**study_metadata(spec, host, "greedy"), "objective": "throughput"}, False, None)
+    open_study(open_storage(url), STUDY, study_metadata(spec, host, "greedy"), False, None)
     other = dataclasses.replace(host, cpu_model="Some Other CPU")
     with pytest.raises(UsageError) as err:
         Tuner(TuneOptions(workload=spec, storage=url, study=STUDY, resume=True, knobs=frozenset(_KNOBS)), other)

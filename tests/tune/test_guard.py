@@ -2,6 +2,7 @@
 
 import torch
 
+from torchpace.tune.attrs import Assignment, TrialRecord
 from torchpace.tune.guard import check_trial_guard
 from torchpace.tune.guard_steps import run_guard_steps
 
@@ -26,36 +27,40 @@ def test_guard_steps_evaluate_the_trained_model():
     assert 0.0 <= metric <= 1.0 and len(losses) == 10
 
 
+def _trial(slot: str, losses, metric=None, status: str = "ok") -> TrialRecord:
+    return TrialRecord(0, "COMPLETE", assignment=Assignment(slot=slot), status=status, guard_losses=tuple(losses),
+                       guard_metric=metric)
+
+
 def test_evaluate_drop_beyond_tolerance_fails_the_guard():
-    base = {"guard_losses": BASE, "guard_metric": 0.90}
-    assert check_trial_guard(base, {"guard_losses": BASE, "guard_metric": 0.89}).ok  # -1.1%
-    verdict = check_trial_guard(base, {"guard_losses": BASE, "guard_metric": 0.80})
+    base = _trial("baseline", BASE, 0.90)
+    assert check_trial_guard(base, _trial("c", BASE, 0.89)).ok  # -1.1%
+    verdict = check_trial_guard(base, _trial("c", BASE, 0.80))
     assert not verdict.ok and "evaluate()" in verdict.reason
 
 
 def test_no_guard_steps_means_no_verdict():
-    assert check_trial_guard({"guard_losses": BASE}, {"guard_losses": []}) is None
+    assert check_trial_guard(_trial("baseline", BASE), _trial("c", [])) is None
 
 
 def test_the_guard_cannot_judge_when_two_baseline_runs_already_depart():
     from torchpace.tune.guard import guard_cannot_judge
 
     falling = [2.0 - 0.05 * i for i in range(20)]
-    assert guard_cannot_judge({"guard_losses": falling}, {"guard_losses": list(falling)}) is None  # seeded: identical
-    assert guard_cannot_judge({"guard_losses": falling}, {"guard_losses": []}) is None  # nothing to compare
+    assert guard_cannot_judge(_trial("a", falling), _trial("b", list(falling))) is None  # seeded: identical
+    assert guard_cannot_judge(_trial("a", falling), _trial("b", [])) is None  # nothing to compare
     unseeded = [v * 1.5 for v in falling]  # the script's own randomness: a run 50% above the other
-    why = guard_cannot_judge({"guard_losses": falling}, {"guard_losses": unseeded})
+    why = guard_cannot_judge(_trial("a", falling), _trial("b", unseeded))
     assert why is not None and "cannot judge" in why
-    assert guard_cannot_judge({"guard_losses": unseeded}, {"guard_losses": falling}) == why  # either order
+    assert guard_cannot_judge(_trial("a", unseeded), _trial("b", falling)) == why  # either order
 
 
-def test_baseline_info_drops_the_guard_curve_when_it_cannot_judge():
-    from torchpace.tune.study import baseline_info
+def test_the_baseline_guard_drops_the_curve_when_it_cannot_judge():
+    from torchpace.tune.study import baseline_guard
 
     falling = [2.0 - 0.05 * i for i in range(20)]
-    infos = [(None, {"slot": "baseline", "status": "ok", "guard_losses": falling}),
-             (None, {"slot": "baseline#2", "status": "ok", "guard_losses": [v * 1.5 for v in falling]})]
-    base = baseline_info(infos)
-    assert base["guard_losses"] == [] and "cannot judge" in base["guard_cannot_judge"]
-    agreeing = [infos[0], (None, {"slot": "baseline#2", "status": "ok", "guard_losses": list(falling)})]
-    assert baseline_info(agreeing)["guard_losses"] == falling
+    records = [_trial("baseline", falling), _trial("baseline#2", [v * 1.5 for v in falling])]
+    base = baseline_guard(records)
+    assert base.guard_losses == () and "cannot judge" in base.cannot_judge
+    assert baseline_guard([records[0], _trial("noise", list(falling))]).guard_losses == tuple(falling)
+    assert baseline_guard([_trial("baseline", falling, status="crash")]).guard_losses == ()  # no finished baseline

@@ -25,7 +25,7 @@ def conflicts(config):
 
 
 def ok(slot, config, sps, ci=0.01, **kw):
-    return Record(slot, config, samples_per_s=sps, ci_rel=ci, **kw)
+    return Record(slot, config, figure=sps, ci_rel=ci, **kw)
 
 
 def play(table):
@@ -147,7 +147,7 @@ def test_one_remeasure_during_a_load_spike_cannot_fake_a_gain():
              ok("cand:compile.mode=default", {"compile.mode": "default"}, 40000, ci=0.13)]
     state = plan_greedy(space, table)
     # the incumbent is the median of 68k, 62k and 9.4k (62k), not the spiked 9.4k
-    assert state.decisions[-1].incumbent_samples_per_s == 62000
+    assert state.decisions[-1].incumbent_figure == 62000
     assert state.decisions[-1].accepted_value is None and state.incumbent == {}
 
 
@@ -186,7 +186,7 @@ def test_an_incumbent_measured_twice_already_is_not_measured_again():
     table.append(ok("confirm:precision.amp=bf16", BF16, 112))
     state = plan_greedy(AMP_THEN_LAYOUT, table)
     # mean 110 vs 103 is +6.8%; the noise is the median of 6% and 3.7%: 4.9%, over sqrt 2: 3.4%
-    assert state.decisions[0].accepted_value == "bf16" and state.decisions[0].best_samples_per_s == 110
+    assert state.decisions[0].accepted_value == "bf16" and state.decisions[0].best_figure == 110
     assert state.next.slot == "cand:model.channels_last=True" and state.next.config == BF16_CL
 
 
@@ -197,8 +197,8 @@ def test_a_confirmed_gain_is_accepted_against_the_re_measured_incumbent():
     state = plan_greedy(AMP_THEN_LAYOUT, table)
     decision = state.decisions[-1]
     assert decision.accepted_value is True and state.incumbent == BF16_CL and state.done
-    assert decision.incumbent_samples_per_s == 830  # median (= mean) of 900 and 760
-    assert decision.best_samples_per_s == 1000 and state.incumbent_samples_per_s == 1000
+    assert decision.incumbent_figure == 830  # median (= mean) of 900 and 760
+    assert decision.best_figure == 1000 and state.incumbent_figure == 1000
     assert "mean of two" in decision.reason and "measured again" in decision.reason
     # the noise now pools three pairs: baselines (19.1%), bf16 900/760 (18.4%), channels_last 1050/950 (10.5%)
     assert len(state.noise_spreads) == 3 and abs(state.noise_frac - 140 / 760) < 1e-9
@@ -245,7 +245,7 @@ def test_a_huge_gain_on_an_unsettled_measurement_is_measured_again_and_the_lower
     state = plan_greedy(OPTIMIZER, table)
     decision = state.decisions[-1]
     assert decision.accepted_value is None and state.incumbent == {} and state.done
-    assert decision.best_samples_per_s == 980  # the lower run, not the mean 6,600 of a bogus and a real run
+    assert decision.best_figure == 980  # the lower run, not the mean 6,600 of a bogus and a real run
     assert "warm-up did not converge" in decision.reason and "lower of two" in decision.reason
 
 
@@ -258,7 +258,7 @@ def test_each_sign_of_an_unsettled_measurement_sends_a_clear_gain_to_a_second_ru
         again = ok("confirm:optimizer.impl=fused", FUSED, 1900)
         state = plan_greedy(OPTIMIZER, [*base, ok("cand:optimizer.impl=fused", FUSED, 2000, **unsettled), again])
         decision = state.decisions[-1]
-        assert decision.accepted_value == "fused" and decision.best_samples_per_s == 1900 and said in decision.reason
+        assert decision.accepted_value == "fused" and decision.best_figure == 1900 and said in decision.reason
     settled = plan_greedy(OPTIMIZER, [*base, ok("cand:optimizer.impl=fused", FUSED, 2000, windows=6, warmup_converged=True)])
     assert settled.decisions[-1].accepted_value == "fused" and settled.done  # a settled clear gain needs no second run
 

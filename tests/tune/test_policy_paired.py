@@ -14,7 +14,7 @@ BF16 = {"precision.amp": "bf16"}
 
 
 def base(sps=100.0, **kw):
-    return Record("baseline", {}, samples_per_s=sps, ci_rel=0.02, windows=8, warmup_converged=True, **kw)
+    return Record("baseline", {}, figure=sps, ci_rel=0.02, windows=8, warmup_converged=True, **kw)
 
 
 def pair(slot, config, ratios, reference=None, sps=None, **kw):
@@ -22,8 +22,8 @@ def pair(slot, config, ratios, reference=None, sps=None, **kw):
     ratios = tuple(ratios)
     middle = sorted(ratios)[len(ratios) // 2]
     kw = {"warmup_converged": True, "reference_warmup_converged": True, **kw}
-    return Record(slot, config, samples_per_s=sps or 100.0 * middle, reference=reference or {}, ratios=ratios,
-                  reference_samples_per_s=100.0, mode="alternating", **kw)
+    return Record(slot, config, figure=sps or 100.0 * middle, reference=reference or {}, ratios=ratios,
+                  reference_figure=100.0, mode="alternating", **kw)
 
 
 def aa():

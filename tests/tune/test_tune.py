@@ -30,7 +30,7 @@ def _options(tmp_path, name, knobs, **kw):
 
 
 def _by_slot(outcome):
-    return {t["slot"]: t for t in outcome.trials}
+    return {t.slot: t for t in outcome.trials}
 
 
 def test_greedy_records_failures_and_goes_on(tmp_path, host):
@@ -38,31 +38,32 @@ def test_greedy_records_failures_and_goes_on(tmp_path, host):
     outcome = tuner.run()
     slots = _by_slot(outcome)
     assert list(slots)[:2] == ["baseline", "noise"]
-    assert slots["baseline"]["verdict"] in ("input-bound", "compute-bound", "host-sync-bound", "memory-bound")
-    assert slots["pair:data.num_workers=2"]["status"] == "crash"
-    assert slots["pair:data.num_workers=1"]["status"] == "ok"
+    assert slots["baseline"].verdict in ("input-bound", "compute-bound", "host-sync-bound", "memory-bound")
+    assert slots["pair:data.num_workers=2"].status == "crash"
+    assert slots["pair:data.num_workers=1"].status == "ok"
     assert outcome.stopped == "done" and Path(outcome.out_path).exists()
     saved = load_config(outcome.out_path)
     assert saved.host["fingerprint"] == host.fingerprint()
-    assert saved.result["baseline_samples_per_s"] == pytest.approx(outcome.baseline["samples_per_s"])
+    assert saved.result["baseline_samples_per_s"] == pytest.approx(outcome.baseline.throughput.value)
+    assert saved.result["unit"] == outcome.unit == "samples/s"
     assert dict(saved.values) == outcome.best_config and "data.num_workers" not in saved.values or saved.values["data.num_workers"] == 1
     # resuming a finished study runs nothing again: the crashed value is not retried
     again = Tuner(_options(tmp_path, "crashes_with_two_workers", {"data.num_workers"}, resume=True), host).run()
-    assert [t["number"] for t in again.trials] == [t["number"] for t in outcome.trials]
+    assert [t.number for t in again.trials] == [t.number for t in outcome.trials]
 
 
 @pytest.mark.skipif(not __import__("torchpace.host").host.probe_host(with_gpus=False).native_bf16, reason="needs native bf16")
 def test_nan_under_a_precision_knob_is_recorded_nonfinite(tmp_path, host):
     outcome = Tuner(_options(tmp_path, "nan_under_bf16", {"precision.amp"}), host).run()
     trial = _by_slot(outcome)["pair:precision.amp=bf16"]
-    assert trial["status"] == "nonfinite"
+    assert trial.status == "nonfinite"
     assert "precision.amp" not in outcome.best_config
 
 
 def test_hanging_value_times_out_and_the_budget_still_writes_the_best(tmp_path, host, own_leftovers):
     options = _options(tmp_path, "hangs_with_one_worker", {"data.num_workers"}, trial_timeout_s=20)
     outcome = Tuner(options, host).run()
-    statuses = {t["slot"]: t["status"] for t in outcome.trials}
+    statuses = {t.slot: t.status for t in outcome.trials}
     assert statuses["pair:data.num_workers=1"] == "timeout"
     assert Path(outcome.out_path).exists()
     assert own_leftovers("torchpace.trial") == []
@@ -72,21 +73,21 @@ def test_budget_cut_mid_trial_writes_the_best_so_far_and_resume_reruns_the_cut_t
     # the two baseline runs first, however long this host takes for them; then a session whose short
     # budget starts the (hanging) candidate at once and cuts it
     baselines = Tuner(_options(tmp_path, "hangs_with_one_worker", {"data.num_workers"}, max_trials=2), host).run()
-    assert [t["slot"] for t in baselines.trials] == ["baseline", "noise"]
+    assert [t.slot for t in baselines.trials] == ["baseline", "noise"]
     options = _options(tmp_path, "hangs_with_one_worker", {"data.num_workers"}, resume=True, budget_s=20)
     outcome = Tuner(options, host).run()
-    statuses = {t["slot"]: t["status"] for t in outcome.trials}
+    statuses = {t.slot: t.status for t in outcome.trials}
     assert statuses["pair:data.num_workers=1"] == "budget" and outcome.stopped == "budget"
     assert Path(outcome.out_path).exists() and outcome.best_config == {}
     resumed = Tuner(_options(tmp_path, "hangs_with_one_worker", {"data.num_workers"}, resume=True, trial_timeout_s=10), host).run()
-    cand = [t for t in resumed.trials if t["slot"] == "pair:data.num_workers=1"]
-    assert [t["status"] for t in cand] == ["budget", "timeout"]
+    cand = [t for t in resumed.trials if t.slot == "pair:data.num_workers=1"]
+    assert [t.status for t in cand] == ["budget", "timeout"]
 
 
 @pytest.mark.parametrize("strategy", ["tpe", "random", "grid"])
 def test_optuna_strategies_start_from_the_baseline(tmp_path, host, strategy):
     outcome = Tuner(_options(tmp_path, "tiny_mlp", {"data.num_workers"}, strategy=strategy, max_trials=3), host).run()
-    assert outcome.trials[0]["slot"] == "baseline" and len(outcome.trials) == 3
+    assert outcome.trials[0].slot == "baseline" and len(outcome.trials) == 3
     assert outcome.speedup is not None and Path(outcome.out_path).exists()
 
 

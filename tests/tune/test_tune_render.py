@@ -1,46 +1,75 @@
-"""The terminal summary of a tune accounts for the knobs it tried and did not keep, with why."""
+"""The terminal summary of a tune accounts for the knobs it tried and did not keep, with why, and says
+every figure in its unit."""
 
 from rich.console import Console
 
+from torchpace.measure.result import BenchResult, Objective, StepShape, ThroughputFigures
+from torchpace.tune.attrs import PairRecord
+from torchpace.tune.figures import ReportedDecision
+from torchpace.tune.outcome import TrialRow, TuneOutcome
+from torchpace.tune.policy import Decision
 from torchpace.tune.render import render_outcome
 
 
-def test_the_summary_lists_each_knob_not_kept_with_its_reason():
-    decisions = [
-        {"stage": "data", "knob": "data.num_workers", "accepted_value": 2, "reason": "accepted: +40.0%, over twice the noise"},
-        {"stage": "compute", "knob": "optimizer.impl", "accepted_value": None,
-         "reason": "rejected: best optimizer.impl=foreach gives -3.0%, no faster"},
-        {"stage": "system", "knob": "threads.intra_op", "accepted_value": None,
-         "reason": "rejected: every value failed or failed the guard"},
-    ]
-    outcome = {"failed_baseline": None, "baseline": None, "trials": [], "speedup": None, "out_path": None,
-               "export": None, "guard_note": "", "extras": {"decisions": decisions}}
-    console = Console(record=True, width=100)
+def _outcome(**kw) -> TuneOutcome:
+    fields = dict(study="s", storage="sqlite://", strategy="greedy", workload="w", baseline=None, best_config={},
+                  best=None, speedup=None, accepted=(), trials=(), out_path=None, stopped="done")
+    return TuneOutcome(**{**fields, **kw})
+
+
+def _render(outcome: TuneOutcome) -> str:
+    console = Console(record=True, width=200)
     render_outcome(console, outcome)
-    text = console.export_text()
+    return console.export_text()
+
+
+def test_the_summary_lists_each_knob_not_kept_with_its_reason():
+    decisions = (
+        Decision("data", "data.num_workers", 2, None, None, 0.01, "accepted: +40.0%, over twice the noise"),
+        Decision("compute", "optimizer.impl", None, None, None, 0.01, "rejected: best optimizer.impl=foreach gives -3.0%, no faster"),
+        Decision("system", "threads.intra_op", None, None, None, 0.01, "rejected: every value failed or failed the guard"),
+    )
+    text = _render(_outcome(decisions=tuple(ReportedDecision(d) for d in decisions)))
     assert "knobs tried and not kept" in text
     assert "optimizer.impl" in text and "gives -3.0%, no faster" in text
     assert "threads.intra_op" in text and "every value failed" in text
     assert "data.num_workers" not in text  # accepted: it belongs to the waterfall, not here
 
 
-def _row(number, slot, config, sps, *, pair=None, reference=None, knob=None, value=None, stage=None, status="ok"):
-    """A trial row as `tune.outcome.trial_rows` makes it (the keys rendering reads)."""
-    return {"number": number, "slot": slot, "kind": "candidate" if knob else "baseline", "stage": stage, "knob": knob,
-            "value": value, "config": config, "status": status, "samples_per_s": sps, "samples_per_s_ci_low": sps * 0.98,
-            "samples_per_s_ci_high": sps * 1.02, "throughput_unit": "samples", "ci_rel_halfwidth": 0.02,
-            "peak_memory_bytes": 2**28, "guard": "pass" if knob else None, "guard_reason": None, "error": None,
-            "window_samples_per_s": [sps] * 6, "other_load_cores": 0.1, "usable_cores": 2, "objective_value": sps,
-            "reference": reference, "pair": pair, "guard_losses": [], "verdict": None, "input_bound_frac": None}
+def test_a_study_measured_in_steps_per_s_never_says_samples_per_s():
+    def row(slot, config, value):
+        return TrialRow(number=0, slot=slot, config=config, throughput=Objective("throughput", "steps/s", value, value * 0.98,
+                                                                                 value * 1.02))
+    baseline, best = row("baseline", {}, 7.8), row("cand:data.num_workers=2", {"data.num_workers": 2}, 9.9)
+    text = _render(_outcome(strategy="random", baseline=baseline, best=best, best_config={"data.num_workers": 2},
+                            speedup=9.9 / 7.8, trials=(baseline, best), unit="steps/s", figures_note="F"))
+    assert "steps/s [95% CI]" in text and "9.9 / 7.8 steps/s" in text and "samples" not in text
 
 
-def _pair(ratios, reference_sps, load=0.1, mode="alternating"):
+def _row(number, slot, config, figure, *, pair=None, reference=None, knob=None, value=None, stage=None, status="ok"):
+    """A trial row as `tune.outcome.trial_rows` makes it."""
+    return TrialRow(number=number, slot=slot, kind="candidate" if knob else "baseline", stage=stage, knob=knob, value=value,
+                    config=config, status=status, throughput=_figure(figure), window_rates=(figure,) * 6,
+                    objective=_figure(figure), ci_rel_halfwidth=0.02, peak_memory_bytes=2**28,
+                    guard="pass" if knob else None, other_load_cores=0.1, usable_cores=2, reference=reference, pair=pair)
+
+
+def _figure(value, spread=0.02):
+    return Objective("throughput", "samples/s", value, value * (1 - spread), value * (1 + spread), spread)
+
+
+def _pair(ratios, reference_figure, load=0.1, mode="alternating"):
     ordered = sorted(ratios)
-    return {"mode": mode, "mode_reason": None, "ratios": ratios, "ratio": ordered[len(ordered) // 2],
-            "ratio_ci_low": ordered[0], "ratio_ci_high": ordered[-1], "rounds": len(ratios), "other_load_a": load,
-            "other_load_b": load, "reference_value": reference_sps,
-            "reference_bench": {"samples_per_s": reference_sps, "samples_per_s_ci_low": reference_sps * 0.97,
-                                "samples_per_s_ci_high": reference_sps * 1.03, "window_samples_per_s": [reference_sps] * 6}}
+    reference = BenchResult(workload="w", config={}, device="cpu", step=StepShape(32), peak_memory_bytes=2**28,
+                            peak_memory_kind="cpu_peak_rss", wall_time_s=1.0, throughput=ThroughputFigures(
+                                samples_per_s=reference_figure, samples_per_s_ci_low=reference_figure * 0.97,
+                                samples_per_s_ci_high=reference_figure * 1.03, samples_per_s_iqr=1.0, ci_rel_halfwidth=0.03,
+                                noise_warning=False, step_time_s=0.01, windows=6, measured_steps=60,
+                                window_samples_per_s=(reference_figure,) * 6, warmup_s=0.1, warmup_steps=5,
+                                warmup_converged=True, stopped_by="pair"))
+    return PairRecord(mode=mode, ratios=tuple(ratios), ratio=ordered[len(ordered) // 2], ratio_ci_low=ordered[0],
+                      ratio_ci_high=ordered[-1], rounds=len(ratios), other_load_a=load, other_load_b=load,
+                      reference_value=reference_figure, reference_bench=reference)
 
 
 def test_a_paired_study_shows_each_gain_with_its_ci_the_load_note_and_the_speedup_from_the_final_comparison():
@@ -55,21 +84,20 @@ def test_a_paired_study_shows_each_gain_with_its_ci_the_load_note_and_the_speedu
                  pair=_pair([2.9, 3.0, 3.1, 3.05, 2.95, 3.0], 1000.0, load=1.4), reference={}),
             _row(3, "final", one_thread, 2900.0, pair=_pair([2.8, 2.9, 3.0, 2.85, 2.95, 2.9], 1000.0, load=1.4),
                  reference={})]
-    records = [Record("baseline", {}, samples_per_s=1000.0, windows=8, warmup_converged=True),
-               *(Record(r["slot"], r["config"], samples_per_s=r["samples_per_s"], reference={}, ratios=tuple(r["pair"]["ratios"]),
-                        reference_samples_per_s=1000.0, warmup_converged=True, reference_warmup_converged=True,
-                        mode="alternating", other_load_cores=r["pair"]["other_load_a"]) for r in rows[1:])]
+    records = [Record("baseline", {}, figure=1000.0, windows=8, warmup_converged=True),
+               *(Record(r.slot, dict(r.config), figure=r.throughput.value, reference={}, ratios=r.pair.ratios,
+                        reference_figure=1000.0, warmup_converged=True, reference_warmup_converged=True,
+                        mode="alternating", other_load_cores=r.pair.other_load_a) for r in rows[1:])]
     state = plan_greedy([KnobSpace("system", "threads.intra_op", "auto", ("auto", 1))], records)
     assert state.done and state.incumbent == one_thread
-    outcome = build_outcome(rows, state, StudyMeta("s", "sqlite://", "greedy", "tabular"), "done").to_dict()
-    console = Console(record=True, width=200)
-    render_outcome(console, outcome)
-    text = console.export_text()
+    outcome = build_outcome(rows, state, StudyMeta("s", "sqlite://", "greedy", "tabular"), "done")
+    text = _render(outcome)
     assert "+ threads.intra_op = 1" in text and "3.00x [2.90, 3.10], 6 rounds" in text
     assert ("threads.intra_op = 1 was measured while other processes used 1.4 of 2 cores; gains of threads.intra_op "
             "may not hold on a quiet host") in text
     assert "threads.intra_op=1  ->  2.90x [2.80, 3.00], 6 rounds the defaults" in text
     assert "the tuned config compared with the defaults in alternation" in text
     assert "noise: the defaults compared with themselves gave 1.000x (95% CI 0.980-1.020, 6 rounds)" in text
-    assert outcome["speedup"] == 2.9 and outcome["baseline"]["samples_per_s"] == 1000.0
-    assert outcome["best"]["samples_per_s"] == 2900.0
+    assert outcome.speedup == 2.9 and outcome.baseline.throughput.value == 1000.0  # the final comparison's arms
+    assert outcome.best.throughput.value == 2900.0
+    assert outcome.to_dict()["baseline"]["samples_per_s"] == 1000.0 and outcome.to_dict()["best"]["samples_per_s"] == 2900.0

@@ -89,7 +89,7 @@ def command(workload, budget, max_trials, strategy, storage, study_name, resume,
             return 143 if isinstance(stop, _Terminated) else 130
     _report(outcome, as_json)
     _write_html_report(outcome, tuner.host, report_path)
-    return 1 if outcome.failed_baseline or (outcome.export or {}).get("error") else 0
+    return 1 if outcome.failed_baseline or (outcome.export and outcome.export.error) else 0
 
 
 class _Terminated(KeyboardInterrupt):
@@ -115,7 +115,7 @@ def _write_html_report(outcome, host, report_path: str | None) -> None:
         return
     from torchpace.report import report_data_from_tune, write_report
 
-    path = write_report(report_data_from_tune(outcome.to_dict(), host.summary()), report_path)
+    path = write_report(report_data_from_tune(outcome, host.summary()), report_path)
     click.echo(f"wrote report {path}", err=True)
 
 
@@ -125,7 +125,7 @@ def _report(outcome, as_json: bool) -> None:
     else:
         from torchpace.tune.render import render_outcome
 
-        render_outcome(make_console(), outcome.to_dict())
+        render_outcome(make_console(), outcome)
 
 
 def _say_notices(kind, **data):
@@ -163,11 +163,12 @@ class _progress:
 
         if kind == "notice":
             return _say_notices(kind, **data)
-        info = data.get("info") or {}
-        what = info.get("knob") and f"{info['stage']}: {info['knob']}={info['value']}" or info.get("slot", "")
-        if kind == "trial_done" and (data["result"].get("bench") or {}).get("samples_per_s"):
-            sps = data["result"]["bench"]["samples_per_s"]
-            self.best = max(self.best or 0, sps)
+        assignment = data.get("assignment")
+        what = (f"{assignment.stage}: {assignment.knob}={assignment.value}" if assignment.knob else assignment.slot or "") \
+            if assignment else ""
+        figure = data["result"].bench.objective if kind == "trial_done" and data["result"].bench else None
+        if figure is not None and figure.value and (self.best is None or figure.value > self.best.value):
+            self.best = figure
         if kind == "trial_start":
             self.what = what
         if kind == "round" and data.get("summary") is not None:
@@ -177,7 +178,7 @@ class _progress:
         else:
             desc = {"trial_start": f"trial {data.get('number')}: {what}", "trial_done": f"trial {data.get('number')} done",
                     "waiting": "waiting for trials running elsewhere"}.get(kind, f"trial {data.get('number')}: {self.what}")
-        best = f"best {self.best:,.0f} samples/s" if self.best else ""
+        best = f"best {self.best.value:,.{0 if self.best.value >= 100 else 2}f} {self.best.unit}" if self.best else ""
         self.progress.update(self.task, description=desc, best=best, completed=min(self.budget_s, time.monotonic() - self.start))
 
     def __exit__(self, *exc):

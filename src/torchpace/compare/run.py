@@ -29,7 +29,7 @@ from torchpace.host import HostFacts
 from torchpace.measure.contention import decision_note
 from torchpace.measure.result import SAMPLES_PER_S, STEPS_PER_S
 from torchpace.measure.stats import Summary, summarize
-from torchpace.trial.pair import PairOptions, PairResult, ratio_fields, run_pair
+from torchpace.trial.pair import PairOptions, PairResult, run_pair
 from torchpace.trial.protocol import INVALID, TrialSpec
 
 _START_MARGIN_S = 120.0  # start-up, guard steps and compile beyond the measured time
@@ -114,14 +114,14 @@ def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b
     loads = [load for load in (pair.other_load_a, pair.other_load_b) if load is not None]
     note = decision_note(max(loads), pair.usable_cores or 1, core_knobs) if loads else None
     verdict = _verdict(pair, summary)
-    ratio = ratio_fields(summary)
     return Comparison(
         kind=RESULT_KIND, schema_version=RESULT_SCHEMA_VERSION, target=label,
         mode=pair.mode, mode_reason=pair.mode_reason, unit=unit, stopped_by=pair.stopped_by,
         a=_arm(pair.a, config_a, pair.a_rates, pair.other_load_a),
         b=_arm(pair.b, config_b, pair.b_rates, pair.other_load_b),
-        ratio=ratio["ratio"], ratio_ci_low=ratio["ratio_ci_low"], ratio_ci_high=ratio["ratio_ci_high"],
-        ratio_ci_coverage=ratio["ratio_ci_coverage"], rounds=ratio["rounds"], ratios=tuple(pair.ratios),
+        ratio=summary.median if summary else None, ratio_ci_low=summary.ci_low if summary else None,
+        ratio_ci_high=summary.ci_high if summary else None, ratio_ci_coverage=summary.ci_coverage if summary else None,
+        rounds=summary.n if summary else 0, ratios=tuple(pair.ratios),
         verdict=verdict, summary=_sentence(verdict, summary, pair), other_load_note=note,
         usable_cores=pair.usable_cores, wall_time_s=pair.wall_time_s,
     )

@@ -16,9 +16,10 @@ null, the current one). The schema (`torchpace.measure.schema`) is derived from 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from torchpace.measure.stats import summarize
 from torchpace.records import from_json, spec, to_json
 
 RESULT_KIND = "torchpace.bench"
@@ -329,10 +330,6 @@ class BenchResult:
 def pool_throughput(runs: Sequence[ThroughputFigures]) -> ThroughputFigures:
     """The figures of one config's separate runs taken together: every run's windows pooled, and the
     median of them with its 95% CI (`measure.stats.summarize`); the first run's when none has windows."""
-    from dataclasses import replace
-
-    from torchpace.measure.stats import summarize
-
     first = runs[0]
     steps = [w for r in runs for w in r.window_steps_per_s]
     samples = [w for r in runs for w in r.window_samples_per_s]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
     from torchpace.report.load import ReportData
+    from torchpace.tune.outcome import TuneOutcome
 
 
 def write_report(data: "ReportData", path: str | Path, *, with_doctor: bool = True) -> Path:
@@ -36,11 +37,11 @@ def write_report(data: "ReportData", path: str | Path, *, with_doctor: bool = Tr
     return save_report(render_html(data), path)
 
 
-def report_data_from_tune(outcome: Mapping[str, Any], host: Mapping[str, Any] | None) -> "ReportData":
-    """ReportData of a tune that just ran (`TuneOutcome.to_dict()` and `HostFacts.summary()`)."""
+def report_data_from_tune(outcome: "TuneOutcome", host: Mapping[str, Any] | None) -> "ReportData":
+    """ReportData of a tune that just ran (its outcome and `HostFacts.summary()`)."""
     from torchpace.report.load import build_tune_data, mask_url
 
-    source = f"{mask_url(str(outcome.get('storage')))} (study {outcome.get('study')!r})"
+    source = f"{mask_url(outcome.storage)} (study {outcome.study!r})"
     return build_tune_data(outcome, host, source)
 
 

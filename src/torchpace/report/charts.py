@@ -17,8 +17,9 @@ import math
 import re
 from typing import Any, Callable, Mapping, Sequence
 
-from torchpace.measure.result import BenchResult
+from torchpace.measure.result import BenchResult, Objective
 from torchpace.report.view import is_failed, trial_label, trial_stage
+from torchpace.tune.outcome import AcceptedChange, TrialRow
 
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies and in greyscale print.
 STAGE_COLOURS = {"baseline": "#7a7a7a", "system": "#CC79A7", "data": "#0072B2", "compute": "#E69F00",
@@ -84,17 +85,15 @@ def clean_svg(svg: str, prefix: str, title: str) -> str:
 # ---- tune -------------------------------------------------------------------------------------------
 
 
-def _ci_err(rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
-    """Asymmetric error-bar lengths [below, above] from each row's 95% CI (0 where unknown)."""
-    below = [max(0.0, r["samples_per_s"] - r["samples_per_s_ci_low"]) if r.get("samples_per_s_ci_low") is not None else 0.0
-             for r in rows]
-    above = [max(0.0, r["samples_per_s_ci_high"] - r["samples_per_s"]) if r.get("samples_per_s_ci_high") is not None else 0.0
-             for r in rows]
+def _ci_err(figures: Sequence[Objective]) -> list[list[float]]:
+    """Asymmetric error-bar lengths [below, above] from each figure's 95% CI (0 where unknown)."""
+    below = [max(0.0, f.value - f.ci_low) if f.ci_low is not None else 0.0 for f in figures]
+    above = [max(0.0, f.ci_high - f.value) if f.ci_high is not None else 0.0 for f in figures]
     return [below, above]
 
 
-def render_speed_svg(baseline: Mapping[str, Any], tuned: Mapping[str, Any] | None) -> str:
-    """Baseline vs tuned samples/s as horizontal bars with their 95% CI."""
+def render_speed_svg(baseline: Objective, tuned: Objective | None) -> str:
+    """Baseline vs tuned figures (samples/s, or steps/s) as horizontal bars with their 95% CI."""
     rows = [("baseline (PyTorch defaults)", baseline, STAGE_COLOURS["baseline"])]
     if tuned is not None:
         rows.append(("tuned", tuned, TUNED_COLOUR))
@@ -102,25 +101,25 @@ def render_speed_svg(baseline: Mapping[str, Any], tuned: Mapping[str, Any] | Non
     def draw(fig) -> None:
         ax = fig.add_subplot()
         ys = list(range(len(rows)))[::-1]
-        values = [r["samples_per_s"] for _, r, _ in rows]
-        ax.barh(ys, values, color=[c for _, _, c in rows], height=0.55)
+        ax.barh(ys, [figure.value for _, figure, _ in rows], color=[c for _, _, c in rows], height=0.55)
         ax.set_yticks(ys, [label for label, _, _ in rows])
-        for y, (_, row, _) in zip(ys, rows):
-            low, high = row.get("samples_per_s_ci_low"), row.get("samples_per_s_ci_high")
+        for y, (_, figure, _) in zip(ys, rows):
+            low, high = figure.ci_low, figure.ci_high
             if low is not None and high is not None:  # the interval as measured, even where the figure is an estimate outside it
                 ax.errorbar((low + high) / 2, y, xerr=(high - low) / 2, fmt="none", capsize=5, elinewidth=1.2, ecolor="#222222")
-            ax.annotate(f"{row['samples_per_s']:,.0f}", (max(row["samples_per_s"], high or 0), y), xytext=(6, 0),
+            ax.annotate(f"{figure.value:,.{_digits(figure.value)}f}", (max(figure.value, high or 0), y), xytext=(6, 0),
                         textcoords="offset points", va="center", fontsize=9)
-        ax.set_xlabel("samples/s (median; bars: 95% CI)")
-        ax.set_xlim(0, max(r.get("samples_per_s_ci_high") or r["samples_per_s"] for _, r, _ in rows) * 1.18)
+        ax.set_xlabel(f"{baseline.unit} (median; bars: 95% CI)")
+        ax.set_xlim(0, max(figure.ci_high or figure.value for _, figure, _ in rows) * 1.18)
         ax.grid(axis="y", visible=False)
 
-    return render_figure_svg("speed", "Baseline and tuned samples/s with 95% confidence intervals", 0.6 + 0.55 * len(rows), draw)
+    return render_figure_svg("speed", f"Baseline and tuned {baseline.unit} with 95% confidence intervals",
+                             0.6 + 0.55 * len(rows), draw)
 
 
-def render_waterfall_svg(accepted: Sequence[Mapping[str, Any]], speedup: float) -> str:
+def render_waterfall_svg(accepted: Sequence[AcceptedChange], speedup: float) -> str:
     """Cumulative speedup over the baseline, one floating bar per accepted knob, then the total."""
-    labels = ["baseline"] + [f"+ {a['knob']}\n= {a['value']}" for a in accepted] + ["tuned"]
+    labels = ["baseline"] + [f"+ {a.knob}\n= {a.value}" for a in accepted] + ["tuned"]
 
     def draw(fig) -> None:
         ax = fig.add_subplot()
@@ -128,13 +127,13 @@ def render_waterfall_svg(accepted: Sequence[Mapping[str, Any]], speedup: float) 
         ax.bar(0, 1.0, color=STAGE_COLOURS["baseline"], width=0.6)
         ax.annotate("1.00×", (0, 1.0), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=9)
         for x, step in enumerate(accepted, start=1):
-            low, high = sorted((previous, step["speedup"]))
-            colour = GAIN_COLOUR if step["speedup"] >= previous else FAIL_COLOUR
+            low, high = sorted((previous, step.speedup))
+            colour = GAIN_COLOUR if step.speedup >= previous else FAIL_COLOUR
             ax.bar(x, high - low, bottom=low, color=colour, width=0.6)
-            ax.annotate(f"{step['speedup']:.2f}×\n({step['step_gain'] - 1:+.0%})", (x, high), xytext=(0, 3),
+            ax.annotate(f"{step.speedup:.2f}×\n({step.step_gain - 1:+.0%})", (x, high), xytext=(0, 3),
                         textcoords="offset points", ha="center", fontsize=8)
             ax.plot([x - 1.3, x + 0.3], [previous, previous], color="#555555", linewidth=0.8, linestyle=":")
-            previous = step["speedup"]
+            previous = step.speedup
         last = len(labels) - 1
         ax.bar(last, speedup, color=TUNED_COLOUR, width=0.6)
         ax.annotate(f"{speedup:.2f}×", (last, speedup), xytext=(0, 3), textcoords="offset points", ha="center",
@@ -143,7 +142,7 @@ def render_waterfall_svg(accepted: Sequence[Mapping[str, Any]], speedup: float) 
         pad = max(0.0, (_MIN_WATERFALL_SLOTS - len(labels)) / 2)
         ax.set_xlim(-0.6 - pad, last + 0.6 + pad)
         ax.set_ylabel("speedup vs baseline (×)")
-        ax.set_ylim(0, max(1.0, speedup, *(a["speedup"] for a in accepted)) * 1.22)
+        ax.set_ylim(0, max(1.0, speedup, *(a.speedup for a in accepted)) * 1.22)
         ax.grid(axis="x", visible=False)
         if not accepted:
             ax.text(0.5, 0.92, "no change beat the measured noise", transform=ax.transAxes, ha="center", fontsize=9,
@@ -152,61 +151,64 @@ def render_waterfall_svg(accepted: Sequence[Mapping[str, Any]], speedup: float) 
     return render_figure_svg("waterfall", "Cumulative speedup per accepted knob", 2.8, draw)
 
 
-def render_trials_svg(trials: Sequence[Mapping[str, Any]], baseline_samples_per_s: float | None) -> str:
-    """Every trial's samples/s with its 95% CI, in trial order, coloured by stage; failures marked."""
+def render_trials_svg(trials: Sequence[TrialRow], baseline: Objective | None, unit: str) -> str:
+    """Every trial's figure (in the study's `unit`) with its 95% CI, in trial order, coloured by stage; failures marked."""
     measured = [t for t in trials if not is_failed(t)]
-    values = [t["samples_per_s"] for t in measured]
+    values = [t.throughput.value for t in measured]
     log = bool(values) and max(values) / min(values) > _LOG_SCALE_RATIO
 
     def draw(fig) -> None:
         ax = fig.add_subplot()
         for stage in dict.fromkeys(trial_stage(t) for t in measured):
             group = [t for t in measured if trial_stage(t) == stage]
-            passed = [t for t in group if t.get("guard") != "fail"]
+            passed = [t for t in group if t.guard != "fail"]
             if passed:
-                ax.errorbar([t["number"] for t in passed], [t["samples_per_s"] for t in passed], yerr=_ci_err(passed),
-                            fmt="o", color=STAGE_COLOURS.get(stage, "#333333"), capsize=3, markersize=6, label=stage)
-            rejected = [t for t in group if t.get("guard") == "fail"]
+                ax.errorbar([t.number for t in passed], [t.throughput.value for t in passed],
+                            yerr=_ci_err([t.throughput for t in passed]), fmt="o",
+                            color=STAGE_COLOURS.get(stage, "#333333"), capsize=3, markersize=6, label=stage)
+            rejected = [t for t in group if t.guard == "fail"]
             if rejected:
-                ax.errorbar([t["number"] for t in rejected], [t["samples_per_s"] for t in rejected], yerr=_ci_err(rejected),
-                            fmt="o", markerfacecolor="white", color=STAGE_COLOURS.get(stage, "#333333"),
-                            markeredgecolor=FAIL_COLOUR, capsize=3, markersize=7, label=f"{stage}: guard failed")
-        _mark_failures(ax, [t for t in trials if t.get("status") != "ok"])
-        if baseline_samples_per_s:
-            ax.axhline(baseline_samples_per_s, color=STAGE_COLOURS["baseline"], linestyle="--", linewidth=1,
+                ax.errorbar([t.number for t in rejected], [t.throughput.value for t in rejected],
+                            yerr=_ci_err([t.throughput for t in rejected]), fmt="o", markerfacecolor="white",
+                            color=STAGE_COLOURS.get(stage, "#333333"), markeredgecolor=FAIL_COLOUR, capsize=3,
+                            markersize=7, label=f"{stage}: guard failed")
+        _mark_failures(ax, [t for t in trials if t.status != "ok"])
+        if baseline is not None and baseline.value:
+            ax.axhline(baseline.value, color=STAGE_COLOURS["baseline"], linestyle="--", linewidth=1,
                        label="baseline median")
-        _trial_axes(ax, trials, log)
+        _trial_axes(ax, trials, log, unit)
         fig.legend(loc="outside upper center", ncols=4, fontsize=8)
 
-    return render_figure_svg("trials", "Samples/s of every trial in order, with 95% confidence intervals", 4.2, draw)
+    return render_figure_svg("trials", f"{unit.capitalize()} of every trial in order, with 95% confidence intervals", 4.2,
+                             draw)
 
 
-def _mark_failures(ax, failed: Sequence[Mapping[str, Any]]) -> None:
+def _mark_failures(ax, failed: Sequence[TrialRow]) -> None:
     """A red cross at the bottom of the axes for each failed trial, with its failure class."""
     if not failed:
         return
     transform = ax.get_xaxis_transform()  # x in data, y in axes fraction
-    ax.scatter([t["number"] for t in failed], [0.04] * len(failed), marker="X", s=60, color=FAIL_COLOUR,
+    ax.scatter([t.number for t in failed], [0.04] * len(failed), marker="X", s=60, color=FAIL_COLOUR,
                transform=transform, label="failed (class below)", zorder=3)
     for t in failed:
-        ax.annotate(t["status"], (t["number"], 0.04), xycoords=transform, xytext=(0, 8), textcoords="offset points",
+        ax.annotate(t.status, (t.number, 0.04), xycoords=transform, xytext=(0, 8), textcoords="offset points",
                     ha="center", fontsize=7, color=FAIL_COLOUR)
 
 
-def _trial_axes(ax, trials: Sequence[Mapping[str, Any]], log: bool) -> None:
-    numbers = [t["number"] for t in trials]
+def _trial_axes(ax, trials: Sequence[TrialRow], log: bool, unit: str) -> None:
+    numbers = [t.number for t in trials]
     if len(trials) <= _MAX_TICK_LABELS:
-        ax.set_xticks(numbers, [f"#{t['number']} {trial_label(t)}" for t in trials], rotation=35, ha="right", fontsize=7)
+        ax.set_xticks(numbers, [f"#{t.number} {trial_label(t)}" for t in trials], rotation=35, ha="right", fontsize=7)
     ax.set_xlim(min(numbers, default=0) - 0.6, max(numbers, default=0) + 0.6)
     if not any(not is_failed(t) for t in trials):
         ax.set_yticks([])  # nothing measured: a scale would only suggest figures
-        ax.set_ylabel("samples/s (no trial measured)")
+        ax.set_ylabel(f"{unit} (no trial measured)")
     elif log:
         ax.set_yscale("log")
-        ax.set_ylabel("samples/s (log scale; bars: 95% CI)")
+        ax.set_ylabel(f"{unit} (log scale; bars: 95% CI)")
     else:
         ax.set_ylim(bottom=0)
-        ax.set_ylabel("samples/s (bars: 95% CI)")
+        ax.set_ylabel(f"{unit} (bars: 95% CI)")
     ax.set_xlabel("trial, in the order run")
     ax.grid(axis="x", visible=False)
 

@@ -18,11 +18,14 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from torchpace.errors import UsageError
 from torchpace.measure.result import RESULT_KIND as BENCH_KIND
 from torchpace.measure.result import BenchResult
+from torchpace.records import MissingFields
+from torchpace.tune.attrs import STUDY_SCHEMA_VERSION, StudyAttrs
+from torchpace.tune.outcome import StudyMeta, TrialRow, TuneOutcome, build_guard_note, build_outcome, trial_rows
 from torchpace.tune.storage import mask_url, sqlite_database  # noqa: F401  (mask_url: report/__init__ imports it here)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -59,7 +62,7 @@ class ReportData:
         workload: the workload spec that was measured.
         config: the final config (tuned, benched or profiled): knob name -> value, defaults left out.
         host: the measured host's summary (`HostFacts.summary()`), None when the input has none.
-        tune: `TuneOutcome.to_dict()` of a study.
+        tune: the outcome of a study.
         bench: a bench result.
         profile: `ProfileResult.to_dict()`.
         config_path: where the config was saved as TOML, when known.
@@ -72,7 +75,7 @@ class ReportData:
     workload: str
     config: Mapping[str, Any] = field(default_factory=dict)
     host: Mapping[str, Any] | None = None
-    tune: Mapping[str, Any] | None = None
+    tune: TuneOutcome | None = None
     bench: BenchResult | None = None
     profile: Mapping[str, Any] | None = None
     config_path: str | None = None
@@ -149,8 +152,6 @@ def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
 
 def read_bench(doc: Mapping[str, Any], source: str) -> BenchResult:
     """The bench result of a document of any version written so far (UsageError naming the fields it lacks)."""
-    from torchpace.records import MissingFields
-
     try:
         return BenchResult.from_dict(doc)
     except MissingFields as err:
@@ -175,20 +176,19 @@ def load_study(url: str, name: str | None, source: str) -> ReportData:
     import optuna
 
     from torchpace.tune.storage import open_storage
-    from torchpace.tune.study import ATTR
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = open_storage(url, read_only=True)
     summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
-    candidates = [(s.study_name, s.user_attrs.get(ATTR), s.datetime_start, index) for index, s in enumerate(summaries)]
+    candidates = [(s.study_name, StudyAttrs.of(s), s.datetime_start, index) for index, s in enumerate(summaries)]
     chosen, note = pick_study(candidates, name, source)
     meta = next(meta for study_name, meta, _, _ in candidates if study_name == chosen)
     study = optuna.load_study(study_name=chosen, storage=storage, sampler=optuna.samplers.RandomSampler())
     outcome = build_stored_outcome(study, chosen, mask_url(url), meta)
-    return build_tune_data(outcome, meta.get("host"), f"{source} (study {chosen!r})", note=note)
+    return build_tune_data(outcome, meta.host, f"{source} (study {chosen!r})", note=note)
 
 
-def pick_study(candidates: list[tuple[str, Any, datetime | None, int]], wanted: str | None,
+def pick_study(candidates: list[tuple[str, StudyAttrs | None, datetime | None, int]], wanted: str | None,
                source: str) -> tuple[str, str | None]:
     """The study to report, and a note when it was chosen among several (pure).
 
@@ -197,9 +197,7 @@ def pick_study(candidates: list[tuple[str, Any, datetime | None, int]], wanted: 
         wanted: the name asked for, or None for the only / most recently started torchpace study.
         source: how to name the storage in messages.
     """
-    from torchpace.tune.study import STUDY_KIND, STUDY_SCHEMA_VERSION
-
-    ours = [c for c in candidates if isinstance(c[1], Mapping) and c[1].get("kind") == STUDY_KIND]
+    ours = [c for c in candidates if c[1] is not None]
     names = ", ".join(c[0] for c in ours) or "none"
     if wanted is not None and wanted not in {c[0] for c in candidates}:
         raise UsageError(f"--study {wanted!r}: no such study in {source} (torchpace studies: {names})")
@@ -212,36 +210,34 @@ def pick_study(candidates: list[tuple[str, Any, datetime | None, int]], wanted: 
         wanted = max(ours, key=lambda c: (c[2] or datetime.min, c[3]))[0]
         if len(ours) > 1:
             note = f"{len(ours)} torchpace studies in {source} ({names}); this report shows {wanted!r} (choose with --study NAME)"
-    version = next(c[1].get("schema_version") for c in ours if c[0] == wanted)
+    version = next(c[1].schema_version for c in ours if c[0] == wanted)
     if version != STUDY_SCHEMA_VERSION:
         raise UsageError(f"study {wanted!r} has torchpace study schema {version!r}; this torchpace reads {STUDY_SCHEMA_VERSION}")
     return wanted, note
 
 
-def build_stored_outcome(study, name: str, url: str, meta: Mapping[str, Any]) -> dict[str, Any]:
-    """`TuneOutcome.to_dict()` of a stored study, built by the tuner's own `build_outcome`.
+def build_stored_outcome(study, name: str, url: str, meta: StudyAttrs) -> TuneOutcome:
+    """The `TuneOutcome` of a stored study, built by the tuner's own `build_outcome`.
 
     The greedy policy is replayed over the knobs and values the study tried (`rebuild_space`);
     `stopped` says whether that replay finds the search complete.
     """
-    from torchpace.tune.outcome import StudyMeta, build_guard_note, build_outcome, trial_rows
     from torchpace.tune.policy import plan_greedy
-    from torchpace.tune.study import build_records, is_paired
+    from torchpace.tune.study import build_records
 
-    rows = trial_rows(study)
-    base = next((r for r in rows if r["slot"] == "baseline" and r["status"] == "ok"), {})
-    strategy = str(meta.get("strategy", "greedy"))
+    rows = trial_rows(study, meta.objective)
+    base = next((r for r in rows if r.slot == "baseline" and r.status == "ok"), None)
     state, stopped = None, "stored"
-    if strategy == "greedy":
+    if meta.strategy == "greedy":
         state = plan_greedy(rebuild_space(rows), build_records(study.get_trials(deepcopy=False)), lambda config: None,
-                            paired=is_paired(meta))
+                            paired=meta.paired)
         stopped = "done" if state.done else ("baseline failed" if state.failed_baseline else "unfinished")
-    study_meta = StudyMeta(name, url, strategy, str(meta.get("workload", "?")), str(meta.get("objective", "throughput")),
-                           build_guard_note(len(base.get("guard_losses") or [])))
-    return build_outcome(rows, state, study_meta, stopped).to_dict()
+    study_meta = StudyMeta(name, url, meta.strategy, meta.workload or "?", meta.objective,
+                           build_guard_note(len(base.guard_losses) if base else 0))
+    return build_outcome(rows, state, study_meta, stopped)
 
 
-def rebuild_space(rows: list[Mapping[str, Any]]) -> list:
+def rebuild_space(rows: Sequence[TrialRow]) -> list:
     """The searched part of the space, from the candidate trials: each tried knob, default first (pure).
 
     Every value the greedy policy proposed left a candidate trial, so replaying over this space
@@ -254,18 +250,18 @@ def rebuild_space(rows: list[Mapping[str, Any]]) -> list:
     tried: dict[str, list] = {}
     stages: dict[str, str] = {}
     for row in rows:
-        if row["kind"] == "candidate" and row["knob"] in REGISTRY:
-            values = tried.setdefault(row["knob"], [])
-            if row["value"] not in values:
-                values.append(row["value"])
-            stages[row["knob"]] = row["stage"]
+        if row.kind == "candidate" and row.knob in REGISTRY:
+            values = tried.setdefault(row.knob, [])
+            if row.value not in values:
+                values.append(row.value)
+            stages[row.knob] = row.stage
     order = [k.name for k in knobs_in_stage_order()]
     return [KnobSpace(stages[n], n, REGISTRY[n].default, (REGISTRY[n].default, *tried[n]))
             for n in sorted(tried, key=order.index)]
 
 
-def build_tune_data(outcome: Mapping[str, Any], host: Mapping[str, Any] | None, source: str,
+def build_tune_data(outcome: TuneOutcome, host: Mapping[str, Any] | None, source: str,
                     config_path: str | None = None, note: str | None = None) -> ReportData:
-    """ReportData of a tune outcome (`TuneOutcome.to_dict()`; pure)."""
-    return ReportData("study", source, str(outcome.get("workload", "?")), dict(outcome.get("best_config") or {}),
-                      host=host or None, tune=outcome, config_path=config_path or outcome.get("out_path"), note=note)
+    """ReportData of a tune outcome (pure)."""
+    return ReportData("study", source, outcome.workload, dict(outcome.best_config), host=host or None, tune=outcome,
+                      config_path=config_path or outcome.out_path, note=note)

@@ -13,6 +13,7 @@ from typing import Any
 
 from torchpace._version import __version__
 from torchpace.report.load import ReportData
+from torchpace.tune.outcome import TuneOutcome
 
 TEMPLATE = "report.html.j2"
 CHART_NAMES = ("speed", "waterfall", "trials", "losses", "windows", "split")
@@ -36,18 +37,19 @@ def build_charts(data: ReportData) -> dict[str, str]:
     return svgs
 
 
-def _tune_charts(tune) -> dict[str, str]:
+def _tune_charts(tune: TuneOutcome) -> dict[str, str]:
     from torchpace.report import charts
     from torchpace.report.view import guard_curves, tuned_row
 
     svgs: dict[str, str] = {}
-    baseline = tune.get("baseline")
-    if baseline:
-        svgs["speed"] = charts.render_speed_svg(baseline, tuned_row(tune))
-        if tune.get("strategy") == "greedy":  # other strategies accept nothing step by step: no waterfall
-            svgs["waterfall"] = charts.render_waterfall_svg(tune.get("accepted", []), tune.get("speedup") or 1.0)
-    if tune.get("trials"):
-        svgs["trials"] = charts.render_trials_svg(tune["trials"], (baseline or {}).get("samples_per_s"))
+    baseline = tune.baseline
+    if baseline and baseline.throughput and baseline.throughput.value:
+        tuned = tuned_row(tune)
+        svgs["speed"] = charts.render_speed_svg(baseline.throughput, tuned.throughput if tuned else None)
+        if tune.strategy == "greedy":  # other strategies accept nothing step by step: no waterfall
+            svgs["waterfall"] = charts.render_waterfall_svg(tune.accepted, tune.speedup or 1.0)
+    if tune.trials:
+        svgs["trials"] = charts.render_trials_svg(tune.trials, baseline.throughput if baseline else None, tune.unit)
     base_losses, tuned_losses, rejected = guard_curves(tune)
     if base_losses:
         svgs["losses"] = charts.render_losses_svg(base_losses, tuned_losses, rejected)

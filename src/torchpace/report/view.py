@@ -13,6 +13,8 @@ from typing import Any, Mapping, Sequence
 from torchpace.measure.render import format_bytes
 from torchpace.measure.result import SAMPLES_PER_S, BenchResult, Objective
 from torchpace.report.load import ReportData
+from torchpace.tune.figures import ReportedDecision, speedup
+from torchpace.tune.outcome import AcceptedChange, TrialRow, TuneOutcome
 
 DEFAULT_CONFIG_FILE = "torchpace.toml"
 _SAME_CONFIG_GAP = 0.10  # two measurements of one config 10% apart: worth telling the reader it is noise
@@ -25,42 +27,40 @@ _LAUNCH_POINTS = ("env", "global", "loader")
 # ---- selectors shared with the charts ---------------------------------------------------------------
 
 
-def trial_stage(row: Mapping[str, Any]) -> str:
+def trial_stage(row: TrialRow) -> str:
     """The colour group of a trial: baseline (and re-measurements), its knob's stage, or search."""
-    if row.get("kind") in ("baseline", "remeasure"):
+    if row.kind in ("baseline", "remeasure"):
         return "baseline"
-    return row.get("stage") or "search"
+    return row.stage or "search"
 
 
-def trial_label(row: Mapping[str, Any]) -> str:
+def trial_label(row: TrialRow) -> str:
     """A short label of what a trial measured: `baseline`, `re-measure`, `knob=value` or its config."""
-    if row.get("kind") == "baseline":
+    if row.kind == "baseline":
         return "baseline"
-    if row.get("kind") == "remeasure":
+    if row.kind == "remeasure":
         return "re-measure"
-    if row.get("knob"):
-        return f"{row['knob'].split('.')[-1]}={row['value']}"
-    config = row.get("config") or {}
-    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in config.items()) or "defaults"
+    if row.knob:
+        return f"{row.knob.split('.')[-1]}={row.value}"
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in row.config.items()) or "defaults"
 
 
-def is_failed(row: Mapping[str, Any]) -> bool:
-    """True for a trial without a usable figure: a failure class, or a failed convergence guard."""
-    return row.get("status") != "ok" or not row.get("samples_per_s")
+def is_failed(row: TrialRow) -> bool:
+    """True for a trial without a usable figure: a failure class, or no throughput figure."""
+    return row.status != "ok" or not (row.throughput and row.throughput.value)
 
 
-def tuned_row(tune: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def tuned_row(tune: TuneOutcome) -> TrialRow | None:
     """The tuned config's measurement (None without a baseline to compare it with)."""
-    return tune.get("best") if tune.get("baseline") else None
+    return tune.best if tune.baseline else None
 
 
-def guard_curves(tune: Mapping[str, Any]) -> tuple[list[float], list[float] | None, list[tuple[str, list[float]]]]:
+def guard_curves(tune: TuneOutcome) -> tuple[list[float], list[float] | None, list[tuple[str, list[float]]]]:
     """(baseline losses, tuned losses or None, [(label, losses)] of trials the guard rejected)."""
-    baseline = list((tune.get("baseline") or {}).get("guard_losses") or [])
+    baseline = list(tune.baseline.guard_losses) if tune.baseline else []
     tuned = tuned_row(tune)
-    tuned_losses = list(tuned.get("guard_losses") or []) if tuned and tune.get("best_config") else None
-    rejected = [(trial_label(t), list(t["guard_losses"])) for t in tune.get("trials", [])
-                if t.get("guard") == "fail" and t.get("guard_losses")]
+    tuned_losses = list(tuned.guard_losses) if tuned and tune.best_config else None
+    rejected = [(trial_label(t), list(t.guard_losses)) for t in tune.trials if t.guard == "fail" and t.guard_losses]
     return baseline, tuned_losses, rejected[:_MAX_REJECTED_CURVES]
 
 
@@ -71,26 +71,6 @@ def step_split(profile: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 # ---- formatting -------------------------------------------------------------------------------------
-
-
-def format_sps(row: Mapping[str, Any] | None) -> str:
-    """`12,345`: a row's median samples/s; `-` without a figure."""
-    if not row or row.get("samples_per_s") is None:
-        return "-"
-    return f"{row['samples_per_s']:,.0f}"
-
-
-def format_ci(row: Mapping[str, Any] | None) -> str:
-    """`[12,001, 12,700]`: a row's 95% CI of the median samples/s; `-` when unknown."""
-    if not row or row.get("samples_per_s_ci_low") is None or row.get("samples_per_s_ci_high") is None:
-        return "-"
-    return f"[{row['samples_per_s_ci_low']:,.0f}, {row['samples_per_s_ci_high']:,.0f}]"
-
-
-def format_sps_ci(row: Mapping[str, Any] | None) -> str:
-    """`12,345 [12,001, 12,700]`: samples/s and its 95% CI."""
-    ci = format_ci(row)
-    return format_sps(row) + ("" if ci == "-" else f" {ci}")
 
 
 def format_figure(figure: Objective | None) -> str:
@@ -159,17 +139,18 @@ def summary_cards(data: ReportData) -> list[dict[str, str]]:
     """The headline figures at the top of the report."""
     if data.tune:
         tune = data.tune
-        trials = tune.get("trials", [])
-        failed = sum(1 for t in trials if t.get("status") != "ok" or t.get("guard") == "fail")
-        speedup = tune.get("speedup")
+        failed = sum(1 for t in tune.trials if t.status != "ok" or t.guard == "fail")
+        tuned = tuned_row(tune)
+        base_figure, tuned_figure = (tune.baseline.throughput if tune.baseline else None), (tuned.throughput if tuned else None)
         return [
-            {"label": "baseline samples/s", "value": format_sps(tune.get("baseline")),
-             "detail": "95% CI " + format_ci(tune.get("baseline"))},
-            {"label": "tuned samples/s", "value": format_sps(tuned_row(tune)), "detail": "95% CI " + format_ci(tuned_row(tune))},
-            {"label": "speedup", "value": f"{speedup:.2f}×" if speedup is not None else "-",
-             "detail": f"{len(tune.get('accepted', []))} accepted change(s)" if tune.get("strategy") == "greedy"
-             else f"best trial of a {tune.get('strategy')} search"},
-            {"label": "trials", "value": str(len(trials)), "detail": f"{failed} failed or guard-rejected · {stopped_text(tune)}"},
+            {"label": f"baseline {tune.unit}", "value": format_figure(base_figure),
+             "detail": "95% CI " + format_figure_ci(base_figure, with_value=False)},
+            {"label": f"tuned {tune.unit}", "value": format_figure(tuned_figure),
+             "detail": "95% CI " + format_figure_ci(tuned_figure, with_value=False)},
+            {"label": "speedup", "value": f"{tune.speedup:.2f}×" if tune.speedup is not None else "-",
+             "detail": f"{len(tune.accepted)} accepted change(s)" if tune.strategy == "greedy"
+             else f"best trial of a {tune.strategy} search"},
+            {"label": "trials", "value": str(len(tune.trials)), "detail": f"{failed} failed or guard-rejected · {stopped_text(tune)}"},
         ]
     if data.bench:
         b = data.bench
@@ -195,61 +176,58 @@ _STOPPED = {"done": "search complete", "budget": "stopped by the budget", "max-t
             "stored": "read from storage"}
 
 
-def stopped_text(tune: Mapping[str, Any]) -> str:
+def stopped_text(tune: TuneOutcome) -> str:
     """How the search ended, in words (a live tune's `stopped`, or what the stored replay found)."""
-    return _STOPPED.get(str(tune.get("stopped")), str(tune.get("stopped")))
+    return _STOPPED.get(tune.stopped, tune.stopped)
 
 
-def tune_view(tune: Mapping[str, Any]) -> dict[str, Any]:
+def tune_view(tune: TuneOutcome) -> dict[str, Any]:
     """The tune sections: result, accepted changes, decisions, trials, convergence."""
-    baseline = tune.get("baseline")
-    base_sps = (baseline or {}).get("samples_per_s")
+    baseline = tune.baseline
     best_losses = guard_curves(tune)[1]
     tuned = tuned_row(tune)
     return {
-        "strategy": tune.get("strategy"), "study": tune.get("study"), "greedy": tune.get("strategy") == "greedy",
-        "stopped": stopped_text(tune), "failed_baseline": tune.get("failed_baseline"),
-        "has_baseline": baseline is not None, "baseline": format_sps_ci(baseline), "tuned": format_sps_ci(tuned),
-        "baseline_memory": format_bytes((baseline or {}).get("peak_memory_bytes")),
-        "tuned_memory": format_bytes((tuned or {}).get("peak_memory_bytes")),
-        "speedup": tune.get("speedup"),
-        "accepted": [accepted_row(a) for a in tune.get("accepted", [])],
-        "decisions": [decision_row(d) for d in (tune.get("extras") or {}).get("decisions", [])],
-        "trials": [trial_row(t, base_sps) for t in tune.get("trials", [])],
-        "verdict": (baseline or {}).get("verdict"),
-        "guard_note": tune.get("guard_note", ""),
+        "strategy": tune.strategy, "study": tune.study, "greedy": tune.strategy == "greedy", "unit": tune.unit,
+        "stopped": stopped_text(tune), "failed_baseline": tune.failed_baseline,
+        "has_baseline": baseline is not None, "baseline": format_figure_ci(baseline.throughput if baseline else None),
+        "tuned": format_figure_ci(tuned.throughput if tuned else None),
+        "baseline_memory": format_bytes(baseline.peak_memory_bytes if baseline else None),
+        "tuned_memory": format_bytes(tuned.peak_memory_bytes if tuned else None),
+        "speedup": tune.speedup,
+        "accepted": [accepted_row(a) for a in tune.accepted],
+        "decisions": [decision_row(d) for d in tune.decisions],
+        "trials": [trial_row(t, baseline.throughput if baseline else None) for t in tune.trials],
+        "verdict": baseline.verdict if baseline else None,
+        "guard_note": tune.guard_note,
         "has_curves": bool(guard_curves(tune)[0]),
         "tuned_is_baseline": best_losses is None,
-        "tuned_guard": (tuned or {}).get("guard_reason") if tune.get("best_config") else None,
-        "same_config_note": same_config_note(baseline, tuned, tune.get("best_config")),
-        "figures_note": (tune.get("extras") or {}).get("figures"),
-        "contention_note": ((tune.get("extras") or {}).get("other_load") or {}).get("note"),
+        "tuned_guard": tuned.guard_reason if tuned and tune.best_config else None,
+        "same_config_note": same_config_note(baseline, tuned, tune.best_config),
+        "figures_note": tune.figures_note,
+        "contention_note": tune.other_load.note if tune.other_load else None,
         "paired": paired_view(tune),
     }
 
 
-def paired_view(tune: Mapping[str, Any]) -> dict[str, Any] | None:
+def paired_view(tune: TuneOutcome) -> dict[str, Any] | None:
     """A paired study's speedup with its CI and source, and its A/A noise band (None for other studies)."""
     from torchpace.tune.render import ratio_text
 
-    extras = tune.get("extras") or {}
-    speedup = extras.get("speedup")
-    if not speedup:
+    speedup, noise = tune.speedup_figure, tune.noise
+    if speedup is None:
         return None
-    noise = extras.get("noise")
-    return {"speedup": ratio_text(tune.get("speedup"), speedup.get("speedup_ci_low"), speedup.get("speedup_ci_high"),
-                                  speedup.get("speedup_rounds")).replace("x", "×", 1),
-            "source": speedup.get("speedup_from"), "load_note": speedup.get("load_note"),
-            "noise": ratio_text(noise["ratio"], noise["ratio_ci_low"], noise["ratio_ci_high"], noise["rounds"]).replace("x", "×", 1)
+    return {"speedup": ratio_text(tune.speedup, speedup.ci_low, speedup.ci_high, speedup.rounds).replace("x", "×", 1),
+            "source": speedup.source, "load_note": speedup.load_note,
+            "noise": ratio_text(noise.ratio, noise.ratio_ci_low, noise.ratio_ci_high, noise.rounds).replace("x", "×", 1)
             if noise else None}
 
 
-def same_config_note(baseline: Mapping[str, Any] | None, tuned: Mapping[str, Any] | None,
-                     best_config: Mapping[str, Any] | None) -> str | None:
+def same_config_note(baseline: TrialRow | None, tuned: TrialRow | None, best_config: Mapping[str, Any] | None) -> str | None:
     """When nothing was accepted, baseline and tuned are two measurements of one config: say how far apart."""
-    if best_config or not baseline or not tuned or not baseline.get("samples_per_s") or not tuned.get("samples_per_s"):
+    base_figure, tuned_figure = (baseline.throughput if baseline else None), (tuned.throughput if tuned else None)
+    if best_config or not base_figure or not tuned_figure or not base_figure.value or not tuned_figure.value:
         return None
-    gap = abs(tuned["samples_per_s"] / baseline["samples_per_s"] - 1)
+    gap = abs(tuned_figure.value / base_figure.value - 1)
     if gap < _SAME_CONFIG_GAP:
         return None
     return (f"Nothing was accepted, so baseline and tuned are the same config measured twice; the two figures differ by "
@@ -257,47 +235,46 @@ def same_config_note(baseline: Mapping[str, Any] | None, tuned: Mapping[str, Any
             "changes smaller than the noise cannot be told apart here.")
 
 
-def accepted_row(a: Mapping[str, Any]) -> dict[str, str]:
+def accepted_row(a: AcceptedChange) -> dict[str, Any]:
     """One row of the accepted-change (waterfall) table; a paired step's gain with its CI."""
     from torchpace.tune.render import ratio_text
 
-    gain = ratio_text(a["step_gain"], a.get("step_gain_ci_low"), a.get("step_gain_ci_high"), a.get("rounds"))
-    return {"change": f"+ {a['knob']} = {format_value(a['value'])}", "stage": str(a.get("stage") or ""),
-            "sps": format_sps_ci(a), "step_gain": gain.replace("x", "×", 1), "speedup": f"{a['speedup']:.2f}×",
-            "memory": format_bytes(a.get("peak_memory_bytes")), "reason": str(a.get("reason") or ""),
-            "load_note": a.get("load_note")}
+    gain = ratio_text(a.step_gain, a.step_gain_ci_low, a.step_gain_ci_high, a.rounds)
+    return {"change": f"+ {a.knob} = {format_value(a.value)}", "stage": a.stage or "",
+            "sps": format_figure_ci(a.throughput), "step_gain": gain.replace("x", "×", 1), "speedup": f"{a.speedup:.2f}×",
+            "memory": format_bytes(a.peak_memory_bytes), "reason": a.reason, "load_note": a.load_note}
 
 
-def decision_row(d: Mapping[str, Any]) -> dict[str, str]:
+def decision_row(reported: ReportedDecision) -> dict[str, Any]:
     """One knob the greedy search decided on: accepted value or rejected (or not judged), the deciding
     comparison's ratio with its CI, and why."""
     from torchpace.tune.render import ratio_text
 
-    accepted = d.get("accepted_value") is not None
-    outcome = f"accepted = {format_value(d['accepted_value'])}" if accepted else \
-        "kept default" if d.get("judged", True) else "not judged"
-    return {"stage": str(d.get("stage") or ""), "knob": str(d.get("knob")), "outcome": outcome, "accepted": accepted,
-            "ratio": ratio_text(d.get("ratio"), d.get("ratio_ci_low"), d.get("ratio_ci_high"), d.get("rounds")).replace("x", "×", 1),
-            "reason": str(d.get("reason") or ""), "load_note": d.get("load_note")}
+    d = reported.decision
+    accepted = d.accepted_value is not None
+    outcome = f"accepted = {format_value(d.accepted_value)}" if accepted else "kept default" if d.judged else "not judged"
+    return {"stage": d.stage or "", "knob": d.knob, "outcome": outcome, "accepted": accepted,
+            "ratio": ratio_text(d.ratio, d.ratio_ci_low, d.ratio_ci_high, d.rounds).replace("x", "×", 1),
+            "reason": d.reason, "load_note": reported.load_note}
 
 
-def trial_row(t: Mapping[str, Any], base_sps: float | None) -> dict[str, Any]:
+def trial_row(t: TrialRow, baseline: Objective | None) -> dict[str, Any]:
     """One row of the every-trial table."""
-    sps = t.get("samples_per_s") if not is_failed(t) else None
-    if t.get("status") != "ok":
-        failure, reason = t["status"], t.get("error") or ""
-    elif t.get("guard") == "fail":
-        failure, reason = "guard", t.get("guard_reason") or ""
+    figure = t.throughput if not is_failed(t) else None
+    if t.status != "ok":
+        failure, reason = t.status, t.error or ""
+    elif t.guard == "fail":
+        failure, reason = "guard", t.guard_reason or ""
     else:
         failure, reason = "", ""
-    config = t.get("config") or {}
+    vs_baseline = speedup(figure, baseline)
     return {
-        "number": t["number"], "slot": t.get("slot"), "stage": t.get("stage") or ("baseline" if t.get("kind") != "candidate" else ""),
-        "knob": t.get("knob") or ("(re-measure)" if t.get("kind") == "remeasure" else "(defaults)" if not config else ""),
-        "value": format_value(t.get("value")) if t.get("knob") else ", ".join(f"{k}={format_value(v)}" for k, v in config.items()),
-        "sps": format_sps_ci(t) if sps else "-",
-        "speedup": f"{sps / base_sps:.2f}×" if sps and base_sps else "-",
-        "memory": format_bytes(t.get("peak_memory_bytes")), "guard": t.get("guard") or "-",
+        "number": t.number, "slot": t.slot, "stage": t.stage or ("baseline" if t.kind != "candidate" else ""),
+        "knob": t.knob or ("(re-measure)" if t.kind == "remeasure" else "(defaults)" if not t.config else ""),
+        "value": format_value(t.value) if t.knob else ", ".join(f"{k}={format_value(v)}" for k, v in t.config.items()),
+        "sps": format_figure_ci(figure) if figure else "-",
+        "speedup": f"{vs_baseline:.2f}×" if vs_baseline else "-",
+        "memory": format_bytes(t.peak_memory_bytes), "guard": t.guard or "-",
         "failure": failure, "reason": reason, "failed": bool(failure),
     }
 

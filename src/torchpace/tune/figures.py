@@ -1,20 +1,24 @@
 """The one definition of each figure a tune reports (pure), used by `torchpace.toml` [result], the
 terminal table, `--json` and the HTML report alike.
 
+Every figure is an `Objective`: a median with its 95% CI, in the unit the study measured (samples/s,
+or steps/s for a script whose samples per step are unknown; batch-1 p50 in seconds under
+`--objective latency`), so no output can label one unit as another.
+
 Greedy studies decide by paired comparisons (`torchpace.tune.policy`):
 
 - each decision's figure is its comparison's ratio, candidate / incumbent: the median of the rounds'
   ratios with its 95% CI (pooled over both comparisons of a confirmed decision), and each arm's
-  samples/s is that arm's median over its turns in the comparison;
+  figure is that arm's median over its turns in the comparison;
 - the speedup is the tuned config compared with the defaults the same way (the `final` comparison),
-  and the baseline and tuned samples/s shown beside it are the two arms of that comparison; before
+  and the baseline and tuned figures shown beside it are the two arms of that comparison; before
   it has run (a budget cut), the speedup is the product of the accepted steps' ratios, and says so;
 - when other processes' load was material during a decision, a note says so next to it, naming the
   compared knobs whose gains depend on free cores (`Knob.shares_cores`).
 
 Other strategies, and greedy studies tuned before paired comparisons, measure each config alone:
 
-- A config's samples/s is the median of every measured window of all its usable trials (status ok,
+- A config's figure is the median of every measured window of all its usable trials (status ok,
   guard not failed) pooled together, and its CI is the 95% confidence interval of that median
   (`measure.stats.summarize`): the figure always lies inside its own CI, and one config has one
   figure and one CI wherever it is shown.
@@ -29,115 +33,146 @@ are what is reported, after the fact, from every measurement taken.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Protocol, Sequence
 
 from torchpace.measure.contention import is_material
+from torchpace.measure.result import SAMPLES_PER_S, Objective
 from torchpace.measure.stats import summarize
+from torchpace.tune.attrs import PairRecord
+from torchpace.tune.policy import Decision
 
-FIGURES_NOTE = ("Figures: a config's samples/s is the median of every measured window of all its ok trials, "
-                "with the 95% CI of that median; speedup = tuned / baseline samples/s, as shown.")
-PAIRED_FIGURES_NOTE = ("Figures: every decision compared two configs in alternation (two processes taking turns on the "
-                       "host); a ratio is the median of the rounds' ratios, with its 95% CI. The speedup is the tuned "
-                       "config compared with the defaults the same way; each samples/s is that config's median over "
-                       "its turns in the comparison shown.")
 SPEEDUP_FROM_FINAL = "the tuned config compared with the defaults in alternation"
 SPEEDUP_FROM_STEPS = "the product of the accepted steps' ratios (the final comparison with the defaults did not run)"
+SPEEDUP_FROM_NOTHING = "nothing was kept"
 
 
-def is_usable(row: Mapping[str, Any]) -> bool:
-    """A trial row whose figure counts: finished ok, guard not failed, with a samples/s figure."""
-    return row.get("status") == "ok" and row.get("guard") != "fail" and bool(row.get("samples_per_s"))
+def figures_note(unit: str = SAMPLES_PER_S) -> str:
+    """How the figures of a study measured alone are defined, in its unit."""
+    return (f"Figures: a config's {unit} is the median of every measured window of all its ok trials, "
+            f"with the 95% CI of that median; speedup = tuned / baseline {unit}, as shown.")
 
 
-def config_figure(rows: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The samples/s of `config` over every usable trial of exactly that config (None when none).
+def paired_figures_note(unit: str = SAMPLES_PER_S) -> str:
+    """How the figures of a study decided by paired comparisons are defined, in its unit."""
+    return ("Figures: every decision compared two configs in alternation (two processes taking turns on the "
+            "host); a ratio is the median of the rounds' ratios, with its 95% CI. The speedup is the tuned "
+            f"config compared with the defaults the same way; each {unit} is that config's median over "
+            "its turns in the comparison shown.")
 
-    Returns:
-        `samples_per_s` (median of the pooled windows), `samples_per_s_ci_low` / `_ci_high` (95% CI of
-        that median), `ci_rel_halfwidth`, `trials` and `windows` (how many were pooled).
+
+FIGURES_NOTE = figures_note()
+PAIRED_FIGURES_NOTE = paired_figures_note()
+
+
+class Measured(Protocol):
+    """What the figures read of a trial row (`torchpace.tune.outcome.TrialRow`)."""
+
+    status: str
+    guard: str | None
+    config: Any
+    throughput: Objective | None
+    window_rates: tuple[float, ...]
+    other_load_cores: float | None
+    usable_cores: int | None
+
+
+def is_usable(row: Measured) -> bool:
+    """A trial row whose figure counts: finished ok, guard not failed, with a throughput figure."""
+    return row.status == "ok" and row.guard != "fail" and bool(row.throughput and row.throughput.value)
+
+
+@dataclass(frozen=True)
+class PooledFigure:
+    """A config's figure over every usable trial of it (see the module docstring).
+
+    Attributes:
+        figure: the median of the pooled windows with the 95% CI of that median.
+        trials: trials pooled.
+        windows: windows pooled.
     """
-    runs = [r for r in rows if is_usable(r) and dict(r.get("config") or {}) == dict(config)]
-    windows = [w for r in runs for w in (r.get("window_samples_per_s") or [r["samples_per_s"]])]
+
+    figure: Objective
+    trials: int
+    windows: int
+
+
+def config_figure(rows: Sequence[Measured], config: Any) -> PooledFigure | None:
+    """The figure of `config` over every usable trial of exactly that config (None when none)."""
+    runs = [r for r in rows if is_usable(r) and dict(r.config or {}) == dict(config)]
+    windows = [w for r in runs for w in (r.window_rates or (r.throughput.value,))]
     if not windows:
         return None
     summary = summarize(windows)
-    return {"samples_per_s": summary.median, "samples_per_s_ci_low": summary.ci_low,
-            "samples_per_s_ci_high": summary.ci_high, "ci_rel_halfwidth": summary.ci_rel_halfwidth,
-            "trials": len(runs), "windows": len(windows)}
+    figure = replace(runs[0].throughput, value=summary.median, ci_low=summary.ci_low, ci_high=summary.ci_high,
+                     ci_rel_halfwidth=summary.ci_rel_halfwidth)
+    return PooledFigure(figure, len(runs), len(windows))
 
 
-def with_figure(row: Mapping[str, Any] | None, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """`row` (one trial of a config) with its figures replaced by the config's pooled figure."""
-    if row is None:
+def speedup(tuned: Objective | None, baseline: Objective | None) -> float | None:
+    """tuned / baseline, as shown (None without both)."""
+    if not tuned or not baseline or not tuned.value or not baseline.value:
         return None
-    figure = config_figure(rows, row.get("config") or {})
-    return {**row, **figure, "objective_value": figure["samples_per_s"]} if figure else dict(row)
+    return tuned.value / baseline.value if tuned.higher_is_better else baseline.value / tuned.value
 
 
-def speedup(tuned: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None) -> float | None:
-    """tuned / baseline samples/s, as shown (None without both)."""
-    if not tuned or not baseline or not baseline.get("samples_per_s") or not tuned.get("samples_per_s"):
-        return None
-    return tuned["samples_per_s"] / baseline["samples_per_s"]
+def at_score(figure: Objective | None, score: float | None) -> Objective | None:
+    """`figure` at the "higher is better" value `score` (a policy estimate: the mean of two runs, an arm's
+    median over its turns), its CI kept."""
+    if figure is None or score is None:
+        return figure
+    return replace(figure, value=score if figure.higher_is_better else 1.0 / score)
 
 
-def other_load_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """Other processes' CPU use over the tune's trials (`torchpace.measure.contention`), with the sentence
-    to show when it was material (in any trial); None when no trial recorded it."""
-    loads = [r["other_load_cores"] for r in rows if r.get("other_load_cores") is not None]
+@dataclass(frozen=True)
+class OtherLoad:
+    """Other processes' CPU use over a tune's trials (`torchpace.measure.contention`).
+
+    Attributes:
+        median_cores: the median over the trials that recorded it (`max_cores`: the most).
+        trials: trials that recorded it.
+        usable_cores: the cores this host gives torchpace.
+        note: the sentence to show when it was material in any trial (None otherwise).
+    """
+
+    median_cores: float
+    max_cores: float
+    trials: int
+    usable_cores: int
+    note: str | None = None
+
+
+def other_load_summary(rows: Sequence[Measured]) -> OtherLoad | None:
+    """Other processes' CPU use over the tune's trials; None when no trial recorded it."""
+    loads = [r.other_load_cores for r in rows if r.other_load_cores is not None]
     if not loads:
         return None
-    usable = max((r.get("usable_cores") or 1 for r in rows), default=1)
+    usable = max((r.usable_cores or 1 for r in rows), default=1)
     median, peak = statistics.median(loads), max(loads)
     note = None
     if is_material(peak, usable):
         note = (f"tuned while other processes used {median:.1f} of {usable} cores (median over {len(loads)} trials, "
                 f"up to {peak:.1f}): the result reflects that contention")
-    return {"median_cores": median, "max_cores": peak, "trials": len(loads), "usable_cores": usable, "note": note}
+    return OtherLoad(median, peak, len(loads), usable, note)
 
 
-def result_table(outcome: Mapping[str, Any]) -> dict[str, Any]:
-    """The figures of torchpace.toml's [result], from a `TuneOutcome.to_dict()` (the ones the table shows)."""
-    baseline, best = outcome["baseline"], outcome["best"]
-    extras = outcome.get("extras") or {}
-    load = extras.get("other_load") or {}
-    table = {"baseline_samples_per_s": baseline["samples_per_s"],
-             "baseline_ci_low": baseline.get("samples_per_s_ci_low"), "baseline_ci_high": baseline.get("samples_per_s_ci_high"),
-             "tuned_samples_per_s": best["samples_per_s"],
-             "tuned_ci_low": best.get("samples_per_s_ci_low"), "tuned_ci_high": best.get("samples_per_s_ci_high"),
-             "speedup": outcome["speedup"], "figures": extras.get("figures"),
-             "other_load_cores": load.get("median_cores"), "other_load_note": load.get("note")}
-    speedup_cmp = extras.get("speedup") or {}
-    for key in ("speedup_ci_low", "speedup_ci_high", "speedup_rounds", "speedup_from", "speedup_mode"):
-        table[key] = speedup_cmp.get(key)
-    if speedup_cmp.get("speedup_from") == SPEEDUP_FROM_FINAL:
-        table["final_other_load_note"] = speedup_cmp.get("load_note")
-    table["decisions"] = [_drop_none(decision_row(d)) for d in extras.get("decisions") or [] if d.get("ratio") is not None]
-    return {key: value for key, value in table.items() if value not in (None, [])}  # TOML has no null
+@dataclass(frozen=True)
+class ComparisonFigure:
+    """The paired comparison of a trial: the ratio with its 95% CI and rounds, and how it ran."""
+
+    ratio: float
+    ratio_ci_low: float | None
+    ratio_ci_high: float | None
+    rounds: int | None
+    mode: str | None
+    mode_reason: str | None = None
 
 
-def decision_row(decision: Mapping[str, Any]) -> dict[str, Any]:
-    """One decision as every output lists it: knob, the value judged, kept or not, the ratio with its CI."""
-    return {"knob": decision["knob"], "value": decision.get("value"), "kept": decision.get("accepted_value") is not None,
-            "ratio": decision.get("ratio"), "ratio_ci_low": decision.get("ratio_ci_low"),
-            "ratio_ci_high": decision.get("ratio_ci_high"), "rounds": decision.get("rounds"), "mode": decision.get("mode"),
-            "other_load_cores": decision.get("other_load_cores"), "note": decision.get("load_note"),
-            "reason": decision.get("reason")}
-
-
-def _drop_none(table: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in table.items() if value is not None}
-
-
-def comparison(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The paired comparison of a trial row (None for a trial measured alone, or one without a ratio):
-    ratio, its CI and rounds, how it ran, and the reference arm's figure."""
-    pair = (row or {}).get("pair") or {}
-    if pair.get("ratio") is None:
+def comparison(pair: PairRecord | None) -> ComparisonFigure | None:
+    """A trial's comparison (None for a trial measured alone, or one without a ratio)."""
+    if pair is None or pair.ratio is None:
         return None
-    return {"ratio": pair["ratio"], "ratio_ci_low": pair.get("ratio_ci_low"), "ratio_ci_high": pair.get("ratio_ci_high"),
-            "rounds": pair.get("rounds"), "mode": pair.get("mode"), "mode_reason": pair.get("mode_reason"),
-            "reference_samples_per_s": pair.get("reference_value")}
+    return ComparisonFigure(pair.ratio, pair.ratio_ci_low, pair.ratio_ci_high, pair.rounds, pair.mode, pair.mode_reason)
 
 
 def load_note(other_load_cores: float | None, usable_cores: int | float, knobs: Sequence[str]) -> str | None:
@@ -150,16 +185,91 @@ def load_note(other_load_cores: float | None, usable_cores: int | float, knobs: 
     return decision_note(other_load_cores, usable_cores, core_knobs)
 
 
-def paired_speedup(final: Mapping[str, Any] | None, accepted: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SpeedupFigure:
+    """The speedup of a paired study, and where it comes from.
+
+    Attributes:
+        value: the final comparison's ratio, tuned / defaults, else the product of the accepted steps' ratios.
+        ci_low: its 95% CI (`ci_high`; None for a product of steps).
+        rounds: the final comparison's rounds.
+        source: `SPEEDUP_FROM_FINAL`, `SPEEDUP_FROM_STEPS` or `SPEEDUP_FROM_NOTHING`.
+        mode: how the final comparison ran.
+        load_note: said when other processes' load was material during the final comparison.
+    """
+
+    value: float
+    ci_low: float | None
+    ci_high: float | None
+    rounds: int | None
+    source: str
+    mode: str | None
+    load_note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As `--json`'s `extras.speedup` and torchpace.toml's [result] name it."""
+        return {"speedup": self.value, "speedup_ci_low": self.ci_low, "speedup_ci_high": self.ci_high,
+                "speedup_rounds": self.rounds, "speedup_from": self.source, "speedup_mode": self.mode,
+                "load_note": self.load_note}
+
+
+def paired_speedup(final: PairRecord | None, step_gains: Sequence[float]) -> SpeedupFigure:
     """The speedup of a paired study: the final comparison's ratio with its CI, else the product of the
     accepted steps' ratios (no CI), else 1 (nothing was kept)."""
     final_cmp = comparison(final)
     if final_cmp is not None:
-        return {"speedup": final_cmp["ratio"], "speedup_ci_low": final_cmp["ratio_ci_low"],
-                "speedup_ci_high": final_cmp["ratio_ci_high"], "speedup_rounds": final_cmp["rounds"],
-                "speedup_from": SPEEDUP_FROM_FINAL, "speedup_mode": final_cmp["mode"]}
+        return SpeedupFigure(final_cmp.ratio, final_cmp.ratio_ci_low, final_cmp.ratio_ci_high, final_cmp.rounds,
+                             SPEEDUP_FROM_FINAL, final_cmp.mode)
     product = 1.0
-    for change in accepted:
-        product *= change["step_gain"]
-    return {"speedup": product, "speedup_ci_low": None, "speedup_ci_high": None, "speedup_rounds": None,
-            "speedup_from": SPEEDUP_FROM_STEPS if accepted else "nothing was kept", "speedup_mode": None}
+    for gain in step_gains:
+        product *= gain
+    return SpeedupFigure(product, None, None, None, SPEEDUP_FROM_STEPS if step_gains else SPEEDUP_FROM_NOTHING, None)
+
+
+def result_table(outcome: Any) -> dict[str, Any]:
+    """The figures of torchpace.toml's [result], from a `TuneOutcome` (the ones the table shows).
+
+    Figures are named in their unit: `baseline_samples_per_s`, or `baseline_steps_per_s` in a study
+    measured in steps/s (`unit` says which).
+    """
+    baseline, best = outcome.baseline.throughput, outcome.best.throughput
+    rate = "steps_per_s" if baseline is not None and baseline.unit != SAMPLES_PER_S else "samples_per_s"
+    load = outcome.other_load
+    table = {"unit": baseline.unit if baseline else None,
+             f"baseline_{rate}": baseline.value if baseline else None,
+             "baseline_ci_low": baseline.ci_low if baseline else None, "baseline_ci_high": baseline.ci_high if baseline else None,
+             f"tuned_{rate}": best.value if best else None,
+             "tuned_ci_low": best.ci_low if best else None, "tuned_ci_high": best.ci_high if best else None,
+             "speedup": outcome.speedup, "figures": outcome.figures_note,
+             "other_load_cores": load.median_cores if load else None, "other_load_note": load.note if load else None}
+    speedup_figure = outcome.speedup_figure
+    if speedup_figure is not None:
+        table.update({k: v for k, v in speedup_figure.to_dict().items() if k not in ("speedup", "load_note")})
+        if speedup_figure.source == SPEEDUP_FROM_FINAL:
+            table["final_other_load_note"] = speedup_figure.load_note
+    table["decisions"] = [_drop_none(d.row()) for d in outcome.decisions if d.decision.ratio is not None]
+    return {key: value for key, value in table.items() if value not in (None, [])}  # TOML has no null
+
+
+@dataclass(frozen=True)
+class ReportedDecision:
+    """A decision of the greedy policy as every output lists it: the decision, and the note beside it when
+    other processes' load was material during its comparison."""
+
+    decision: Decision
+    load_note: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        """Knob, the value judged, kept or not, the ratio with its CI (`[[result.decisions]]`)."""
+        d = self.decision
+        return {"knob": d.knob, "value": d.value, "kept": d.accepted_value is not None, "ratio": d.ratio,
+                "ratio_ci_low": d.ratio_ci_low, "ratio_ci_high": d.ratio_ci_high, "rounds": d.rounds, "mode": d.mode,
+                "other_load_cores": d.other_load_cores, "note": self.load_note, "reason": d.reason}
+
+    def to_dict(self) -> dict[str, Any]:
+        """As `--json`'s `extras.decisions[]`: every field of the decision, and `load_note`."""
+        return {**asdict(self.decision), "load_note": self.load_note}
+
+
+def _drop_none(table: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in table.items() if value is not None}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 # The guard's defaults: a candidate's smoothed loss may sit at most 10% (and 0.05 absolute) above the
 # baseline's over the second half of the guard steps; bf16 and reordered reductions move curves a
@@ -35,14 +36,14 @@ def smooth(values: list[float], alpha: float = _EMA_ALPHA) -> list[float]:
     return out
 
 
-def check_trial_guard(baseline: dict, candidate: dict) -> GuardVerdict | None:
-    """The guard verdict of a candidate trial's stored info against the baseline's, or None when
-    there is nothing to compare (no guard steps recorded)."""
-    base_losses, losses = baseline.get("guard_losses") or [], candidate.get("guard_losses") or []
+def check_trial_guard(baseline: Any, candidate: Any) -> GuardVerdict | None:
+    """The guard verdict of a candidate trial against the baseline's (each with `guard_losses` and
+    `guard_metric`, e.g. a `TrialRecord`), or None when there is nothing to compare (no guard steps recorded)."""
+    base_losses, losses = list(baseline.guard_losses), list(candidate.guard_losses)
     if not base_losses or not losses:
         return None
     verdict = check_guard(base_losses, losses)
-    base_metric, metric = baseline.get("guard_metric"), candidate.get("guard_metric")
+    base_metric, metric = baseline.guard_metric, candidate.guard_metric
     if verdict.ok and base_metric is not None and metric is not None:
         drop = (base_metric - metric) / max(abs(base_metric), 1e-12)
         if drop > GUARD_METRIC_TOLERANCE:
@@ -75,15 +76,16 @@ def check_guard(baseline: list[float], candidate: list[float], rel_tol: float = 
     return GuardVerdict(True, f"within tolerance (worst {worst:+.1%} vs baseline)", worst)
 
 
-def guard_cannot_judge(first: dict, again: dict) -> str | None:
-    """Why the guard cannot judge this workload, or None: two runs of the *baseline* (the stored info
-    of the `baseline` and `baseline#2` trials) already depart from each other by the guard's own rule.
+def guard_cannot_judge(first: Any, again: Any) -> str | None:
+    """Why the guard cannot judge this workload, or None: two runs of the *baseline* (the `baseline`
+    trial and the defaults' second run, each with `guard_losses`) already depart from each other by the
+    guard's own rule.
 
     A Workload's guard steps are seeded and repeat; an unmodified script may draw its own randomness
     (an unseeded generator, a data order from the clock), and then every candidate would "fail" the
     guard by noise alone. The guard then says so instead of rejecting.
     """
-    a, b = first.get("guard_losses") or [], again.get("guard_losses") or []
+    a, b = list(first.guard_losses), list(again.guard_losses)
     if not a or not b:
         return None
     worst = max((check_guard(a, b), check_guard(b, a)), key=lambda v: (not v.ok, v.max_rel_departure))

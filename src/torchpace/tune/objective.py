@@ -1,15 +1,17 @@
 """What the tuner maximises, as one "higher is better" figure per trial (pure).
 
-- `throughput`: samples/s of the real step at the run's batch size (the bench's `samples_per_s`), or
-  steps/s for a script whose samples per step are unknown (`steps_per_s`: the same for every trial
-  of the script, so the ratios are the same);
-- `latency` (inference workloads only): batch-1 requests/s served one at a time, i.e. `1 / p50`
-  of the per-call latency. Maximising it minimises the median latency, so the greedy policy and
-  Optuna (direction "maximize") need no second comparison rule; every speedup reads the same way
+A bench result names the figure of each objective (`BenchResult.objective_for`, an `Objective` with
+its unit and CI); the tuner ranks by its `score`:
+
+- `throughput`: samples/s of the real step at the run's batch size, or steps/s for a script whose
+  samples per step are unknown (the same unit for every trial of the script, so the ratios are the same);
+- `latency` (inference workloads only): batch-1 p50 in seconds, ranked as requests/s served one at a
+  time, i.e. `1 / p50`. Maximising it minimises the median latency, so the greedy policy and Optuna
+  (direction "maximize") need no second comparison rule; every speedup reads the same way
   (`baseline p50 / tuned p50`).
 
-The figure and its relative CI half-width are stored on each trial (`objective_value`,
-`objective_ci_rel`); the policy's `Record.samples_per_s` holds that figure.
+The score and its relative CI half-width are stored on each trial (`objective_value`,
+`objective_ci_rel`); the policy's `Record.figure` holds that score.
 """
 
 from __future__ import annotations

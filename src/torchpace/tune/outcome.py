@@ -2,16 +2,22 @@
 
 `build_outcome` takes data (the trial rows, the greedy policy's replayed state, the study's
 metadata), so a live tune and a study read back from storage (`report/load.py`) build the same
-`TuneOutcome` the same way.
+`TuneOutcome` the same way. Every figure in it is an `Objective` in the study's unit
+(`torchpace.tune.figures` defines them); `TuneOutcome.to_dict` is the `--json` output.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from torchpace.tune.figures import (FIGURES_NOTE, PAIRED_FIGURES_NOTE, comparison, config_figure, load_note,
-                                    other_load_summary, paired_speedup, with_figure)
+from torchpace.measure.result import LATENCY, SAMPLES_PER_S, STEPS_PER_S, THROUGHPUT, AccuracyReport, LatencyFigures, Objective
+from torchpace.records import from_json, spec, to_json
+from torchpace.tune.attrs import PairRecord, TrialRecord
+from torchpace.tune.figures import (ComparisonFigure, OtherLoad, ReportedDecision, SpeedupFigure, at_score, comparison,
+                                    config_figure, figures_note, load_note, other_load_summary, paired_figures_note,
+                                    paired_speedup)
 from torchpace.tune.figures import speedup as figure_speedup
 from torchpace.tune.guard import check_trial_guard
 
@@ -24,34 +30,232 @@ ACCURACY_NOTE = ("The accuracy guard compares each candidate's outputs on the fi
                  "relative to the largest reference output (tolerance {rtol:.1%}) and, for classifiers, top-1 "
                  "agreement (at least {top1:.1%}). It bounds the numerical change of quantization, bf16 and "
                  "export; it is not a task metric: check the tuned model on your own validation set.")
-_LATENCY_KEYS = ("latency_p50_s", "latency_p90_s", "latency_p99_s", "latency_p50_ci_low_s", "latency_p50_ci_high_s",
-                 "latency_ci_rel_halfwidth", "model_size_bytes")
 
 
-@dataclass
+def rate_columns(figure: Objective | None, windows: Sequence[float] = ()) -> dict[str, Any]:
+    """A throughput figure under the JSON names of its unit: `samples_per_s*` (and `window_samples_per_s`), or
+    `steps_per_s*` (`window_steps_per_s`) in a study measured in steps/s; the other unit's names are null."""
+    columns: dict[str, Any] = {}
+    for unit, name in ((SAMPLES_PER_S, "samples_per_s"), (STEPS_PER_S, "steps_per_s")):
+        mine = figure is not None and figure.unit == unit
+        columns.update({name: figure.value if mine else None, f"{name}_ci_low": figure.ci_low if mine else None,
+                        f"{name}_ci_high": figure.ci_high if mine else None,
+                        f"window_{name}": list(windows) if mine else []})
+    return columns
+
+
+def _score_columns(figure: Objective | None) -> dict[str, Any]:
+    """`objective_value` (the figure as "higher is better": 1 / p50 for latency) and `objective_ci_rel`."""
+    return {"objective_value": figure.score if figure else None,
+            "objective_ci_rel": figure.ci_rel_halfwidth if figure and figure.score is not None else None}
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial as the outcome shows it: what ran, how it ended, its figures.
+
+    Attributes:
+        status: how it ended (`running` while another tuner runs it, `lost` when its tuner left no result).
+        throughput: its measured throughput in the study's unit (for the baseline and the tuned config of an
+            outcome: the figure `torchpace.tune.figures` defines, pooled or an arm's).
+        window_rates: its windows in that unit.
+        objective: the figure the tune ranks it by: `throughput`, or batch-1 `latency`.
+        guard: `pass` or `fail` (None: not checked), with `guard_reason`.
+        guard_cannot_judge: the baseline's row only: why the guard cannot judge this workload.
+        error: the last line of its error (or where it is still running).
+        reference: the config it was compared with (a comparison's arm A).
+        pair: its comparison with `reference`.
+    """
+
+    number: int
+    slot: str
+    kind: str | None = None
+    stage: str | None = None
+    knob: str | None = None
+    value: Any = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+    status: str = "ok"
+    throughput: Objective | None = None
+    window_rates: tuple[float, ...] = ()
+    objective: Objective | None = None
+    latency: LatencyFigures | None = field(default=None, metadata=spec(inline="latency_"))
+    ci_rel_halfwidth: float | None = None
+    peak_memory_bytes: int | None = None
+    model_size_bytes: int | None = None
+    input_bound_frac: float | None = None
+    other_load_cores: float | None = None
+    usable_cores: int | None = None
+    verdict: str | None = None
+    guard: str | None = None
+    guard_reason: str | None = None
+    guard_losses: tuple[float, ...] = ()
+    guard_cannot_judge: str | None = field(default=None, metadata=spec(required=False))
+    error: str | None = None
+    worker: str | None = None
+    reference: Mapping[str, Any] | None = None
+    pair: PairRecord | None = None
+    accuracy: AccuracyReport | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """`--json`'s row: every field, and the figures under their unit's names (`rate_columns`)."""
+        return {**to_json(self), **rate_columns(self.throughput, self.window_rates), **_score_columns(self.objective)}
+
+    @classmethod
+    def from_record(cls, record: TrialRecord, baseline: Any, objective: str) -> "TrialRow":
+        """The row of a stored trial, its guard checked against the baseline's curve (`study.baseline_guard`)."""
+        status = record.status or ("running" if record.running else "lost")
+        bench, a = record.bench, record.assignment
+        error = (record.error or "").strip().splitlines()[-1:]
+        row = cls(
+            number=record.number, slot=record.slot, kind=a.kind, stage=a.stage, knob=a.knob, value=a.value,
+            config=dict(a.config), status=status, throughput=bench.objective if bench else None,
+            window_rates=bench.throughput.window_rates if bench else (), objective=record.figure(objective),
+            latency=bench.latency if bench else None, ci_rel_halfwidth=bench.throughput.ci_rel_halfwidth if bench else None,
+            peak_memory_bytes=bench.peak_memory_bytes if bench else None,
+            model_size_bytes=bench.model_size_bytes if bench else None,
+            input_bound_frac=bench.input_bound_frac if bench else None,
+            other_load_cores=bench.other_load_cores if bench else None, usable_cores=record.usable_cores,
+            verdict=record.verdict, guard_losses=record.guard_losses, error=error[0] if error else None,
+            worker=a.worker, reference=a.reference, pair=record.pair, accuracy=record.accuracy)
+        if status == "running":
+            started = f", started {record.started:%H:%M:%S}" if record.started else ""
+            row = replace(row, error=f"still running in tuner {a.worker or '?'}{started}: its figure was not in when "
+                                     "this was written")
+        if record.slot == "baseline" and baseline.cannot_judge:
+            row = replace(row, guard_cannot_judge=baseline.cannot_judge)
+        verdict = check_trial_guard(baseline, record) if status == "ok" else None
+        if verdict is not None:
+            row = replace(row, guard="pass" if verdict.ok else "fail", guard_reason=verdict.reason)
+        if record.accuracy:  # inference: the accuracy guard's verdict
+            row = replace(row, guard="pass" if record.accuracy.ok else "fail", guard_reason=record.accuracy.reason)
+        return row
+
+    def with_figure(self, throughput: Objective | None, windows: Sequence[float] = (), **changes: Any) -> "TrialRow":
+        """This row showing `throughput` (a pooled or an arm's figure) instead of its own measurement; the
+        objective follows when the study ranks by throughput."""
+        objective = throughput if self.objective is None or self.objective.name == THROUGHPUT else self.objective
+        return replace(self, throughput=throughput, window_rates=tuple(windows), objective=objective, **changes)
+
+
+@dataclass(frozen=True)
+class AcceptedChange:
+    """One accepted knob in the waterfall.
+
+    Attributes:
+        throughput: the config's figure after the change, in the study's unit.
+        objective: the figure the tune ranked it by.
+        step_gain: over the config before it (paired: the deciding comparison's ratio, with its 95% CI
+            `step_gain_ci_low`/`_high` and `rounds`).
+        speedup: cumulative, over the baseline.
+        slot: the trial that measured it.
+        load_note: said when other processes' load was material during its comparison.
+    """
+
+    stage: str | None
+    knob: str
+    value: Any
+    config: Mapping[str, Any] | None
+    throughput: Objective | None
+    objective: Objective | None
+    step_gain: float | None
+    speedup: float | None
+    reason: str = ""
+    step_gain_ci_low: float | None = None
+    step_gain_ci_high: float | None = None
+    rounds: int | None = None
+    mode: str | None = None
+    slot: str | None = None
+    peak_memory_bytes: int | None = None
+    model_size_bytes: int | None = None
+    latency: LatencyFigures | None = field(default=None, metadata=spec(inline="latency_"))
+    accuracy: AccuracyReport | None = None
+    load_note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**to_json(self), **rate_columns(self.throughput), **_score_columns(self.objective)}
+
+
+@dataclass(frozen=True)
+class ExportOutcome:
+    """What `tune --export` wrote (`torchpace.inference.export.ExportInfo`), or why it could not.
+
+    Attributes:
+        error: why no format worked (the other fields are then unset).
+    """
+
+    path: str
+    error: str | None = None
+    format: str | None = None
+    size_bytes: int | None = None
+    max_abs_diff: float | None = None
+    runtime: Mapping[str, Any] = field(default_factory=dict)
+    fallback_reason: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ExportOutcome":
+        return from_json(cls, data)
+
+
+@dataclass(frozen=True)
 class TuneOutcome:
-    """What a tune found; `to_dict` is the `--json` output."""
+    """What a tune found; `to_dict` is the `--json` output.
+
+    Attributes:
+        objective: what the study ranks by, `throughput` or `latency`.
+        unit: the study's throughput unit: samples/s, or steps/s for a script whose samples per step are unknown.
+        baseline: the defaults' row, showing the reported baseline figure.
+        best: the tuned config's row, showing the reported tuned figure.
+        speedup: tuned over the defaults (see `torchpace.tune.figures`).
+        accepted: the waterfall of accepted changes (greedy).
+        decisions: every knob the greedy policy decided.
+        figures_note: how the figures are defined (`extras.figures`).
+        other_load: other processes' CPU use over the trials (`extras.other_load`).
+        speedup_figure: a paired study's speedup with its CI and source (`extras.speedup`).
+        noise: a paired study's A/A comparison: its CI is the noise band (`extras.noise`).
+        export: what `--export` wrote.
+    """
 
     study: str
     storage: str
     strategy: str
     workload: str
-    baseline: dict[str, Any] | None
-    best_config: dict[str, Any]
-    best: dict[str, Any] | None
+    baseline: TrialRow | None
+    best_config: Mapping[str, Any]
+    best: TrialRow | None
     speedup: float | None
-    accepted: list[dict[str, Any]]
-    trials: list[dict[str, Any]]
+    accepted: tuple[AcceptedChange, ...]
+    trials: tuple[TrialRow, ...]
     out_path: str | None
     stopped: str
     failed_baseline: str | None = None
     guard_note: str = ""
-    extras: dict[str, Any] = field(default_factory=dict)
-    objective: str = "throughput"
-    export: dict[str, Any] | None = None  # what --export wrote (ExportInfo), or {"error": ...}
+    objective: str = THROUGHPUT
+    unit: str = SAMPLES_PER_S
+    decisions: tuple[ReportedDecision, ...] = ()
+    figures_note: str | None = None
+    other_load: OtherLoad | None = None
+    speedup_figure: SpeedupFigure | None = None
+    noise: ComparisonFigure | None = None
+    export: ExportOutcome | None = None
+
+    @property
+    def paired(self) -> bool:
+        """Decided by paired comparisons (its speedup is a comparison's, with a CI and a source)."""
+        return self.speedup_figure is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        extras: dict[str, Any] = {"decisions": [d.to_dict() for d in self.decisions], "figures": self.figures_note,
+                                  "other_load": to_json(self.other_load) if self.other_load else None}
+        if self.paired:
+            extras.update(speedup=self.speedup_figure.to_dict(), noise=to_json(self.noise) if self.noise else None)
+        return {"study": self.study, "storage": self.storage, "strategy": self.strategy, "workload": self.workload,
+                "objective": self.objective, "unit": self.unit,
+                "baseline": self.baseline.to_dict() if self.baseline else None, "best_config": dict(self.best_config),
+                "best": self.best.to_dict() if self.best else None, "speedup": self.speedup,
+                "accepted": [a.to_dict() for a in self.accepted], "trials": [t.to_dict() for t in self.trials],
+                "out_path": self.out_path, "stopped": self.stopped, "failed_baseline": self.failed_baseline,
+                "guard_note": self.guard_note, "extras": extras,
+                "export": to_json(self.export) if self.export else None}
 
 
 @dataclass(frozen=True)
@@ -70,121 +274,78 @@ class StudyMeta:
     storage: str
     strategy: str
     workload: str
-    objective: str = "throughput"
+    objective: str = THROUGHPUT
     guard_note: str = ""
 
 
-def trial_rows(study) -> list[dict[str, Any]]:
-    """One row per torchpace trial: slot, config, status, figures, guard verdict, error."""
-    from torchpace.tune.study import baseline_info, trial_info
+def trial_rows(study, objective: str = THROUGHPUT) -> list[TrialRow]:
+    """One row per torchpace trial of an Optuna study: slot, config, status, figures, guard verdict, error."""
+    from torchpace.tune.study import baseline_guard, trial_records
 
-    infos = [(t, trial_info(t)) for t in study.get_trials(deepcopy=False)]
-    base = baseline_info(infos)
-    rows = []
-    for trial, info in infos:
-        if "slot" not in info:
-            continue
-        rows.append(_row(trial, info, base))
-    return rows
+    records = trial_records(study.get_trials(deepcopy=False))
+    base = baseline_guard(records)
+    return [TrialRow.from_record(r, base, objective) for r in records]
 
 
-def throughput_columns(bench: dict[str, Any]) -> dict[str, Any]:
-    """A trial's throughput figure and its CI under the row's `samples_per_s*` names, with its unit:
-    samples, or steps for a script whose samples per step are unknown (then every trial of the study
-    is in steps/s, and the tables say so)."""
-    if bench.get("samples_per_s") is None and bench.get("steps_per_s") is not None:
-        return {"samples_per_s": bench["steps_per_s"], "samples_per_s_ci_low": bench.get("steps_per_s_ci_low"),
-                "samples_per_s_ci_high": bench.get("steps_per_s_ci_high"), "throughput_unit": "steps"}
-    return {"samples_per_s": bench.get("samples_per_s"), "samples_per_s_ci_low": bench.get("samples_per_s_ci_low"),
-            "samples_per_s_ci_high": bench.get("samples_per_s_ci_high"), "throughput_unit": "samples"}
+def study_unit(rows: Sequence[TrialRow]) -> str:
+    """The throughput unit of a study's trials (samples/s unless they were measured in steps/s)."""
+    return next((r.throughput.unit for r in rows if r.throughput is not None), SAMPLES_PER_S)
 
 
-def _row(trial, info: dict, base: dict) -> dict[str, Any]:
-    bench = info.get("bench") or {}
-    row = {
-        "number": trial.number, "slot": info["slot"], "kind": info.get("kind"), "stage": info.get("stage"),
-        "knob": info.get("knob"), "value": info.get("value"), "config": info.get("config", {}),
-        "status": info.get("status") or ("running" if trial.state.name == "RUNNING" else "lost"),
-        **throughput_columns(bench), "ci_rel_halfwidth": bench.get("ci_rel_halfwidth"),
-        "peak_memory_bytes": bench.get("peak_memory_bytes"), "input_bound_frac": bench.get("input_bound_frac"),
-        "verdict": info.get("verdict"), "guard": None, "guard_reason": None, "guard_losses": info.get("guard_losses") or [],
-        "error": (info.get("error") or "").strip().splitlines()[-1:] or None,
-        "window_samples_per_s": bench.get("window_samples_per_s") or [], "other_load_cores": bench.get("other_load_cores"),
-        "usable_cores": bench.get("usable_cores"), "worker": info.get("worker"),
-        "reference": info.get("reference"), "pair": info.get("pair"),
-    }
-    row["error"] = row["error"][0] if row["error"] else None
-    if row["status"] == "running":
-        started = f", started {trial.datetime_start:%H:%M:%S}" if trial.datetime_start else ""
-        row["error"] = f"still running in tuner {info.get('worker') or '?'}{started}: its figure was not in when this was written"
-    if info["slot"] == "baseline" and base.get("guard_cannot_judge"):
-        row["guard_cannot_judge"] = base["guard_cannot_judge"]
-    verdict = check_trial_guard(base, info) if row["status"] == "ok" else None
-    if verdict is not None:
-        row["guard"], row["guard_reason"] = ("pass" if verdict.ok else "fail"), verdict.reason
-    row.update(_inference_columns(info, bench))
-    return row
-
-
-def _inference_columns(info: dict, bench: dict) -> dict[str, Any]:
-    """The objective figure of a trial, and for inference workloads its batch-1 latency, model size
-    and accuracy guard verdict (`guard` fail for a candidate beyond the tolerance)."""
-    columns: dict[str, Any] = {key: bench.get(key) for key in _LATENCY_KEYS}
-    columns["objective_value"] = info["objective_value"] if "objective_value" in info else bench.get("samples_per_s")
-    columns["objective_ci_rel"] = info["objective_ci_rel"] if "objective_ci_rel" in info else bench.get("ci_rel_halfwidth")
-    accuracy = info.get("accuracy")
-    columns["accuracy"] = accuracy
-    if accuracy:
-        columns["guard"], columns["guard_reason"] = ("pass" if accuracy["ok"] else "fail"), accuracy["reason"]
-    return columns
-
-
-def best_by_search(rows: list[dict]) -> dict | None:
+def best_by_search(rows: Sequence[TrialRow]) -> TrialRow | None:
     """The usable trial row (ok, guard not failed) with the best objective figure."""
-    usable = [r for r in rows if r["status"] == "ok" and r["guard"] != "fail" and r["objective_value"]]
-    return max(usable, key=lambda r: r["objective_value"], default=None)
+    usable = [r for r in rows if r.status == "ok" and r.guard != "fail" and r.objective and r.objective.score]
+    return max(usable, key=lambda r: r.objective.score, default=None)
 
 
-def _matching_row(rows: list[dict], config: dict) -> dict | None:
+def _matching_row(rows: Sequence[TrialRow], config: Mapping[str, Any]) -> TrialRow | None:
     """The latest ok measurement of exactly `config`."""
-    matches = [r for r in rows if r["status"] == "ok" and r["config"] == config and r["samples_per_s"]]
+    matches = [r for r in rows if r.status == "ok" and r.config == config and r.throughput and r.throughput.value]
     return matches[-1] if matches else None
 
 
-def _accepted_changes(state, rows: list[dict], objective: str = "throughput") -> list[dict]:
+def _row_of(rows: Sequence[TrialRow], *slots: str) -> TrialRow | None:
+    """The first ok row of the first of `slots` that has one."""
+    return next((r for slot in slots for r in rows if r.slot == slot and r.status == "ok"), None)
+
+
+def _accepted_changes(state, rows: Sequence[TrialRow], objective: str) -> list[AcceptedChange]:
     """The waterfall: each accepted knob, its measured figure and cumulative speedup vs baseline.
 
     Each step's gain is measured against the incumbent as re-measured in the same stage (side by
     side in time), and the cumulative speedup is their product: a host that drifts over a long tune
     does not inflate or deflate it the way comparing the last figure with the first one would.
     """
-    accepted = []
-    config: dict = {}
-    cumulative = 1.0
+    accepted, config, cumulative = [], {}, 1.0
     for decision in state.decisions:
         if decision.accepted_value is None:
             continue
         config = {**config, decision.knob: decision.accepted_value}
-        row = next((r for r in rows if r["slot"] == f"cand:{decision.knob}={decision.accepted_value}"), {})
-        step_gain = decision.best_samples_per_s / decision.incumbent_samples_per_s
+        row = next((r for r in rows if r.slot == f"cand:{decision.knob}={decision.accepted_value}"), None)
+        step_gain = decision.best_figure / decision.incumbent_figure
         cumulative *= step_gain
-        accepted.append({
-            "stage": decision.stage, "knob": decision.knob, "value": decision.accepted_value, "config": row.get("config", config),
-            "samples_per_s": decision.best_samples_per_s, "samples_per_s_ci_low": row.get("samples_per_s_ci_low"),
-            "samples_per_s_ci_high": row.get("samples_per_s_ci_high"),
-            "speedup": cumulative, "step_gain": step_gain,
-            "peak_memory_bytes": row.get("peak_memory_bytes"), "reason": decision.reason,
-            **_objective_columns(decision.best_samples_per_s, row, objective),
-        })
+        accepted.append(_change(decision, row, config, decision.best_figure, objective, study_unit(rows),
+                                step_gain=step_gain, speedup=cumulative))
     return accepted
 
 
-def _objective_columns(value: float, row: dict, objective: str) -> dict[str, Any]:
-    """An accepted change's objective figure and latency; under `latency` its samples/s is the measured one."""
-    columns = {"objective_value": value, "accuracy": row.get("accuracy"), **{key: row.get(key) for key in _LATENCY_KEYS}}
-    if objective != "throughput":
-        columns["samples_per_s"] = row.get("samples_per_s")  # the policy's figure was 1 / p50, not samples/s
-    return columns
+def _change(decision, row: TrialRow | None, config: Mapping[str, Any], score: float, objective: str, unit: str,
+            **figures: Any) -> AcceptedChange:
+    """An accepted change measured by `row` at the policy's figure `score` (its throughput, when the study
+    ranks by throughput; else its measured throughput beside the objective)."""
+    throughput = row.throughput if row else None
+    ranked = row.objective if row else None
+    if objective == THROUGHPUT:
+        throughput = at_score(throughput, score) if throughput else Objective(THROUGHPUT, unit, score)
+        ranked = throughput
+    else:
+        ranked = at_score(ranked, score)
+    return AcceptedChange(
+        stage=decision.stage, knob=decision.knob, value=decision.accepted_value,
+        config=(row.config if row else None) or config, throughput=throughput, objective=ranked,
+        reason=decision.reason, slot=row.slot if row else None, peak_memory_bytes=row.peak_memory_bytes if row else None,
+        model_size_bytes=row.model_size_bytes if row else None, latency=row.latency if row else None,
+        accuracy=row.accuracy if row else None, **figures)
 
 
 def build_guard_note(guard_steps: int, accuracy: tuple[int, float, float] | None = None) -> str:
@@ -196,148 +357,154 @@ def build_guard_note(guard_steps: int, accuracy: tuple[int, float, float] | None
     return GUARD_NOTE.format(n=guard_steps)
 
 
-def build_outcome(rows: list[dict[str, Any]], state: Any, meta: StudyMeta, stopped: str) -> TuneOutcome:
+def build_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta, stopped: str) -> TuneOutcome:
     """The TuneOutcome of a study's trials (pure).
 
     Args:
-        rows: `trial_rows(study)`.
+        rows: `trial_rows(study, meta.objective)`.
         state: the greedy policy's `GreedyState` replayed over the study, None for the other strategies.
         meta: the study's name, storage, strategy, workload, objective and guard note.
         stopped: why the tune stopped (done, budget, interrupted, stored...).
     """
+    rows = tuple(rows)
     if state is not None and state.paired:
         return _build_paired_outcome(rows, state, meta, stopped)
     objective = meta.objective
-    baseline = next((r for r in rows if r["slot"] == "baseline" and r["status"] == "ok"), None)
-    accepted: list[dict] = []
+    baseline = _row_of(rows, "baseline")
+    accepted: list[AcceptedChange] = []
     failed_baseline = None
-    decisions: list[dict] = []
+    decisions: tuple[ReportedDecision, ...] = ()
     if state is not None:
         failed_baseline = state.failed_baseline
         best_config = dict(state.incumbent)
         best = _matching_row(rows, best_config) if baseline else None
-        if best is not None and state.incumbent_samples_per_s:
-            figure = state.incumbent_samples_per_s
-            best = {**best, "objective_value": figure, **({"samples_per_s": figure} if objective == "throughput" else {})}
+        if best is not None and state.incumbent_figure:
+            figure = state.incumbent_figure
+            best = replace(best, objective=at_score(best.objective, figure),
+                           throughput=at_score(best.throughput, figure) if objective == THROUGHPUT else best.throughput)
         if baseline:
             accepted = _accepted_changes(state, rows, objective)
-        decisions = [d.__dict__ for d in state.decisions]
+        decisions = tuple(ReportedDecision(d) for d in state.decisions)
     else:
         best = best_by_search(rows)
-        best_config = dict(best["config"]) if best else {}
+        best_config = dict(best.config) if best else {}
     if baseline is None and failed_baseline is None:
         failed_baseline = baseline_not_measured(rows)
     speedup = None
-    if best and baseline and objective == "throughput":
+    if best and baseline and objective == THROUGHPUT:
         baseline, best, accepted = _pooled_figures(rows, baseline, best, accepted)
-        speedup = figure_speedup(best, baseline)
+        speedup = figure_speedup(best.throughput, baseline.throughput)
     elif best and baseline:
-        speedup = accepted[-1]["speedup"] if accepted else (best["objective_value"] / baseline["objective_value"] if best_config else 1.0)
+        speedup = accepted[-1].speedup if accepted else (figure_speedup(best.objective, baseline.objective) if best_config
+                                                         else 1.0)
+    unit = study_unit(rows)
     return TuneOutcome(
         study=meta.study, storage=meta.storage, strategy=meta.strategy, workload=meta.workload,
         baseline=baseline, best_config=best_config, best=best if baseline else None, speedup=speedup,
-        accepted=accepted, trials=rows, out_path=None, stopped=stopped, failed_baseline=failed_baseline,
-        guard_note=" ".join(filter(None, [meta.guard_note, (baseline or {}).get("guard_cannot_judge")])),
-        extras={"decisions": decisions, "figures": FIGURES_NOTE if objective == "throughput" else None,
-                "other_load": other_load_summary(rows)},
-        objective=objective,
+        accepted=tuple(accepted), trials=rows, out_path=None, stopped=stopped, failed_baseline=failed_baseline,
+        guard_note=_guard_note(meta, baseline), objective=objective, unit=unit, decisions=decisions,
+        figures_note=figures_note(unit) if objective == THROUGHPUT else None, other_load=other_load_summary(rows),
     )
 
 
-def _pooled_figures(rows: list[dict], baseline: dict, best: dict, accepted: list[dict]) -> tuple[dict, dict, list[dict]]:
+def _guard_note(meta: StudyMeta, baseline: TrialRow | None) -> str:
+    return " ".join(filter(None, [meta.guard_note, baseline.guard_cannot_judge if baseline else None]))
+
+
+def _pooled_figures(rows: Sequence[TrialRow], baseline: TrialRow, best: TrialRow,
+                    accepted: list[AcceptedChange]) -> tuple[TrialRow, TrialRow, list[AcceptedChange]]:
     """Baseline, tuned and every accepted change with the figures of `torchpace.tune.figures`: each config's
     pooled windows, step gain = its figure / the previous row's, speedup = its figure / the baseline's."""
-    baseline, best = with_figure(baseline, rows), with_figure(best, rows)
-    previous, changes = baseline, []
+    baseline, best = _pooled_row(baseline, rows), _pooled_row(best, rows)
+    previous, changes = baseline.throughput, []
     for change in accepted:
-        change = {**change, **(config_figure(rows, change["config"]) or {})}
-        change.update(objective_value=change["samples_per_s"], step_gain=figure_speedup(change, previous),
-                      speedup=figure_speedup(change, baseline))
-        changes.append(change)
-        previous = change
+        pooled = config_figure(rows, change.config or {})
+        figure = pooled.figure if pooled else change.throughput
+        changes.append(replace(change, throughput=figure, objective=figure, step_gain=figure_speedup(figure, previous),
+                               speedup=figure_speedup(figure, baseline.throughput)))
+        previous = figure
     return baseline, best, changes
+
+
+def _pooled_row(row: TrialRow, rows: Sequence[TrialRow]) -> TrialRow:
+    """`row` (one trial of a config) showing the config's pooled figure."""
+    pooled = config_figure(rows, row.config or {})
+    return row.with_figure(pooled.figure, row.window_rates, ci_rel_halfwidth=pooled.figure.ci_rel_halfwidth) if pooled else row
 
 
 _NOT_A_VERDICT = ("budget", "interrupted", "lost", "running", "partner")  # statuses that say nothing of the config
 
 
-def baseline_not_measured(rows: list[dict[str, Any]]) -> str | None:
+def baseline_not_measured(rows: Sequence[TrialRow]) -> str | None:
     """Why a study has no baseline figure, when it tried one: a failure of the baseline, or that it was cut
     (by the budget, an interrupt, a lost tuner) before it finished, which `--resume` measures again."""
-    tried = [r for r in rows if r["slot"] == "baseline"]
+    tried = [r for r in rows if r.slot == "baseline"]
     if not tried:
         return None
-    failed = [r for r in tried if r["status"] not in _NOT_A_VERDICT and r["status"] != "ok"]
+    failed = [r for r in tried if r.status not in _NOT_A_VERDICT and r.status != "ok"]
     if failed:
-        return f"the baseline trial failed ({failed[-1]['status']}); nothing to compare against"
-    return (f"the baseline was not measured: it was cut before it finished ({tried[-1]['status']}); "
+        return f"the baseline trial failed ({failed[-1].status}); nothing to compare against"
+    return (f"the baseline was not measured: it was cut before it finished ({tried[-1].status}); "
             "`torchpace tune --resume` with the same --study measures it")
 
 
-def _build_paired_outcome(rows: list[dict[str, Any]], state: Any, meta: StudyMeta, stopped: str) -> TuneOutcome:
+def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta, stopped: str) -> TuneOutcome:
     """The outcome of a study decided by paired comparisons (see `torchpace.tune.figures`)."""
-    baseline = next((r for r in rows if r["slot"] == "baseline" and r["status"] == "ok"), None)
-    usable_cores = max((r.get("usable_cores") or 1 for r in rows), default=1)
-    decisions = [{**d.__dict__, "load_note": load_note(d.other_load_cores, usable_cores, [d.knob])} for d in state.decisions]
-    accepted = _paired_changes(decisions, rows) if baseline else []
-    final = next((r for r in rows if r["slot"] == "final" and r["status"] == "ok" and comparison(r)), None)
-    final = final if final is not None and final["config"] == dict(state.incumbent) else None
-    best, speedup_cmp = baseline, paired_speedup(final, accepted)
-    if baseline and final:  # the two arms of the final comparison
-        baseline, best = {**baseline, **_reference_figures(final)}, final
-    elif baseline and accepted:  # the last kept change, as measured in its deciding comparison
+    baseline = _row_of(rows, "baseline")
+    usable_cores = max((r.usable_cores or 1 for r in rows), default=1)
+    decisions = tuple(ReportedDecision(d, load_note(d.other_load_cores, usable_cores, [d.knob])) for d in state.decisions)
+    accepted = _paired_changes(decisions, rows, meta.objective) if baseline else []
+    final = next((r for r in rows if r.slot == "final" and r.status == "ok" and comparison(r.pair)), None)
+    final = final if final is not None and final.config == dict(state.incumbent) else None
+    best = baseline
+    speedup = paired_speedup(final.pair if final else None, [a.step_gain for a in accepted])
+    if baseline and final:
+        baseline = _reference_arm(baseline, final.pair, meta.objective)
+        best = final
+    elif baseline and accepted:
         last = accepted[-1]
-        best = {**next(r for r in rows if r["slot"] == last["slot"]), "samples_per_s": last["samples_per_s"],
-                "objective_value": last["objective_value"]}
+        row = next((r for r in rows if r.slot == last.slot), baseline)
+        best = replace(row, throughput=last.throughput, objective=last.objective)
     if final:
-        speedup_cmp["load_note"] = load_note(_pair_load(final), usable_cores, list(state.incumbent))
-    noise = comparison(next((r for r in rows if r["slot"] == "noise" and r["status"] == "ok"), None))
+        speedup = replace(speedup, load_note=load_note(final.pair.other_load_cores, usable_cores, list(state.incumbent)))
+    noise = _row_of(rows, "noise")
+    unit = study_unit(rows)
     return TuneOutcome(
         study=meta.study, storage=meta.storage, strategy=meta.strategy, workload=meta.workload, baseline=baseline,
         best_config=dict(state.incumbent), best=best if baseline else None,
-        speedup=speedup_cmp["speedup"] if baseline else None, accepted=accepted, trials=rows, out_path=None,
+        speedup=speedup.value if baseline else None, accepted=tuple(accepted), trials=tuple(rows), out_path=None,
         stopped=stopped, failed_baseline=state.failed_baseline or (None if baseline else baseline_not_measured(rows)),
-        guard_note=" ".join(filter(None, [meta.guard_note, (baseline or {}).get("guard_cannot_judge")])),
-        extras={"decisions": decisions, "figures": PAIRED_FIGURES_NOTE, "other_load": other_load_summary(rows),
-                "speedup": speedup_cmp, "noise": noise},
-        objective=meta.objective,
+        guard_note=_guard_note(meta, baseline), objective=meta.objective, unit=unit, decisions=decisions,
+        figures_note=paired_figures_note(unit), other_load=other_load_summary(rows), speedup_figure=speedup,
+        noise=comparison(noise.pair) if noise else None,
     )
 
 
-def _paired_changes(decisions: list[dict], rows: list[dict]) -> list[dict]:
+def _paired_changes(decisions: Sequence[ReportedDecision], rows: Sequence[TrialRow], objective: str) -> list[AcceptedChange]:
     """The waterfall of a paired study: each accepted knob with its deciding comparison's ratio (the step's
     gain, with its CI) and the product of the steps so far."""
     changes, cumulative = [], 1.0
-    for decision in decisions:
-        if decision["accepted_value"] is None:
+    for reported in decisions:
+        decision = reported.decision
+        if decision.accepted_value is None:
             continue
-        value = decision["accepted_value"]
-        slots = (f"confirm-pair:{decision['knob']}={value}", f"pair:{decision['knob']}={value}")
-        row = next((r for slot in slots for r in rows if r["slot"] == slot and r["status"] == "ok"), {})
-        cumulative *= decision["ratio"]
-        changes.append({
-            "stage": decision["stage"], "knob": decision["knob"], "value": value, "slot": row.get("slot"),
-            "config": row.get("config"), "samples_per_s": decision["best_samples_per_s"],
-            "samples_per_s_ci_low": row.get("samples_per_s_ci_low"), "samples_per_s_ci_high": row.get("samples_per_s_ci_high"),
-            "step_gain": decision["ratio"], "step_gain_ci_low": decision["ratio_ci_low"],
-            "step_gain_ci_high": decision["ratio_ci_high"], "rounds": decision["rounds"], "mode": decision["mode"],
-            "speedup": cumulative, "peak_memory_bytes": row.get("peak_memory_bytes"), "reason": decision["reason"],
-            "load_note": decision["load_note"], "objective_value": decision["best_samples_per_s"],
-            "accuracy": row.get("accuracy"), **{key: row.get(key) for key in _LATENCY_KEYS},
-        })
+        value = decision.accepted_value
+        row = _row_of(rows, f"confirm-pair:{decision.knob}={value}", f"pair:{decision.knob}={value}")
+        cumulative *= decision.ratio
+        changes.append(_change(decision, row, {}, decision.best_figure, objective, study_unit(rows), step_gain=decision.ratio,
+                               step_gain_ci_low=decision.ratio_ci_low, step_gain_ci_high=decision.ratio_ci_high,
+                               rounds=decision.rounds, mode=decision.mode, speedup=cumulative,
+                               load_note=reported.load_note))
     return changes
 
 
-def _reference_figures(row: dict) -> dict[str, Any]:
-    """The reference arm's (A's) figures in a comparison row, under the names of the row's own (B's)."""
-    pair = row["pair"]
-    bench = pair.get("reference_bench") or {}
-    return {**throughput_columns(bench), "ci_rel_halfwidth": bench.get("ci_rel_halfwidth"),
-            "window_samples_per_s": bench.get("window_samples_per_s") or [], "peak_memory_bytes": bench.get("peak_memory_bytes"),
-            **{key: bench.get(key) for key in _LATENCY_KEYS}, "objective_value": pair.get("reference_value")}
-
-
-def _pair_load(row: dict) -> float | None:
-    pair = row.get("pair") or {}
-    loads = [v for v in (pair.get("other_load_a"), pair.get("other_load_b")) if v is not None]
-    return max(loads) if loads else None
+def _reference_arm(baseline: TrialRow, pair: PairRecord, objective: str) -> TrialRow:
+    """The baseline row showing the figures of the final comparison's reference arm (A, the defaults)."""
+    bench = pair.reference_bench
+    if bench is None:
+        return baseline
+    ranked = at_score(bench.objective_for(objective), pair.reference_value)
+    row = baseline.with_figure(bench.objective, bench.throughput.window_rates,
+                               ci_rel_halfwidth=bench.throughput.ci_rel_halfwidth, peak_memory_bytes=bench.peak_memory_bytes,
+                               latency=bench.latency, model_size_bytes=bench.model_size_bytes)
+    return replace(row, objective=ranked if objective == LATENCY else row.objective)

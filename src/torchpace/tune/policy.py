@@ -60,16 +60,17 @@ class Record:
         config: knob values that differ from the defaults.
         state: complete, running (in flight elsewhere) or retry (cut by the budget; run it again).
         status: the trial's failure class, or `ok`.
-        samples_per_s / ci_rel: the measured objective figure, higher is better, and its relative CI
-            half-width (None unless ok): samples/s, or 1 / p50 latency under `--objective latency`
-            (see `torchpace.tune.objective`); the policy only compares these figures.
+        figure / ci_rel: the objective's figure as "higher is better" (`Objective.score`: samples/s,
+            steps/s for a script whose samples per step are unknown, or 1 / p50 latency under
+            `--objective latency`) and its relative CI half-width (None unless ok); the policy only
+            compares these figures, of one study, all in one unit.
         guard_ok: the convergence guard's verdict (None: not checked).
         warmup_converged: whether the bench's warm-up windows agreed before measuring (None: unknown).
         windows: how many windows the figure is the median of (None: unknown).
         reference: a paired comparison's other arm (A, the incumbent), None for a trial measured alone;
-            `samples_per_s` is then the candidate arm's (B) figure over its turns.
+            `figure` is then the candidate arm's (B) figure over its turns.
         ratios: each round's B / A (see `torchpace.trial.pair.paired_ratios`).
-        reference_samples_per_s, reference_warmup_converged: the incumbent arm's figure and warm-up.
+        reference_figure, reference_warmup_converged: the incumbent arm's figure and warm-up.
         mode: `alternating` or `sequential` (separate runs).
         other_load_cores: the most cores other processes used during either arm's turns.
     """
@@ -78,7 +79,7 @@ class Record:
     config: dict
     state: str = COMPLETE
     status: str = "ok"
-    samples_per_s: float | None = None
+    figure: float | None = None
     ci_rel: float | None = None
     guard_ok: bool | None = None
     input_bound_frac: float | None = None
@@ -87,15 +88,15 @@ class Record:
     windows: int | None = None
     reference: dict | None = None
     ratios: tuple[float, ...] = ()
-    reference_samples_per_s: float | None = None
+    reference_figure: float | None = None
     reference_warmup_converged: bool | None = None
     mode: str | None = None
     other_load_cores: float | None = None
 
     @property
     def usable(self) -> bool:
-        figure = self.ratios if self.reference is not None else self.samples_per_s is not None
-        return self.state == COMPLETE and self.status == "ok" and self.guard_ok is not False and bool(figure)
+        measured = self.ratios if self.reference is not None else self.figure is not None
+        return self.state == COMPLETE and self.status == "ok" and self.guard_ok is not False and bool(measured)
 
     def pair_unsettled(self) -> str | None:
         """Why this paired comparison cannot decide on its own (None when it can): fewer rounds than a CI
@@ -137,8 +138,8 @@ class Decision:
 
     Attributes:
         accepted_value: the value kept, None when none was.
-        incumbent_samples_per_s / best_samples_per_s: the incumbent's and the best value's figures (in
-            a paired comparison, each arm's median over its turns).
+        incumbent_figure / best_figure: the incumbent's and the best value's figures, as `Record.figure`
+            (in a paired comparison, each arm's median over its turns).
         threshold_frac: the smallest gain accepted (paired: the 1% floor; alone: the noise band).
         reason: the decision in words, with its figures.
         value: the value judged (the best usable one), None when no value could be judged.
@@ -152,8 +153,8 @@ class Decision:
     stage: str
     knob: str
     accepted_value: object | None
-    incumbent_samples_per_s: float | None
-    best_samples_per_s: float | None
+    incumbent_figure: float | None
+    best_figure: float | None
     threshold_frac: float
     reason: str
     value: object = None
@@ -175,8 +176,8 @@ class GreedyState:
     done: bool = False
     failed_baseline: str | None = None
     incumbent: dict = field(default_factory=dict)
-    incumbent_samples_per_s: float | None = None
-    baseline_samples_per_s: float | None = None
+    incumbent_figure: float | None = None
+    baseline_figure: float | None = None
     noise_spreads: list[float] = field(default_factory=list)  # relative spreads of repeated measurements
     noise_ci_floor: float = _NOISE_FLOOR  # the baseline runs' own CI half-widths: the noise is never below them
     decisions: list[Decision] = field(default_factory=list)
@@ -264,7 +265,7 @@ def _walk_paired(space: list[KnobSpace], replay: _Replay, conflicts) -> None:
     if not base.usable:
         state.failed_baseline = f"the baseline trial failed ({base.status}); nothing to compare against"
         return
-    state.baseline_samples_per_s = state.incumbent_samples_per_s = base.samples_per_s
+    state.baseline_figure = state.incumbent_figure = base.figure
     noise = replay.need_all([Proposal("noise", "noise", {}, reference={})])[0]
     state.noise = noise if noise.usable else None  # a failed A/A comparison only leaves the noise unknown
     state.stage_order = order_stages(list(dict.fromkeys(k.stage for k in space)), base)
@@ -337,14 +338,14 @@ def _decide(state: GreedyState, proposal: Proposal, last: Record, comparisons: l
     """Record the decision on `proposal` from its comparisons (pooled), and make it the incumbent if accepted."""
     summary = summarize([r for c in comparisons for r in c.ratios])
     loads = [c.other_load_cores for c in comparisons if c.other_load_cores is not None]
-    incumbent_sps = last.reference_samples_per_s
+    incumbent_figure = last.reference_figure
     state.decisions.append(Decision(
-        proposal.stage, proposal.knob, proposal.value if accepted else None, incumbent_sps, last.samples_per_s,
+        proposal.stage, proposal.knob, proposal.value if accepted else None, incumbent_figure, last.figure,
         _NOISE_FLOOR, reason, value=proposal.value, ratio=summary.median, ratio_ci_low=summary.ci_low,
         ratio_ci_high=summary.ci_high, rounds=summary.n, mode=last.mode, other_load_cores=max(loads) if loads else None))
     if accepted:
         state.incumbent = proposal.config
-        state.incumbent_samples_per_s = last.samples_per_s
+        state.incumbent_figure = last.figure
 
 
 def _not_judged(knob: KnobSpace, records: list[Record]) -> Decision:
@@ -364,12 +365,12 @@ def _walk(space: list[KnobSpace], replay: _Replay, conflicts) -> None:
     if not base.usable:
         state.failed_baseline = f"the baseline trial failed ({base.status}); nothing to compare against"
         return
-    state.baseline_samples_per_s = base.samples_per_s
+    state.baseline_figure = base.figure
     state.noise_ci_floor = max(_NOISE_FLOOR, base.ci_rel or 0.0, again.ci_rel or 0.0)
     if again.usable:
         state.noise_spreads.append(_spread(base, again))
     measurements = [r for r in (base, again) if r.usable]
-    state.incumbent_samples_per_s = _estimate(measurements)[0]
+    state.incumbent_figure = _estimate(measurements)[0]
     stages = list(dict.fromkeys(k.stage for k in space))
     state.stage_order = order_stages(stages, base)
     for index, stage in enumerate(state.stage_order):
@@ -377,7 +378,7 @@ def _walk(space: list[KnobSpace], replay: _Replay, conflicts) -> None:
             remeasured = replay.need_all([Proposal(f"remeasure:{stage}", "remeasure", dict(state.incumbent), stage)])[0]
             if remeasured.usable:
                 measurements.append(remeasured)
-                state.incumbent_samples_per_s = _estimate(measurements)[0]
+                state.incumbent_figure = _estimate(measurements)[0]
         for knob in (k for k in space if k.stage == stage):
             measurements = _decide_knob(knob, replay, conflicts, measurements)
 
@@ -389,7 +390,7 @@ def _estimate(measurements: list[Record]) -> tuple[float, float]:
     a stage or two, while one measurement taken during a load spike cannot move it on its own.
     """
     recent = measurements[-_RECENT_MEASUREMENTS:]
-    return (statistics.median(r.samples_per_s for r in recent), statistics.median(r.ci_rel or 0.0 for r in recent))
+    return (statistics.median(r.figure for r in recent), statistics.median(r.ci_rel or 0.0 for r in recent))
 
 
 def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, measurements: list[Record]) -> list[Record]:
@@ -400,21 +401,21 @@ def _decide_knob(knob: KnobSpace, replay: _Replay, conflicts, measurements: list
         return measurements
     records = replay.need_all(proposals)
     usable = [(r, p) for r, p in zip(records, proposals) if r.usable]
-    inc_sps, inc_ci = _estimate(measurements)
+    inc_figure, inc_ci = _estimate(measurements)
     if not usable:
         state.decisions.append(_not_judged(knob, records))
         return measurements
-    best, proposal = max(usable, key=lambda rp: rp[0].samples_per_s)
+    best, proposal = max(usable, key=lambda rp: rp[0].figure)
     threshold = max(state.noise_frac, (best.ci_rel or 0.0) + inc_ci)
-    gain = best.samples_per_s / inc_sps - 1
+    gain = best.figure / inc_figure - 1
     low, high = _CONFIRM_BAND
     unsettled = best.unsettled(state.noise_frac)
     if gain > high * threshold and unsettled is None:
-        return _accept(state, proposal, [best], best.samples_per_s, inc_sps, threshold,
+        return _accept(state, proposal, [best], best.figure, inc_figure, threshold,
                        f"accepted: {gain:+.1%}, over twice the noise ({threshold:.1%})")
     if gain <= max(_NOISE_FLOOR, low * threshold):
         verdict = f"within the noise ({threshold:.1%})" if gain > 0 else "no faster"
-        _reject(state, proposal, best.samples_per_s, inc_sps, threshold,
+        _reject(state, proposal, best.figure, inc_figure, threshold,
                 f"rejected: best {knob.name}={proposal.value} gives {gain:+.1%}, {verdict}")
         return measurements
     return _confirm(replay, proposal, best, measurements, gain, threshold, unsettled)
@@ -434,39 +435,39 @@ def _confirm(replay: _Replay, proposal: Proposal, first: Record, measurements: l
         if run.usable:
             state.noise_spreads.append(_spread(measurements[-1], run))
             measurements = [*measurements, run]
-    inc_sps, inc_ci = _estimate(measurements)
+    inc_figure, inc_ci = _estimate(measurements)
     why = f"not settled ({unsettled})" if unsettled else f"not clear against the noise ({first_threshold:.1%})"
     first_said = f"first run {first_gain:+.1%}, {why}, so measured again"
     if not cand_again.usable:
-        _reject(state, proposal, first.samples_per_s, inc_sps, first_threshold,
+        _reject(state, proposal, first.figure, inc_figure, first_threshold,
                 f"rejected: {first_said}, and the second run failed ({cand_again.status})")
         return measurements
     state.noise_spreads.append(_spread(first, cand_again))
-    runs = [first.samples_per_s, cand_again.samples_per_s]
+    runs = [first.figure, cand_again.figure]
     threshold = max(_NOISE_FLOOR, state.noise_frac / math.sqrt(2), (first.ci_rel or 0.0) + inc_ci)
     if unsettled or cand_again.unsettled(state.noise_frac):
         figure, of_two = min(runs), "the lower of two (a run was not settled)"
     else:
         figure, of_two = statistics.fmean(runs), "the mean of two"
-    gain = figure / inc_sps - 1
+    gain = figure / inc_figure - 1
     said = f"{first_said}: {of_two} gives {gain:+.1%} vs the noise of a mean of two ({threshold:.1%})"
     if gain > threshold:
-        return _accept(state, proposal, [first, cand_again], figure, inc_sps, threshold, f"accepted: {said}")
-    _reject(state, proposal, figure, inc_sps, threshold, f"rejected: {said}")
+        return _accept(state, proposal, [first, cand_again], figure, inc_figure, threshold, f"accepted: {said}")
+    _reject(state, proposal, figure, inc_figure, threshold, f"rejected: {said}")
     return measurements
 
 
-def _accept(state: GreedyState, proposal: Proposal, runs: list[Record], figure: float, inc_sps: float, threshold: float,
+def _accept(state: GreedyState, proposal: Proposal, runs: list[Record], figure: float, inc_figure: float, threshold: float,
             reason: str) -> list[Record]:
     """Make `proposal` the incumbent, at `figure` (its one run, or the mean of its runs); returns its measurements."""
     state.incumbent = proposal.config
-    state.incumbent_samples_per_s = figure
-    state.decisions.append(Decision(proposal.stage, proposal.knob, proposal.value, inc_sps, figure, threshold, reason))
+    state.incumbent_figure = figure
+    state.decisions.append(Decision(proposal.stage, proposal.knob, proposal.value, inc_figure, figure, threshold, reason))
     return runs
 
 
-def _reject(state: GreedyState, proposal: Proposal, best_sps: float, inc_sps: float, threshold: float, reason: str) -> None:
-    state.decisions.append(Decision(proposal.stage, proposal.knob, None, inc_sps, best_sps, threshold, reason))
+def _reject(state: GreedyState, proposal: Proposal, best_figure: float, inc_figure: float, threshold: float, reason: str) -> None:
+    state.decisions.append(Decision(proposal.stage, proposal.knob, None, inc_figure, best_figure, threshold, reason))
 
 
 def _with(config: dict, knob: KnobSpace, value: object) -> dict:
@@ -480,4 +481,4 @@ def _with(config: dict, knob: KnobSpace, value: object) -> dict:
 
 def _spread(first: Record, second: Record) -> float:
     """The relative spread of two runs of one config (one sample of the noise)."""
-    return abs(first.samples_per_s - second.samples_per_s) / min(first.samples_per_s, second.samples_per_s)
+    return abs(first.figure - second.figure) / min(first.figure, second.figure)

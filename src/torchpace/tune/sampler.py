@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 import optuna
@@ -21,7 +22,8 @@ from optuna.samplers import BaseSampler
 from torchpace.tune.policy import GreedyState, Proposal, plan_greedy
 from torchpace.tune.space import KnobSpace
 from torchpace.tune.storage import assignment_lock
-from torchpace.tune.study import ATTR, build_records, trial_info
+from torchpace.tune.attrs import ATTR, Assignment, TrialRecord
+from torchpace.tune.study import build_records
 
 _log = logging.getLogger(__name__)
 
@@ -52,14 +54,15 @@ class GreedySampler(BaseSampler):
             waited_s = time.monotonic() - asked
             state = self.plan(study, exclude_number=trial.number)
             proposal: Proposal | None = state.next
-            info: dict[str, Any] = {"action": "run" if proposal else ("wait" if state.waiting else "done"),
-                                    "lock_wait_s": round(waited_s, 4)}  # for `make bench-fleet`
+            assignment = Assignment(action="run" if proposal else ("wait" if state.waiting else "done"),
+                                    lock_wait_s=round(waited_s, 4))  # for `make bench-fleet`
             if proposal:
-                info.update(slot=proposal.slot, kind=proposal.kind, stage=proposal.stage, knob=proposal.knob,
-                            value=proposal.value, config=proposal.config, reference=proposal.reference)
-            study._storage.set_trial_system_attr(trial._trial_id, ATTR, info)
+                assignment = replace(assignment, slot=proposal.slot, kind=proposal.kind, stage=proposal.stage,
+                                     knob=proposal.knob, value=proposal.value, config=proposal.config,
+                                     reference=proposal.reference)
+            study._storage.set_trial_system_attr(trial._trial_id, ATTR, assignment.to_attrs())
         self._log_decisions(state)
-        if info["action"] != "wait":  # a waiting tuner asks again every few seconds
+        if assignment.action != "wait":  # a waiting tuner asks again every few seconds
             _log.debug("trial %d: %s", trial.number, f"slot {proposal.slot} ({proposal.kind})" if proposal else "the search is done")
         return state
 
@@ -83,6 +86,6 @@ class GreedySampler(BaseSampler):
         return {}
 
     def sample_independent(self, study, trial, param_name: str, param_distribution: BaseDistribution) -> Any:
-        config = trial_info(study._storage.get_trial(trial._trial_id)).get("config", {})
+        config = TrialRecord.from_trial(study._storage.get_trial(trial._trial_id)).assignment.config
         default = next(k.default for k in self.space if k.name == param_name)
         return config.get(param_name, default)

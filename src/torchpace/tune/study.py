@@ -11,63 +11,57 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from torchpace.errors import UsageError
+from torchpace.tune.attrs import (ATTR, STUDY_KIND, STUDY_SCHEMA_VERSION, PairRecord, StudyAttrs,  # noqa: F401
+                                  TrialRecord)
 from torchpace.tune.guard import check_trial_guard, guard_cannot_judge
 from torchpace.tune.policy import COMPLETE, RETRY, RUNNING, Record
 from torchpace.tune.storage import default_storage_url, open_storage  # noqa: F401  (where callers found them)
 
 _log = logging.getLogger(__name__)
 
-STUDY_KIND = "torchpace.study"
-STUDY_SCHEMA_VERSION = 1
-ATTR = "torchpace"
 
 
-def study_metadata(workload: str, host, strategy: str) -> dict[str, Any]:
+def study_metadata(workload: str, host, strategy: str, objective: str = "throughput",
+                   command: tuple[str, ...] | None = None) -> StudyAttrs:
     """A new study's metadata; `paired`: greedy decides by paired comparisons (a study without it was tuned
     before they came, and is resumed and reported with the policy it was tuned with)."""
-    return {"kind": STUDY_KIND, "schema_version": STUDY_SCHEMA_VERSION, "workload": workload,
-            "host_fingerprint": host.fingerprint(), "host": host.summary(), "strategy": strategy,
-            "paired": strategy == "greedy"}
+    return StudyAttrs(workload=workload, host_fingerprint=host.fingerprint(), host=host.summary(), strategy=strategy,
+                      paired=strategy == "greedy", objective=objective, command=command)
 
 
-def is_paired(meta: dict[str, Any] | None) -> bool:
-    """Whether a study's greedy decisions are paired comparisons (False for studies tuned before)."""
-    return bool((meta or {}).get("paired"))
-
-
-def check_study_metadata(name: str, meta: dict | None, expected: dict[str, Any]) -> None:
+def check_study_metadata(name: str, meta: StudyAttrs | None, expected: StudyAttrs) -> None:
     """UsageError when an existing study is not torchpace's, or was tuned elsewhere or on another workload."""
-    if not meta or meta.get("kind") != STUDY_KIND:
+    if meta is None:
         raise UsageError(f"study {name!r} exists but is not a torchpace study; choose another --study name")
-    if meta.get("schema_version") != STUDY_SCHEMA_VERSION:
-        raise UsageError(f"study {name!r} has torchpace study schema {meta.get('schema_version')!r}; this torchpace reads {STUDY_SCHEMA_VERSION}")
+    if meta.schema_version != STUDY_SCHEMA_VERSION:
+        raise UsageError(f"study {name!r} has torchpace study schema {meta.schema_version!r}; this torchpace reads {STUDY_SCHEMA_VERSION}")
     for key, label in (("command", "command"), ("workload", "workload"), ("host_fingerprint", "host fingerprint"),
                        ("strategy", "strategy")):
-        if meta.get(key) != expected.get(key):
-            raise UsageError(f"study {name!r} was tuned with {label} {_shown(meta.get(key))}, not {_shown(expected.get(key))}: "
-                             "its measurements do not transfer; use a new --study name")
-    objective, wanted = meta.get("objective", "throughput"), expected.get("objective", "throughput")
-    if objective != wanted:
-        raise UsageError(f"study {name!r} was tuned for --objective {objective}, not {wanted}: its decisions compare "
-                         "another figure; use a new --study name")
+        if getattr(meta, key) != getattr(expected, key):
+            raise UsageError(f"study {name!r} was tuned with {label} {_shown(getattr(meta, key))}, not "
+                             f"{_shown(getattr(expected, key))}: its measurements do not transfer; use a new --study name")
+    if meta.objective != expected.objective:
+        raise UsageError(f"study {name!r} was tuned for --objective {meta.objective}, not {expected.objective}: its "
+                         "decisions compare another figure; use a new --study name")
 
 
 def _shown(value: Any) -> str:
     """A metadata value in a message: a command as the user typed it, anything else as repr."""
-    return repr(" ".join(value)) if isinstance(value, list) else repr(value)
+    return repr(" ".join(value)) if isinstance(value, (list, tuple)) else repr(value)
 
 
-def open_study(storage, name: str, meta: dict[str, Any], resume: bool, sampler):
+def open_study(storage, name: str, meta: StudyAttrs, resume: bool, sampler):
     """Create a new study, or (with `resume`) load and check an existing one."""
     import optuna
 
     existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
     if name in existing:
-        old_meta = existing[name].user_attrs.get(ATTR)
-        check_study_metadata(name, old_meta, meta)
+        check_study_metadata(name, StudyAttrs.of(existing[name]), meta)
         if not resume and existing[name].n_trials:
             raise UsageError(f"study {name!r} already has {existing[name].n_trials} trials: pass --resume to continue it, "
                              "or --study NEW_NAME to start another")
@@ -78,7 +72,7 @@ def open_study(storage, name: str, meta: dict[str, Any], resume: bool, sampler):
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize")
     except optuna.exceptions.DuplicatedStudyError:
         raise UsageError(f"another tuner created study {name!r} a moment ago: pass --resume to work on it too") from None
-    study.set_user_attr(ATTR, meta)
+    study.set_user_attr(ATTR, meta.to_attrs())
     return study
 
 
@@ -124,7 +118,7 @@ def fail_stale_trials(study) -> None:
     if machine is None:
         return
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        recorded_machine, _, recorded = str(trial.system_attrs.get(ATTR, {}).get("process", "")).rpartition("/")
+        recorded_machine, _, recorded = str(TrialRecord.from_trial(trial).assignment.process or "").rpartition("/")
         if recorded_machine != machine or not recorded:
             continue
         try:
@@ -140,69 +134,77 @@ def fail_stale_trials(study) -> None:
                 continue
 
 
-def trial_info(trial) -> dict[str, Any]:
-    """The torchpace attributes of an Optuna trial (empty for trials torchpace did not annotate)."""
-    info = dict(trial.system_attrs.get(ATTR, {}))
-    info.update(trial.user_attrs.get(ATTR, {}))
-    return info
+def trial_records(trials: Iterable[Any]) -> list[TrialRecord]:
+    """The records of torchpace's Optuna trials (those it annotated: with a slot), in trial order."""
+    records = [TrialRecord.from_trial(t) for t in trials]
+    return [r for r in records if r.slot is not None]
 
 
-def baseline_info(infos) -> dict[str, Any]:
-    """The torchpace info of the study's finished baseline trial (from (trial, info) pairs), or {}.
+@dataclass(frozen=True)
+class BaselineGuard:
+    """The curve every candidate's guard steps are compared with: the baseline's (none when there is no
+    finished baseline, or when the guard cannot judge this workload, `cannot_judge` saying why)."""
+
+    guard_losses: tuple[float, ...] = ()
+    guard_metric: float | None = None
+    cannot_judge: str | None = None
+
+
+def baseline_guard(records: Iterable[TrialRecord]) -> BaselineGuard:
+    """The guard's reference curve from the study's finished baseline trial.
 
     When the two baseline runs depart from each other by the guard's own rule, the guard cannot judge
-    the workload: the info then carries no guard curve (every candidate's guard verdict is None) and
-    `guard_cannot_judge` says why.
+    the workload: there is then no curve (every candidate's guard verdict is None) and `cannot_judge`
+    says why.
     """
-    first = next((i for _, i in infos if i.get("slot") == "baseline" and i.get("status") == "ok"), {})
+    records = list(records)
+    first = next((r for r in records if r.slot == "baseline" and r.status == "ok"), None)
     # the defaults run again: the A/A comparison's (paired studies), or the second baseline (studies tuned before)
-    again = next((i for _, i in infos if i.get("slot") in ("noise", "baseline#2") and i.get("status") == "ok"), {})
-    why = guard_cannot_judge(first, again) if first and again else None
-    return {**first, "guard_losses": [], "guard_metric": None, "guard_cannot_judge": why} if why else first
+    again = next((r for r in records if r.slot in ("noise", "baseline#2") and r.status == "ok"), None)
+    if first is None:
+        return BaselineGuard()
+    why = guard_cannot_judge(first, again) if again is not None else None
+    return BaselineGuard(cannot_judge=why) if why else BaselineGuard(first.guard_losses, first.guard_metric)
 
 
-def build_records(trials) -> list[Record]:
+_NO_VERDICT = ("budget", "lost", "interrupted", "partner")  # cut by the budget, its tuner died or was stopped, its partner failed
+
+
+def build_records(trials: Iterable[Any]) -> list[Record]:
     """Policy records from Optuna trials, with the guard checked against the baseline's curve."""
     import optuna
 
-    infos = [(t, trial_info(t)) for t in trials]
-    baseline = baseline_info(infos)
-    records = []
-    for trial, info in infos:
-        if "slot" not in info or trial.state in (optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.WAITING):
-            continue
-        records.append(_record(trial, info, baseline))
-    return records
+    waiting = (optuna.trial.TrialState.PRUNED.name, optuna.trial.TrialState.WAITING.name)
+    records = [r for r in trial_records(trials) if r.state not in waiting]
+    baseline = baseline_guard(records)
+    return [_record(r, baseline) for r in records]
 
 
-def _record(trial, info: dict, baseline: dict) -> Record:
-    import optuna
-
-    state = {optuna.trial.TrialState.RUNNING: RUNNING}.get(trial.state, COMPLETE)
-    status = info.get("status", "ok" if trial.state == optuna.trial.TrialState.COMPLETE else "lost")
-    if status in ("budget", "lost", "interrupted", "partner"):
-        state = RETRY  # cut by the budget, its tuner died or was stopped, its partner arm failed: no verdict
-    if trial.state == optuna.trial.TrialState.RUNNING:
-        state, status = RUNNING, "running"
-    bench = info.get("bench") or {}
-    verdict = check_trial_guard(baseline, info) if status == "ok" else None
-    guard_ok = verdict.ok if verdict else None
-    # the objective figure the tuner stored (samples/s, or 1 / p50 for latency); samples/s for older trials
-    figure = info["objective_value"] if "objective_value" in info else bench.get("samples_per_s")
-    ci_rel = info["objective_ci_rel"] if "objective_ci_rel" in info else bench.get("ci_rel_halfwidth")
-    return Record(info["slot"], dict(info.get("config", {})), state, status, figure,
-                  ci_rel, guard_ok, bench.get("input_bound_frac"), info.get("verdict"),
-                  bench.get("warmup_converged"), bench.get("windows"), **_pair_fields(info))
+def record_status(record: TrialRecord) -> str:
+    """How a trial ended: its stored status, `running` while it runs, `lost` when its tuner left none."""
+    if record.running:
+        return "running"
+    return record.status or ("ok" if record.complete else "lost")
 
 
-def _pair_fields(info: dict) -> dict[str, Any]:
-    """The paired comparison of a trial (`info["pair"]`, stored by the tuner) as Record fields; {} for a
-    trial measured alone."""
-    if info.get("reference") is None:
+def _record(trial: TrialRecord, baseline: BaselineGuard) -> Record:
+    status = record_status(trial)
+    state = {"running": RUNNING}.get(status, RETRY if status in _NO_VERDICT else COMPLETE)
+    verdict = check_trial_guard(baseline, trial) if status == "ok" else None
+    bench, pair = trial.bench, trial.pair
+    figure, ci_rel = trial.ranked_figure()
+    return Record(trial.slot, dict(trial.assignment.config), state, status, figure, ci_rel, verdict.ok if verdict else None,
+                  bench.input_bound_frac if bench else None, trial.verdict,
+                  bench.throughput.warmup_converged if bench else None, bench.throughput.windows if bench else None,
+                  **_pair_fields(trial.assignment.reference, pair))
+
+
+def _pair_fields(reference: Mapping[str, Any] | None, pair: PairRecord | None) -> dict[str, Any]:
+    """The paired comparison of a trial as Record fields; {} for a trial measured alone."""
+    if reference is None:
         return {}
-    pair = info.get("pair") or {}
-    load = [v for v in (pair.get("other_load_a"), pair.get("other_load_b")) if v is not None]
-    return {"reference": dict(info["reference"]), "ratios": tuple(pair.get("ratios") or ()),
-            "reference_samples_per_s": pair.get("reference_value"),
-            "reference_warmup_converged": (pair.get("reference_bench") or {}).get("warmup_converged"), "mode": pair.get("mode"),
-            "other_load_cores": max(load) if load else None}
+    pair = pair or PairRecord()
+    ref = pair.reference_bench
+    return {"reference": dict(reference), "ratios": pair.ratios, "reference_figure": pair.reference_value,
+            "reference_warmup_converged": ref.throughput.warmup_converged if ref is not None else None,
+            "mode": pair.mode, "other_load_cores": pair.other_load_cores}

@@ -8,15 +8,16 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from torchpace.errors import UsageError
+from torchpace.tune.attrs import ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord, interrupted_attrs, stored_bench
 from torchpace.tune.objective import check_objective, objective_value
-from torchpace.tune.outcome import StudyMeta, TuneOutcome, build_guard_note, build_outcome, trial_rows
+from torchpace.tune.outcome import ExportOutcome, StudyMeta, TuneOutcome, build_guard_note, build_outcome, trial_rows
 from torchpace.tune.space import KnobSpace, build_space
-from torchpace.tune.study import fail_stale_trials, tuner_process
+from torchpace.tune.study import fail_stale_trials, open_study, study_metadata, trial_records, tuner_process
 
 _log = logging.getLogger(__name__)
 
@@ -25,12 +26,6 @@ _WAIT_POLL_S = 2.0  # how often a waiting worker looks for a free trial
 _TRIAL_TIMEOUT_FACTOR = 3.0  # a trial may take this many times its bench cap (guard steps, compile)
 _TRIAL_TIMEOUT_MARGIN_S = 60.0
 _STORED_STDERR_CHARS = 1500
-# what a paired comparison keeps of its reference arm's bench (the candidate's is the trial's own)
-_REFERENCE_FIGURES = ("samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high", "ci_rel_halfwidth",
-                      "window_samples_per_s", "steps_per_s", "steps_per_s_ci_low", "steps_per_s_ci_high", "windows",
-                      "warmup_converged", "peak_memory_bytes", "latency_p50_s", "latency_p90_s", "latency_p99_s",
-                      "latency_p50_ci_low_s", "latency_p50_ci_high_s", "latency_ci_rel_halfwidth", "model_size_bytes",
-                      "other_load_cores")
 
 
 @dataclass(frozen=True)
@@ -114,7 +109,6 @@ class Tuner:
         import optuna
 
         from torchpace.tune.storage import check_storage, default_storage_url, open_storage, storage_failures
-        from torchpace.tune.study import ATTR, is_paired, open_study, study_metadata
         from torchpace.workload import DEFAULT_WORKLOAD
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # torchpace renders its own progress
@@ -140,12 +134,12 @@ class Tuner:
         self.sampler = make_sampler(options.strategy, self.space, self.conflicts, options.seed)
         suffix = "-latency" if options.objective == "latency" else ""
         self.study_name = options.study or f"torchpace-{self.workload_name}{suffix}"
-        meta = {**study_metadata(self.spec, host, options.strategy), "objective": options.objective,
-                "command": list(options.command) if options.command else None}
+        meta = study_metadata(self.spec, host, options.strategy, options.objective,
+                              tuple(options.command) if options.command else None)
         with storage_failures(self.storage_url):
             self.study = open_study(open_storage(self.storage_url), self.study_name, meta, options.resume, self.sampler)
         if options.strategy == "greedy":  # a study tuned before paired comparisons goes on as it was tuned
-            self.sampler.paired = is_paired(self.study.user_attrs.get(ATTR))
+            self.sampler.paired = StudyAttrs.of(self.study).paired
         _log.info("study %r: %d trials stored; strategy %s over %s; budget %.0f s", self.study_name,
                   len(self.study.get_trials(deepcopy=False)), options.strategy, [k.name for k in self.space], options.budget_s)
         self.deadline = time.monotonic() + options.budget_s
@@ -207,10 +201,8 @@ class Tuner:
     def _enqueue_baseline(self) -> None:
         if self.options.strategy == "greedy" or self.study.get_trials(deepcopy=False):
             return
-        from torchpace.tune.study import ATTR
-
         defaults = {k.name: k.default for k in self.space}
-        self.study.enqueue_trial(defaults, user_attrs={ATTR: {"slot": "baseline", "kind": "baseline", "config": {}}})
+        self.study.enqueue_trial(defaults, user_attrs={ATTR: Assignment(slot="baseline", kind="baseline").to_attrs()})
 
     def _search_done(self) -> bool:
         if self.options.strategy != "greedy":
@@ -225,131 +217,118 @@ class Tuner:
     def _objective(self, trial) -> float:
         import optuna
 
-        from torchpace.tune.study import ATTR, trial_info
-
         if self.options.strategy == "greedy":
-            info = self._await_assignment(trial)
+            assignment = self._await_assignment(trial)
         else:
-            info = trial_info(self.study._storage.get_trial(trial._trial_id))
-        if info.get("action") == "done":
+            assignment = TrialRecord.from_trial(self.study._storage.get_trial(trial._trial_id)).assignment
+        if assignment.action == "done":
             self.study.stop()
             raise optuna.TrialPruned("the search is complete")
         config = {k.name: trial.suggest_categorical(k.name, list(k.values)) for k in self.space}
         config = {k.name: config[k.name] for k in self.space if config[k.name] != k.default}
-        info = {"slot": f"trial:{trial.number}", "kind": "candidate", **info, "config": config, "worker": _worker_id(),
-                "process": tuner_process()}
-        self.study._storage.set_trial_system_attr(trial._trial_id, ATTR, info)
+        assignment = replace(assignment, slot=assignment.slot or f"trial:{trial.number}",
+                             kind=assignment.kind or "candidate", config=config, worker=_worker_id(),
+                             process=tuner_process())
+        self.study._storage.set_trial_system_attr(trial._trial_id, ATTR, assignment.to_attrs())
         try:
-            result = self._run_one(trial.number, info)
+            result = self._run_one(trial.number, assignment)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so on the trial, which --resume runs again
-            trial.set_user_attr(ATTR, {"status": "interrupted", "error": "the tuner was stopped (Ctrl-C or SIGTERM) "
-                                       "during this trial; `--resume` runs it again"})
+            trial.set_user_attr(ATTR, interrupted_attrs())
             raise
-        result.setdefault("objective_value", None)
-        result.setdefault("objective_ci_rel", None)
-        trial.set_user_attr(ATTR, result)
-        self.on_event("trial_done", number=trial.number, info=info, result=result)
-        if result["status"] != "ok":
-            raise _TrialFailed(result["status"])
-        if result["objective_value"] is None:
+        trial.set_user_attr(ATTR, result.result_attrs())
+        self.on_event("trial_done", number=trial.number, assignment=assignment, result=result)
+        if result.status != "ok":
+            raise _TrialFailed(result.status)
+        if result.objective_value is None:
             raise _TrialFailed(f"the trial measured no {self.options.objective} figure")
-        return float(result["objective_value"])
+        return float(result.objective_value)
 
-    def _await_assignment(self, trial) -> dict:
+    def _await_assignment(self, trial):
         """Greedy: the proposal pinned on this trial, waiting while other processes hold every pending trial."""
-        from torchpace.tune.study import trial_info
-
         while True:
             frozen = self.study._storage.get_trial(trial._trial_id)
-            info = trial_info(frozen)
-            if info.get("action") != "wait" or time.monotonic() >= self.deadline:
-                return info if info.get("action") != "wait" else {**info, "action": "done"}
+            assignment = TrialRecord.from_trial(frozen).assignment
+            if assignment.action != "wait":
+                return assignment
+            if time.monotonic() >= self.deadline:
+                return replace(assignment, action="done")
             self.on_event("waiting")
             time.sleep(_WAIT_POLL_S)
             fail_stale_trials(self.study)  # a killed tuner's trial: failed, then run again
             self.sampler.assign(self.study, frozen)
 
-    def _run_one(self, number: int, info: dict) -> dict[str, Any]:
-        """Run one trial process; returns what is stored on the Optuna trial."""
+    def _run_one(self, number: int, assignment):
+        """Run one trial process; returns its `TrialRecord` (what is stored on the Optuna trial)."""
         from torchpace.trial import TrialSpec, run_trial
-
-        reason = self.conflicts(info["config"])
+        reason = self.conflicts(dict(assignment.config))
         if reason:
-            _log.info("trial %d (%s) not run: %s", number, info.get("slot"), reason)
-            return {**info, "status": "invalid", "error": reason}
-        _log.info("trial %d (%s) starts: %s", number, info.get("slot"), info["config"] or "the defaults")
-        self.on_event("trial_start", number=number, info=info, budget_left_s=self.deadline - time.monotonic())
-        spec = TrialSpec(workload=self.spec, config=info["config"], max_time_s=self.options.trial_time_s,
+            _log.info("trial %d (%s) not run: %s", number, assignment.slot, reason)
+            return TrialRecord(number, "RUNNING", assignment=assignment, status="invalid", error=reason)
+        _log.info("trial %d (%s) starts: %s", number, assignment.slot, dict(assignment.config) or "the defaults")
+        self.on_event("trial_start", number=number, assignment=assignment, budget_left_s=self.deadline - time.monotonic())
+        spec = TrialSpec(workload=self.spec, config=dict(assignment.config), max_time_s=self.options.trial_time_s,
                          guard_steps=self.options.guard_steps, sys_path=[os.getcwd()],
-                         profile=self.options.profile_baseline and info.get("slot") == "baseline" and not self.options.command,
+                         profile=self.options.profile_baseline and assignment.slot == "baseline" and not self.options.command,
                          command=list(self.options.command), samples_per_step=self.options.samples_per_step,
                          **self._inference_spec())
         cap_s = self.options.trial_timeout_s or self.options.trial_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
         remaining = self.deadline - time.monotonic()
         timeout_s = max(1.0, min(cap_s, remaining))
-        if info.get("reference") is not None:
-            return self._run_pair(number, info, spec, timeout_s, cut_by_budget=remaining < cap_s)
+        if assignment.reference is not None:
+            return self._run_pair(number, assignment, spec, timeout_s, cut_by_budget=remaining < cap_s)
         result = run_trial(spec, self.host, timeout_s=timeout_s)
-        return self._stored(number, info, result, cut_by_budget=remaining < cap_s)
+        return self._stored(number, assignment, result, cut_by_budget=remaining < cap_s)
 
-    def _stored(self, number: int, info: dict, result, cut_by_budget: bool) -> dict[str, Any]:
-        """What is stored on the Optuna trial of `result` (the candidate's, for a paired comparison)."""
+    def _stored(self, number: int, assignment, result, cut_by_budget: bool):
+        """The `TrialRecord` of `result` (the candidate's, for a paired comparison), as stored on the trial."""
         status = result.status
         if status == "timeout" and cut_by_budget:
             status = "budget"  # cut by the budget, not a verdict on the config: re-run on --resume
-        _log.info("trial %d (%s) ended %s, wall time %.1f s%s", number, info.get("slot"), status, result.wall_time_s,
+        _log.info("trial %d (%s) ended %s, wall time %.1f s%s", number, assignment.slot, status, result.wall_time_s,
                   f": {result.error.strip().splitlines()[-1]}" if result.error.strip() else "")
-        bench = result.bench.to_dict() if result.bench is not None else {}
-        accuracy = result.accuracy or (result.bench.accuracy if result.bench is not None else None)
-        bench.pop("loss_values", None)
-        host = bench.pop("host", None)
-        if bench:
-            bench["usable_cores"] = (host or {}).get("usable_cores")  # other_load_cores is out of these
-        figure, ci_rel = objective_value(result.bench, self.options.objective)
-        return {**info, "status": status, "bench": bench or None, "guard_losses": result.guard_losses,
-                "objective_value": figure, "objective_ci_rel": ci_rel,
-                "guard_metric": result.guard_metric, "verdict": result.verdict,
-                "error": result.error[-_STORED_STDERR_CHARS:], "stderr_tail": result.stderr_tail[-_STORED_STDERR_CHARS:],
-                "wall_time_s": result.wall_time_s,
-                "accuracy": accuracy.to_dict() if accuracy is not None else None}
+        bench = result.bench
+        record = TrialRecord(
+            number, "RUNNING", assignment=assignment, status=status,
+            bench=stored_bench(bench) if bench is not None else None,
+            usable_cores=self.host.usable_cores if bench is not None else None,  # other_load_cores is out of these
+            guard_losses=tuple(result.guard_losses), guard_metric=result.guard_metric, verdict=result.verdict,
+            error=result.error[-_STORED_STDERR_CHARS:], stderr_tail=result.stderr_tail[-_STORED_STDERR_CHARS:],
+            wall_time_s=result.wall_time_s, accuracy=result.accuracy or (bench.accuracy if bench is not None else None))
+        return record.measured(self.options.objective)
 
-    def _run_pair(self, number: int, info: dict, spec, timeout_s: float, cut_by_budget: bool) -> dict[str, Any]:
-        """A paired comparison: the candidate (`info["config"]`, arm B) and `info["reference"]` (arm A) in
-        alternation (`torchpace.trial.pair`); the candidate's result, with the comparison under `pair`."""
-        from dataclasses import replace
+    def _run_pair(self, number: int, assignment, spec, timeout_s: float, cut_by_budget: bool):
+        """A paired comparison: the candidate (`assignment.config`, arm B) and `assignment.reference` (arm A) in
+        alternation (`torchpace.trial.pair`); the candidate's record, with the comparison under `pair`."""
+        from torchpace.trial.pair import PairOptions, run_pair
 
-        from torchpace.trial.pair import PairOptions, ratio_fields, run_pair
-
-        reference = replace(spec, config=dict(info["reference"]), guard_steps=0, profile=False)
+        reference = replace(spec, config=dict(assignment.reference), guard_steps=0, profile=False)
         candidate = replace(spec, profile=False)
         pair = run_pair(reference, candidate, self.host, timeout_s, PairOptions(rounds_s=self.options.trial_time_s),
                         sequential=self._hold_both_reason(reference, candidate),
                         figure=lambda bench: objective_value(bench, self.options.objective)[0],
                         on_round=lambda rounds, summary: self.on_event("round", number=number, rounds=rounds,
                                                                        summary=summary))
-        stored = self._stored(number, info, pair.b, cut_by_budget)
+        record = self._stored(number, assignment, pair.b, cut_by_budget)
         ref_value, _ = objective_value(pair.a.bench, self.options.objective)
-        stored["pair"] = {
-            "mode": pair.mode, "mode_reason": pair.mode_reason, "stopped_by": pair.stopped_by, "ratios": pair.ratios,
-            **ratio_fields(pair.summary), "other_load_a": pair.other_load_a, "other_load_b": pair.other_load_b,
-            "usable_cores": pair.usable_cores, "wall_time_s": pair.wall_time_s,
-            "reference_status": pair.a.status, "reference_error": pair.a.error[-_STORED_STDERR_CHARS:],
-            "reference_value": ref_value,
-            "reference_bench": {key: pair.a.bench.to_dict().get(key) for key in _REFERENCE_FIGURES} if pair.a.bench else None,
-        }
-        return stored
+        s = pair.summary
+        return replace(record, pair=PairRecord(
+            mode=pair.mode, mode_reason=pair.mode_reason, stopped_by=pair.stopped_by, ratios=tuple(pair.ratios),
+            ratio=s.median if s else None, ratio_ci_low=s.ci_low if s else None, ratio_ci_high=s.ci_high if s else None,
+            ratio_ci_coverage=s.ci_coverage if s else None, rounds=s.n if s else 0, other_load_a=pair.other_load_a,
+            other_load_b=pair.other_load_b, usable_cores=pair.usable_cores, wall_time_s=pair.wall_time_s,
+            reference_status=pair.a.status, reference_error=pair.a.error[-_STORED_STDERR_CHARS:], reference_value=ref_value,
+            reference_bench=stored_bench(pair.a.bench) if pair.a.bench is not None else None))
 
     def _hold_both_reason(self, reference, candidate) -> str | None:
         """Why the two arms cannot be held at once (`torchpace.trial.pair.sequential_reason`), judged by the
         baseline's peak memory against the memory free now on its device; None when they can."""
         from torchpace.trial.pair import sequential_reason
-        from torchpace.tune.study import trial_info
 
-        baseline = next((trial_info(t) for t in self.study.get_trials(deepcopy=False)
-                         if trial_info(t).get("slot") == "baseline" and trial_info(t).get("status") == "ok"), {})
-        bench = baseline.get("bench") or {}
-        peak, kind = bench.get("peak_memory_bytes"), bench.get("peak_memory_kind", "")
-        return sequential_reason(reference, candidate, peak_bytes=peak, available_bytes=_free_memory_bytes(kind))
+        records = trial_records(self.study.get_trials(deepcopy=False))
+        baseline = next((r.bench for r in records if r.slot == "baseline" and r.status == "ok" and r.bench), None)
+        peak = baseline.peak_memory_bytes if baseline else None
+        kind = baseline.peak_memory_kind if baseline else ""
+        return sequential_reason(reference, candidate, peak_bytes=peak, available_bytes=_free_memory_bytes(kind or ""))
 
     def _inference_spec(self) -> dict[str, Any]:
         """TrialSpec fields for the objective and, for inference workloads, the accuracy guard (they have no loss curve)."""
@@ -362,13 +341,14 @@ class Tuner:
     # ---- the outcome ----------------------------------------------------------------------------
     def _finish(self, stopped: str) -> TuneOutcome:
         state = self.sampler.plan(self.study) if self.options.strategy == "greedy" else None
-        outcome = build_outcome(trial_rows(self.study), state, self._study_meta(), stopped)
+        outcome = build_outcome(trial_rows(self.study, self.options.objective), state, self._study_meta(), stopped)
         _log.info("tune stopped (%s); best config: %s", stopped,
-                  "none" if outcome.best is None else outcome.best_config or "the defaults")
+                  "none" if outcome.best is None else dict(outcome.best_config) or "the defaults")
         if outcome.best is not None:
+            outcome = replace(outcome, out_path=str(self.options.out))
             self._save(outcome)
             if self.options.export_path is not None and stopped != "interrupted":
-                outcome.export = self._export(outcome.best_config)
+                outcome = replace(outcome, export=self._export(outcome.best_config))
         return outcome
 
     def _study_meta(self) -> StudyMeta:
@@ -377,30 +357,28 @@ class Tuner:
         return StudyMeta(self.study_name, self.storage_url, o.strategy, self.spec, o.objective,
                          build_guard_note(o.guard_steps, accuracy))
 
-    def _export(self, config: dict[str, Any]) -> dict[str, Any]:
-        """Write the chosen model to --export (ExportInfo as a dict, or {"error": ...} when no format works)."""
+    def _export(self, config: dict[str, Any]):
+        """Write the chosen model to --export (what was written, or why no format works)."""
         from torchpace.inference.export import ExportFailed, export_workload
         from torchpace.workload import load_workload
 
         self.on_event("exporting")
         try:
-            return export_workload(load_workload(self.spec), config, self.options.export_path, host=self.host).to_dict()
+            info = export_workload(load_workload(self.spec), dict(config), self.options.export_path, host=self.host)
+            return ExportOutcome.from_dict(info.to_dict())
         except ExportFailed as err:
-            return {"path": str(self.options.export_path), "error": str(err)}
+            return ExportOutcome(path=str(self.options.export_path), error=str(err))
 
     def _save(self, outcome: TuneOutcome) -> None:
         from torchpace.config import RunConfig, save_config
 
         from torchpace.tune.figures import result_table
 
-        script = {"command": list(self.options.command),
-                  "throughput_unit": outcome.baseline.get("throughput_unit", "samples")} if self.options.command else {}
-        result = {"workload": self.spec, **script,
-                  "study": self.study_name, "storage": self.storage_url,
-                  **result_table(outcome.to_dict()), **_inference_result(outcome)}
-        save_config(RunConfig(outcome.best_config, self.host.summary(), result), self.options.out)
+        script = {"command": list(self.options.command)} if self.options.command else {}
+        result = {"workload": self.spec, **script, "study": self.study_name, "storage": self.storage_url,
+                  **result_table(outcome), **_inference_result(outcome)}
+        save_config(RunConfig(dict(outcome.best_config), self.host.summary(), result), self.options.out)
         _log.info("wrote %s", self.options.out)
-        outcome.out_path = str(self.options.out)
 
 
 def _free_memory_bytes(kind: str) -> int | None:
@@ -417,7 +395,9 @@ def _free_memory_bytes(kind: str) -> int | None:
 
 def _inference_result(outcome: TuneOutcome) -> dict[str, Any]:
     """Figures of an inference tune saved in torchpace.toml's [result]: the objective, batch-1 latency."""
-    if outcome.objective == "throughput" and (outcome.baseline or {}).get("latency_p50_s") is None:
+    base = outcome.baseline.latency if outcome.baseline else None
+    if outcome.objective == "throughput" and base is None:
         return {}
-    return {"objective": outcome.objective, "baseline_latency_p50_s": outcome.baseline.get("latency_p50_s"),
-            "tuned_latency_p50_s": outcome.best.get("latency_p50_s")}
+    best = outcome.best.latency if outcome.best else None
+    return {"objective": outcome.objective, "baseline_latency_p50_s": base.p50_s if base else None,
+            "tuned_latency_p50_s": best.p50_s if best else None}

@@ -1,0 +1,53 @@
+"""A greedy study decided by paired comparisons, recorded as an earlier torchpace wrote it
+(tests/fixtures/studies/paired_greedy.json: the reference arm's figures stored in part), is still
+reported with the figures that tune printed when it ran, and HTML-rendered in its unit."""
+
+from __future__ import annotations
+
+import pytest
+
+from _support import FIXTURES, restore_recorded_study
+from torchpace.report import write_report
+from torchpace.report.load import load_report_data
+from torchpace.tune.figures import PAIRED_FIGURES_NOTE, SPEEDUP_FROM_FINAL
+
+RECORDED = FIXTURES / "studies" / "paired_greedy.json"
+# what `torchpace tune --json` printed when the study was tuned
+PRINTED_SPEEDUP = (2.2715785229889356, 1.6014072084213755, 3.306874466938018, 4)
+PRINTED_DECISIONS = {"data.num_workers": (2, 2.295532273097699, 1.8421176138013717, 4.544122587670398, 6),
+                     "optimizer.impl": (None, 2.3774515639623504, 0.09601706550162685, 6.226291111311322, 11)}
+PRINTED_BASELINE = (52.69590608780728, 51.30286248560519, 95.95620635566446)
+PRINTED_TUNED = (122.81916658523097, 112.14547136783729, 243.48362738813125)
+PRINTED_NOISE = (0.870072437763424, 0.6660754997441665, 1.200291950916552, 3)
+
+
+@pytest.fixture
+def recorded_db(tmp_path, host):
+    db = tmp_path / "paired.db"
+    restore_recorded_study(RECORDED, f"sqlite:///{db}", host, str(FIXTURES / "pair_workloads.py") + ":sleepy_loader")
+    return db
+
+
+def test_a_recorded_paired_study_reports_the_figures_tune_printed(recorded_db):
+    tune = load_report_data(str(recorded_db)).tune
+    assert tune.stopped == "done" and tune.best_config == {"data.num_workers": 2}
+    speedup = tune.speedup_figure
+    assert (tune.speedup, speedup.ci_low, speedup.ci_high, speedup.rounds) == pytest.approx(PRINTED_SPEEDUP)
+    assert speedup.source == SPEEDUP_FROM_FINAL and tune.figures_note == PAIRED_FIGURES_NOTE
+    decisions = {d.decision.knob: (d.decision.accepted_value, d.decision.ratio, d.decision.ratio_ci_low,
+                                   d.decision.ratio_ci_high, d.decision.rounds) for d in tune.decisions}
+    assert decisions.keys() == PRINTED_DECISIONS.keys()
+    for knob, printed in PRINTED_DECISIONS.items():
+        assert decisions[knob] == pytest.approx(printed), knob
+    base, best = tune.baseline.throughput, tune.best.throughput
+    assert (base.value, base.ci_low, base.ci_high) == pytest.approx(PRINTED_BASELINE) and base.unit == "samples/s"
+    assert (best.value, best.ci_low, best.ci_high) == pytest.approx(PRINTED_TUNED)
+    assert (tune.noise.ratio, tune.noise.ratio_ci_low, tune.noise.ratio_ci_high, tune.noise.rounds) == pytest.approx(PRINTED_NOISE)
+    # the reference arm, stored in part by the tuner that ran it, reads as what it holds
+    final = next(t for t in tune.trials if t.slot == "final")
+    assert final.pair.reference_bench.throughput.samples_per_s == pytest.approx(PRINTED_BASELINE[0])
+
+
+def test_a_recorded_paired_study_renders(recorded_db, tmp_path):
+    html = write_report(load_report_data(str(recorded_db)), tmp_path / "paired.html", with_doctor=False).read_text()
+    assert "2.27× [1.60, 3.31], 4 rounds" in html and "data.num_workers" in html
