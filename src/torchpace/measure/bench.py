@@ -6,7 +6,7 @@ device (`compute_only_samples_per_s`), the ceiling the input pipeline could reac
 `input_bound_frac = 1 - samples_per_s / compute_only_samples_per_s` (0 when not input-bound).
 
 Inference workloads (`loss=None`) also get the latency of ONE request: per-call p50 / p90 / p99 at
-batch 1 with the 95% CI of p50 (`torchpace.inference.latency`), on one sample pre-staged on the
+batch 1 with the 95% CI of p50 (`torchpace.measure.latency`), on one sample pre-staged on the
 device; `samples_per_s` is their throughput at the loader's batch size. They may also be checked
 against their fp32 eager reference (`accuracy=`, see `torchpace.inference.accuracy`).
 """
@@ -35,7 +35,7 @@ from torchpace.runtime.batch import batch_len
 from torchpace.workload import Workload
 
 if TYPE_CHECKING:
-    from torchpace.inference.latency import Latency
+    from torchpace.measure.latency import Latency
 
 WARMUP_SHARE = 0.4  # warm-up may use up to this share of the time cap (compile can take ~20 s)
 _MAIN_SHARE = 0.8  # the real-step measurement ends by this share; compute-only gets the rest
@@ -139,7 +139,7 @@ def _measure_compute_only(run: Prepared, clock: Clock, opts: BenchOptions, start
 
 def _measure_batch1_latency(run: Prepared, clock: Clock, opts: BenchOptions, start: float, phases: _Phases) -> Latency:
     """Per-call latency of one request: one sample pre-staged on the device, synced after each call."""
-    from torchpace.inference.latency import LatencyOptions, measure_latency
+    from torchpace.measure.latency import LatencyOptions, measure_latency
 
     loader = torch.utils.data.DataLoader(run.loader.dataset, batch_size=1, shuffle=False, collate_fn=run.workload.collate_fn)
     staged = run.to_device(next(iter(loader)))

@@ -33,6 +33,8 @@ _MAX_STEPS_PER_WINDOW = 10_000  # bounds a window of a near-free step
 _SIZING_STEPS = 8  # the window is sized from the mean of the last few single steps
 _MAX_WINDOW_GROWTH = 8  # warm-up doubles a window while it is shorter than this many `window_s`
 _OVERRUN = 4  # a warm-up window that lasts this many times its plan ends early and re-sizes the next
+# consecutive warm-up windows (or, for latency, blocks of calls) agreeing within this share end the warm-up
+WARMUP_TOLERANCE = 0.10
 _TURN_OVERRUN = 2  # a paired comparison's turn ends at this many times its planned time (the host slowed)
 
 
@@ -54,7 +56,7 @@ class TimingOptions:
     """Knobs of the measurement itself (not of the workload)."""
 
     window_s: float = 0.5
-    warmup_tolerance: float = 0.10
+    warmup_tolerance: float = WARMUP_TOLERANCE
     target_ci_rel: float = 0.02
     min_windows: int = MIN_WINDOWS_FOR_CI
     # single steps at most: a step with a rhythm of its own (loader workers that deliver in bursts)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from torchpace.inference.latency import (LatencyOptions, measure_latency, percentile_nearest_rank, summarize_latency,
-                                         time_call)
+from torchpace.measure.latency import (LatencyOptions, measure_latency, percentile_nearest_rank, summarize_latency,
+                                       time_call)
 
 
 class ScriptedClock:
@@ -81,7 +81,7 @@ def test_noisy_calls_stop_at_the_deadline():
 
 
 def test_large_samples_use_the_normal_approximation_of_the_median_ranks():
-    from torchpace.inference.latency import median_ci_ranks_large
+    from torchpace.measure.latency import median_ci_ranks_large
     from torchpace.measure.stats import median_ci_ranks
 
     assert median_ci_ranks_large(50) == median_ci_ranks(50)

@@ -2,9 +2,11 @@
 
 Method: latency is a property of ONE request, so unlike throughput (windows of many steps, synced
 only at window ends) every call is timed on its own and the device is synchronised after each call
-(on CPU the sync is a no-op). The first call always runs (torch.compile compiles a batch-1 graph
-there); warm-up continues until the medians of two consecutive blocks of calls agree within
-`warmup_tolerance`. Measured calls then run until there are at least `min_calls` and the 95%
+(on CPU the sync is a no-op). Warm-up follows the throughput meter's rule (`torchpace.measure.timing`):
+the first call always runs and never counts (torch.compile compiles a batch-1 graph there), then
+warm-up continues until two consecutive blocks of calls agree (`stats.windows_agree`, within the
+meter's `WARMUP_TOLERANCE`; a block's figure is the median of its calls, as single calls jitter more
+than windows) or its deadline passes (not converged). Measured calls then run until there are at least `min_calls` and the 95%
 confidence interval of the median (binomial order statistics, as for throughput; past
 `_EXACT_RANKS_MAX_N` calls the binomial's normal approximation gives the ranks) is within
 ±`target_ci_rel`, or the deadline passes. p90 and p99 are nearest-rank percentiles of the measured
@@ -20,9 +22,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from torchpace.measure.stats import median_ci_ranks
+from torchpace.measure.stats import median_ci_ranks, windows_agree
+from torchpace.measure.timing import WARMUP_TOLERANCE, Clock
 
-Clock = Callable[[], float]
 _WARMUP_BLOCK_CALLS = 5  # medians of blocks of this many calls must agree to end the warm-up
 _CI_CHECK_GROWTH = 1.1  # recompute the CI each time the sample grows by 10% (sorting is not free)
 _EXACT_RANKS_MAX_N = 100  # exact binomial ranks up to here; their cost grows with n squared
@@ -33,7 +35,7 @@ _Z_95 = 1.959964
 class LatencyOptions:
     """Knobs of the latency measurement itself."""
 
-    warmup_tolerance: float = 0.10
+    warmup_tolerance: float = WARMUP_TOLERANCE
     target_ci_rel: float = 0.02
     min_calls: int = 200
     max_calls: int = 20_000
@@ -111,7 +113,7 @@ def _warm_up(call, clock, sync, options: LatencyOptions, deadline: float) -> tup
     while calls < options.max_warmup_calls and clock() < deadline:
         block = statistics.median(time_call(call, clock, sync) for _ in range(_WARMUP_BLOCK_CALLS))
         calls += _WARMUP_BLOCK_CALLS
-        if previous is not None and abs(block - previous) <= options.warmup_tolerance * max(block, previous):
+        if previous is not None and windows_agree(block, previous, options.warmup_tolerance):
             return calls, True
         previous = block
     return calls, False
