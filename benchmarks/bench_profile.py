@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from torchpace.measure.bench import _LoaderCycle
+from torchpace.runtime.loader import LoaderCycle
 from torchpace.profile.capture import profiler_activities
 from torchpace.runtime import prepare
 from torchpace.workload import load_workload
@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def timed_steps(run, cycle: _LoaderCycle, steps: int) -> list[float]:
+def timed_steps(run, cycle: LoaderCycle, steps: int) -> list[float]:
     """Seconds per step (next batch + step) for `steps` steps."""
     times = []
     for _ in range(steps):
@@ -51,7 +51,7 @@ def timed_steps(run, cycle: _LoaderCycle, steps: int) -> list[float]:
     return times
 
 
-def profiled_block(run, cycle: _LoaderCycle, steps: int) -> tuple[float, float]:
+def profiled_block(run, cycle: LoaderCycle, steps: int) -> tuple[float, float]:
     """(median step s, post-processing s) of one block under the profiler, as `torchpace profile` runs it."""
     run.options.label_phases = True
     prof = torch.profiler.profile(activities=profiler_activities(run.device), profile_memory=True)
@@ -65,7 +65,7 @@ def profiled_block(run, cycle: _LoaderCycle, steps: int) -> tuple[float, float]:
     return median_s, post_s
 
 
-def plain_block(run, cycle: _LoaderCycle, steps: int) -> float:
+def plain_block(run, cycle: LoaderCycle, steps: int) -> float:
     run.options.label_phases = False
     return statistics.median(timed_steps(run, cycle, steps))
 
@@ -73,7 +73,7 @@ def plain_block(run, cycle: _LoaderCycle, steps: int) -> float:
 def bench(spec: str, rounds: int, steps: int, threads: int | None) -> None:
     config = {"threads.intra_op": threads} if threads else None
     with prepare(load_workload(spec), config) as run:
-        cycle = _LoaderCycle(run.loader)
+        cycle = LoaderCycle(run.loader)
         try:
             plain_block(run, cycle, 2)  # warm-up: lazy init, optimizer state, allocator growth
             ratios, plains, posts = [], [], []

@@ -262,9 +262,9 @@ def build_loader(source: DataSource, fmt: str, decoder: str, workers: int, batch
 
 def measure_loader(source: DataSource, fmt: str, decoder: str, workers: int, options: DataBenchOptions, clock: Clock) -> Rate:
     """images/s through a DataLoader (read + decode) with `workers` worker processes."""
-    from torchpace.measure.bench import _LoaderCycle
+    from torchpace.runtime.loader import LoaderCycle
 
-    cycle = _LoaderCycle(build_loader(source, fmt, decoder, workers, options.batch_size))
+    cycle = LoaderCycle(build_loader(source, fmt, decoder, workers, options.batch_size))
     try:
         for _ in range(workers * _TORCH_PREFETCH_FACTOR + 1):
             cycle.next()  # drain what the workers prefetched while starting: those batches come back at once

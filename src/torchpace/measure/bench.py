@@ -32,6 +32,7 @@ from torchpace.measure.timing import Clock, Throughput, TimingOptions, measure_t
 from torchpace.records import from_json
 from torchpace.runtime import Prepared, prepare
 from torchpace.runtime.batch import batch_len
+from torchpace.runtime.loader import LoaderCycle
 from torchpace.workload import Workload
 
 if TYPE_CHECKING:
@@ -70,38 +71,9 @@ class BenchOptions:
         return TimingOptions(window_s=window, target_ci_rel=self.target_ci_rel)
 
 
-class _LoaderCycle:
-    """Endless batches: restarts the DataLoader at each epoch's end, as a training loop does (a
-    DistributedSampler is told the new epoch, so each epoch reshuffles)."""
-
-    def __init__(self, loader: torch.utils.data.DataLoader):
-        self.loader = loader
-        self.epoch = 0
-        self.iterator = iter(loader)
-
-    def next(self) -> Any:
-        try:
-            return next(self.iterator)
-        except StopIteration:
-            self.epoch += 1
-            set_epoch = getattr(self.loader.sampler, "set_epoch", None)
-            if set_epoch is not None:
-                set_epoch(self.epoch)
-            self.iterator = iter(self.loader)
-            return next(self.iterator)
-
-    def close(self) -> None:
-        shutdown = getattr(self.iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()  # do not leave worker processes behind (persistent ones included)
-        if getattr(self.loader, "_iterator", None) is self.iterator:
-            self.loader._iterator = None  # persistent workers: the next iter() would reuse the shut-down iterator
-        self.iterator = None
-
-
 def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: float, losses: list, on_window,
                        phases: _Phases = _TRAINING_PHASES, gate: Gate | None = None) -> Throughput:
-    cycle = _LoaderCycle(run.loader)
+    cycle = LoaderCycle(run.loader)
 
     def step() -> int:
         batch = cycle.next()
@@ -120,7 +92,7 @@ def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: f
 
 def _measure_compute_only(run: Prepared, clock: Clock, opts: BenchOptions, start: float, on_window,
                           phases: _Phases = _TRAINING_PHASES) -> Throughput:
-    first = _LoaderCycle(run.loader)
+    first = LoaderCycle(run.loader)
     try:
         staged = run.to_device(first.next())
     finally:

@@ -34,7 +34,7 @@ import torch
 from torchpace.config import RunConfig, resolve_config
 from torchpace.errors import TorchpaceError, UsageError, UserCodeError
 from torchpace.host import HostFacts, probe_host
-from torchpace.measure.bench import _LoaderCycle
+from torchpace.runtime.loader import LoaderCycle
 from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_memory
 from torchpace.profile.trace import MAX_PROFILED_STEPS, METADATA_KEY
 from torchpace.runtime import Prepared, prepare
@@ -116,7 +116,7 @@ def capture_profile(
     start = time.perf_counter()
     with prepare(workload, config, device=device, host=host, label_phases=True) as run:
         reset_peak_memory(run.device)
-        cycle = _LoaderCycle(run.loader)
+        cycle = LoaderCycle(run.loader)
         try:
             document = _run_traced_steps(run, cycle, options)
             python = _run_python_steps(run, cycle, options.python_steps) if options.python_steps else None
@@ -133,13 +133,13 @@ def capture_profile(
     return Capture(document, Path(trace_path) if trace_path is not None else None, time.perf_counter() - start)
 
 
-def _step(run: Prepared, cycle: _LoaderCycle) -> None:
+def _step(run: Prepared, cycle: LoaderCycle) -> None:
     with torch.profiler.record_function("torchpace.input_wait"):
         batch = cycle.next()
     run.step(batch)
 
 
-def _run_traced_steps(run: Prepared, cycle: _LoaderCycle, options: CaptureOptions) -> dict[str, Any]:
+def _run_traced_steps(run: Prepared, cycle: LoaderCycle, options: CaptureOptions) -> dict[str, Any]:
     """The scheduled profiler loop; returns the exported Chrome trace document."""
     with tempfile.TemporaryDirectory(prefix="torchpace-profile-") as tmp:
         raw_path = Path(tmp) / "trace.json"
@@ -155,7 +155,7 @@ def _run_traced_steps(run: Prepared, cycle: _LoaderCycle, options: CaptureOption
             return json.load(fh)
 
 
-def _run_python_steps(run: Prepared, cycle: _LoaderCycle, steps: int) -> dict[str, Any]:
+def _run_python_steps(run: Prepared, cycle: LoaderCycle, steps: int) -> dict[str, Any]:
     """Run `steps` steps under cProfile; summarise self time in interpreted Python vs C/C++ calls."""
     profiler = cProfile.Profile()
     sync = device_sync(run.device)
