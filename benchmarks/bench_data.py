@@ -37,7 +37,8 @@ from torchpace.config import load_config
 from torchpace.data.bench import DataBenchOptions, measure_decode
 from torchpace.data.decoders import available_decoders
 from torchpace.examples.vision import image_root
-from torchpace.measure.bench import BenchOptions, run_bench
+from torchpace.measure.bench import BenchOptions
+from torchpace.trial.bench import run_bench
 from torchpace.workload import load_workload
 
 from _args import count, seconds

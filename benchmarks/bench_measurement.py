@@ -19,8 +19,9 @@ import time
 import torch
 
 from torchpace.host import probe_host
-from torchpace.measure.bench import BenchOptions, run_bench
+from torchpace.measure.bench import BenchOptions
 from torchpace.measure.timing import TimingOptions, measure_throughput
+from torchpace.trial.bench import run_bench
 from torchpace.workload import load_workload
 
 from _args import count, seconds

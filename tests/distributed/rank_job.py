@@ -10,9 +10,10 @@ from pathlib import Path
 import torch
 
 from torchpace.examples.tabular import workload
-from torchpace.measure.bench import BenchOptions, run_bench
+from torchpace.measure.bench import BenchOptions
 from torchpace.measure.memory import read_peak_memory
 from torchpace.runtime import prepare
+from torchpace.trial.bench import run_bench
 
 
 def full(tensor: torch.Tensor) -> torch.Tensor:

@@ -6,9 +6,10 @@ import jsonschema
 import pytest
 
 from torchpace.inference.accuracy import AccuracyGuard
-from torchpace.measure.bench import BenchOptions, run_bench
+from torchpace.measure.bench import BenchOptions
 from torchpace.measure.render import bench_rows
 from torchpace.measure.schema import BENCH_RESULT_SCHEMA
+from torchpace.trial.bench import run_bench
 
 from inference_planted import planted, wide_mlp
 

@@ -146,8 +146,9 @@ def test_the_study_report_shows_host_doctor_decisions_and_the_guard(study_report
 
 @pytest.fixture(scope="module")
 def bench_json(tmp_path_factory) -> Path:
-    from torchpace.measure.bench import BenchOptions, run_bench
-    from torchpace.measure.run import save_result
+    from torchpace.cli._common import save_result
+    from torchpace.measure.bench import BenchOptions
+    from torchpace.trial.bench import run_bench
     from torchpace.workload import load_workload
 
     result = run_bench(load_workload(fixture_workload("tiny_mlp")), None, BenchOptions(max_time_s=1.5))

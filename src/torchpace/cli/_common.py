@@ -53,6 +53,15 @@ def emit_json(payload: dict[str, Any]) -> None:
     sys.stdout.write("\n")
 
 
+def save_result(payload: dict[str, Any], path: PathLike) -> Path:
+    """Write a JSON result (every verb's `--out`) atomically."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2))
+    tmp.replace(path)
+    return path
+
+
 def make_console(stderr: bool = False):
     """A Rich console (imported lazily: `--help` must stay light)."""
     from rich.console import Console
@@ -63,8 +72,6 @@ def make_console(stderr: bool = False):
 def output_result(payload: dict[str, Any], out_path: str | None, as_json: bool, render) -> None:
     """Save `payload` to `out_path` (if given), then print it as JSON or with `render(console, payload)`."""
     if out_path:
-        from torchpace.measure.run import save_result
-
         save_result(payload, out_path)
     if as_json:
         emit_json(payload)

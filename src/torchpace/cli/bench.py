@@ -30,7 +30,7 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     """
     from torchpace.host import probe_host
     from torchpace.measure.bench import BenchOptions
-    from torchpace.measure.run import bench_workload, nonfinite_loss_message
+    from torchpace.bench.run import bench_workload, nonfinite_loss_message
 
     command_argv = script_command(workload)
     inputs = script_inputs(command_argv, config_path) if command_argv else workload_inputs(workload, config_path)

@@ -24,8 +24,9 @@ def run_spec(spec: TrialSpec) -> TrialResult:
 
     from torchpace.errors import UsageError, UserCodeError
     from torchpace.inference.accuracy import AccuracyRejected
-    from torchpace.measure.bench import BenchOptions, run_bench
+    from torchpace.measure.bench import BenchOptions
     from torchpace.measure.gate import Gate
+    from torchpace.trial.bench import run_bench
     from torchpace.workload import load_workload
 
     start = time.perf_counter()

@@ -2,7 +2,8 @@
 
 import pytest
 
-from torchpace.measure.bench import BenchOptions, run_bench
+from torchpace.measure.bench import BenchOptions
+from torchpace.trial.bench import run_bench
 
 from fixtures.workloads import tiny_inference, tiny_mlp
 

@@ -1,22 +1,24 @@
-"""Running a bench for the CLI: in this process, or in a trial process when the config has
-process-level knobs (allocator, NUMA, thread env vars) this process is not already running with."""
+"""The `torchpace bench WORKLOAD` flow: in this process, or in a trial process when the config has
+process-level knobs (allocator, NUMA, thread env vars) this process is not already running with; the
+measurement itself is `torchpace.trial.bench.run_bench` either way. (`bench -- CMD` is
+`torchpace.script.run.bench_script`.)"""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError, UserCodeError
 from torchpace.host import HostFacts
-from torchpace.measure.bench import BenchOptions, BenchResult, run_bench
+from torchpace.measure.bench import BenchOptions
+from torchpace.measure.result import BenchResult
 from torchpace.runtime import pending_env_knobs
+from torchpace.trial.bench import run_bench
 
 _log = logging.getLogger(__name__)
 
@@ -111,12 +113,3 @@ def nonfinite_loss_message(losses: list[float]) -> str | None:
     first = next(i for i, value in enumerate(losses) if not math.isfinite(value))
     return (f"the loss was {losses[first]} at loss value {first + 1} of {len(losses)}: these figures time a run that "
             "diverged; check the learning rate, the data and precision knobs (precision.amp)")
-
-
-def save_result(payload: dict, path: str | Path) -> Path:
-    """Write a JSON result atomically."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    tmp.replace(path)
-    return path
