@@ -79,3 +79,20 @@ def test_ddp_in_one_process_wraps_the_model_in_a_loopback_group_the_next_prepare
             assert torch.isfinite(run.step(next(iter(run.loader))))
             groups.append(torch.distributed.group.WORLD)
     assert groups[0] is groups[1] and torch.distributed.is_initialized()
+
+
+def test_the_wrappers_options_come_from_the_knobs_with_their_defaults():
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from torchpace.knobs.distributed import data_parallel
+
+    plain = data_parallel({})
+    assert (plain.strategy, plain.backend, plain.enabled) == ("none", "auto", False)
+    assert plain.ddp == {"bucket_cap_mb": 25, "gradient_as_bucket_view": False, "static_graph": False}
+    assert plain.fsdp == {"reshard_after_forward": True}
+    tuned = data_parallel(RunConfig({"distributed.strategy": "ddp", "ddp.static_graph": True}).full_values())
+    assert tuned.enabled and tuned.ddp["static_graph"] is True and tuned.ddp["bucket_cap_mb"] == 25
+    # every ddp.* knob names an argument DistributedDataParallel really takes
+    assert set(plain.ddp) <= set(inspect.signature(DistributedDataParallel.__init__).parameters)

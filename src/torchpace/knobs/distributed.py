@@ -9,7 +9,10 @@ global batch is `batch_size * world size`.
 
 from __future__ import annotations
 
-from torchpace.knobs.base import IntKnob, Knob, Point
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+from torchpace.knobs.base import IntKnob, Knob, KnobValue, Point
 
 
 def usable_devices(host) -> int:
@@ -22,6 +25,39 @@ def nproc_of(values) -> int:
     return int(values.get("nproc_per_node", 1) or 1)
 
 
+@dataclass(frozen=True)
+class DataParallel:
+    """What a config asks of data parallelism, each knob at its default where the config does not set it.
+
+    Attributes:
+        strategy: `none`, `ddp` or `fsdp` (`distributed.strategy`).
+        backend: `auto`, `gloo` or `nccl` (`distributed.backend`).
+        ddp: DistributedDataParallel's keyword arguments (the `ddp.*` knobs).
+        fsdp: `fully_shard`'s keyword arguments (the `fsdp.*` knobs).
+    """
+
+    strategy: str
+    backend: str
+    ddp: Mapping[str, KnobValue]
+    fsdp: Mapping[str, KnobValue]
+
+    @property
+    def enabled(self) -> bool:
+        return self.strategy != "none"
+
+
+def data_parallel(values: Mapping[str, Any]) -> DataParallel:
+    """The data parallelism of a config's `values` (a full or partial knob name -> value mapping)."""
+    def value(knob: Knob) -> KnobValue:
+        return values.get(knob.name, knob.default)
+
+    options: dict[str, dict[str, KnobValue]] = {"ddp": {}, "fsdp": {}}
+    for knob in KNOBS:
+        if isinstance(knob, _WrapperOption):
+            options[knob.wrapper][knob.argument] = value(knob)
+    return DataParallel(str(value(STRATEGY)), str(value(BACKEND)), options["ddp"], options["fsdp"])
+
+
 def _without_torch_distributed() -> str | None:
     import torch
 
@@ -29,8 +65,8 @@ def _without_torch_distributed() -> str | None:
 
 
 def _needs_strategy(name: str, values: dict, strategy: str) -> str | None:
-    if values.get("distributed.strategy", "none") != strategy:
-        return f"{name} shapes the {strategy.upper()} wrapper: it needs distributed.strategy = {strategy}"
+    if values.get(STRATEGY.name, STRATEGY.default) != strategy:
+        return f"{name} shapes the {strategy.upper()} wrapper: it needs {STRATEGY.name} = {strategy}"
     return None
 
 
@@ -106,7 +142,7 @@ class StrategyKnob(Knob):
             return target
         from torchpace.runtime.distributed import wrap_model
 
-        return wrap_model(target, ctx.values, ctx.dist, ctx.device)
+        return wrap_model(target, data_parallel(ctx.values), ctx.dist, ctx.device)
 
 
 class BackendKnob(Knob):
@@ -138,55 +174,59 @@ class BackendKnob(Knob):
         return None
 
 
-class BucketCapKnob(IntKnob):
+class _WrapperOption(Knob):
+    """A keyword argument of the DDP or FSDP wrapper: `wrapper` (ddp/fsdp) and the `argument` the
+    knob's value is passed as (`torchpace.runtime.distributed.wrap_model`)."""
+
+    wrapper: ClassVar[str]
+    argument: ClassVar[str]
+    stage = "distributed"
+    point = Point.MODEL
+    training_only = True
+
+    def conflicts(self, values):
+        return _needs_strategy(self.name, values, self.wrapper) if values.get(self.name, self.default) != self.default else None
+
+
+class BucketCapKnob(_WrapperOption, IntKnob):
     name = "ddp.bucket_cap_mb"
+    wrapper, argument = "ddp", "bucket_cap_mb"
     stage = "distributed"
     point = Point.MODEL
     default = 25
     minimum = 1
-    training_only = True
     help = "DDP gradient bucket size in MiB: bigger buckets, fewer all-reduces; smaller, earlier overlap with backward."
 
     def candidates(self, host, workload):
         return [25, 5, 100]
 
-    def conflicts(self, values):
-        return _needs_strategy(self.name, values, "ddp") if values.get(self.name, 25) != 25 else None
 
-
-class _DdpFlag(Knob):
-    stage = "distributed"
-    point = Point.MODEL
+class _DdpFlag(_WrapperOption):
+    wrapper = "ddp"
     default = False
     choices = (False, True)
-    training_only = True
-
-    def conflicts(self, values):
-        return _needs_strategy(self.name, values, "ddp") if values.get(self.name) else None
 
 
 class GradientAsBucketViewKnob(_DdpFlag):
     name = "ddp.gradient_as_bucket_view"
+    argument = "gradient_as_bucket_view"
     help = "gradients are views into DDP's all-reduce buckets: one copy less per step, less memory."
 
 
 class StaticGraphKnob(_DdpFlag):
     name = "ddp.static_graph"
+    argument = "static_graph"
     help = "tell DDP the graph is the same every step (lets it skip unused-parameter search, overlap better)."
 
 
-class ReshardAfterForwardKnob(Knob):
+class ReshardAfterForwardKnob(_WrapperOption):
     name = "fsdp.reshard_after_forward"
-    stage = "distributed"
-    point = Point.MODEL
+    wrapper, argument = "fsdp", "reshard_after_forward"
     default = True
     choices = (True, False)
-    training_only = True
     help = "free gathered parameters after forward (less memory) or keep them for backward (one all-gather less)."
 
-    def conflicts(self, values):
-        return _needs_strategy(self.name, values, "fsdp") if values.get(self.name) is False else None
 
-
-KNOBS = [NprocPerNodeKnob(), StrategyKnob(), BackendKnob(), BucketCapKnob(), GradientAsBucketViewKnob(), StaticGraphKnob(),
+STRATEGY, BACKEND = StrategyKnob(), BackendKnob()
+KNOBS = [NprocPerNodeKnob(), STRATEGY, BACKEND, BucketCapKnob(), GradientAsBucketViewKnob(), StaticGraphKnob(),
          ReshardAfterForwardKnob()]

@@ -1,6 +1,7 @@
 """Data-parallel training under torchrun: process group, model wrapping, samplers, collective figures.
 
-`prepare()` calls `setup_distributed` when the config's `distributed.strategy` is ddp or fsdp: it joins
+`prepare()` calls `setup_distributed` when the config's `distributed.strategy` is ddp or fsdp (what
+the knobs ask for arrives as `torchpace.knobs.distributed.DataParallel`, defaults filled in): it joins
 (or starts) the process group, picks the rank's device, and wraps the model; the loader then reads a
 `DistributedSampler` shard. Under torchrun (RANK / WORLD_SIZE / LOCAL_RANK in the environment) the
 group is the job's; elsewhere a one-process group on loopback, so a distributed config still runs.
@@ -20,11 +21,12 @@ import os
 import socket
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import torch
 
-STRATEGIES = ("none", "ddp", "fsdp")
+if TYPE_CHECKING:
+    from torchpace.knobs.distributed import DataParallel
 BACKENDS = ("auto", "gloo", "nccl")
 _TIMEOUT = datetime.timedelta(minutes=10)  # a collective that waits longer than this is a hang
 _EXIT_WAIT = datetime.timedelta(seconds=30)  # how long a rank leaving at exit waits for the others
@@ -132,11 +134,11 @@ class CollectiveClock:
         return self._dist.max(self._clock() - self._origin)
 
 
-def setup_distributed(values: Mapping[str, Any], device: torch.device | None, has_cuda: bool) -> tuple[Dist, torch.device]:
+def setup_distributed(parallel: "DataParallel", device: torch.device | None, has_cuda: bool) -> tuple[Dist, torch.device]:
     """Join torchrun's process group (or start a one-process group) and pick this rank's device.
 
     Args:
-        values: the config's full knob values (`distributed.strategy`, `distributed.backend`).
+        parallel: the config's strategy and backend (`torchpace.knobs.distributed.data_parallel`).
         device: the device asked for, or None for this rank's default (cuda:LOCAL_RANK when CUDA).
     """
     ranks = RankEnv.from_env()
@@ -144,7 +146,7 @@ def setup_distributed(values: Mapping[str, Any], device: torch.device | None, ha
         device = torch.device("cuda", ranks.local_rank) if has_cuda else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    backend = choose_backend(str(values.get("distributed.backend", "auto")), device)
+    backend = choose_backend(parallel.backend, device)
     if not torch.distributed.is_initialized():
         if ranks.under_torchrun:  # joined for the rest of the process: re-joining torchrun's store after
             torch.distributed.init_process_group(backend, timeout=_TIMEOUT)  # leaving it can hang
@@ -156,7 +158,7 @@ def setup_distributed(values: Mapping[str, Any], device: torch.device | None, ha
                                                  world_size=1, timeout=_TIMEOUT)
     side = _side_group()
     dist = Dist(torch.distributed.get_rank(), torch.distributed.get_world_size(), ranks.local_rank,
-                torch.distributed.get_backend(), str(values["distributed.strategy"]), side)
+                torch.distributed.get_backend(), parallel.strategy, side)
     return dist, device
 
 
@@ -196,18 +198,16 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wrap_model(model: torch.nn.Module, values: Mapping[str, Any], dist: Dist, device: torch.device) -> torch.nn.Module:
-    """The model wrapped for `dist.strategy`: DistributedDataParallel, or FSDP (fully_shard on each
-    repeated block and the root; FullyShardedDataParallel where torch has no fully_shard)."""
+def wrap_model(model: torch.nn.Module, parallel: "DataParallel", dist: Dist, device: torch.device) -> torch.nn.Module:
+    """The model wrapped for `dist.strategy`: DistributedDataParallel with `parallel.ddp`'s options, or
+    FSDP with `parallel.fsdp`'s (fully_shard on each repeated block and the root; FullyShardedDataParallel
+    where torch has no fully_shard)."""
     if dist.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None,
-            bucket_cap_mb=int(values.get("ddp.bucket_cap_mb", 25)),
-            gradient_as_bucket_view=bool(values.get("ddp.gradient_as_bucket_view", False)),
-            static_graph=bool(values.get("ddp.static_graph", False)))
-    reshard = bool(values.get("fsdp.reshard_after_forward", True))
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                       **parallel.ddp)
+    reshard = bool(parallel.fsdp["reshard_after_forward"])
     fully_shard = _fully_shard()
     if fully_shard is None:
         from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy

@@ -26,6 +26,7 @@ from torchpace.config import RunConfig, check_on_host, resolve_config
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts, probe_host
 from torchpace.knobs import REGISTRY, ApplyContext, Point
+from torchpace.knobs.distributed import data_parallel
 from torchpace.runtime.batch import batch_len, split_batch, to_device
 from torchpace.workload import Workload, check_workload
 
@@ -238,10 +239,11 @@ def prepare(
     values = config.full_values()
     device = torch.device(device) if device is not None else None
     dist = None
-    if values.get("distributed.strategy", "none") != "none" and workload.is_training:
+    parallel = data_parallel(values)
+    if parallel.enabled and workload.is_training:
         from torchpace.runtime.distributed import setup_distributed
 
-        dist, device = setup_distributed(values, device, host.cuda_available)
+        dist, device = setup_distributed(parallel, device, host.cuda_available)
     device = device or _default_device(host)
     _log.info("prepare %r on %s: %s", workload.name, device, config.non_default() or "no knob set (the defaults)")
     ctx = ApplyContext(host, workload, device, values, dist)

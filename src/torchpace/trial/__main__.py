@@ -14,6 +14,7 @@ import time
 import traceback
 from pathlib import Path
 
+from torchpace.knobs.distributed import data_parallel
 from torchpace.trial.protocol import (CRASH, GUARD, INVALID, NONFINITE, OK, OOM, STACK_DUMP_SIGNAL, TrialResult, TrialSpec,
                                       is_nonfinite)
 
@@ -119,9 +120,10 @@ def _run_rank(spec: TrialSpec) -> TrialResult:
 
     from torchpace.runtime.distributed import setup_distributed
 
+    parallel = data_parallel(spec.config)
     try:
-        if spec.config.get("distributed.strategy", "none") != "none":
-            setup_distributed(spec.config, torch.device(spec.device) if spec.device else None, torch.cuda.is_available())
+        if parallel.enabled:
+            setup_distributed(parallel, torch.device(spec.device) if spec.device else None, torch.cuda.is_available())
     except RuntimeError as err:
         return TrialResult(CRASH, error=f"joining the process group failed: {err}")
     return run_spec(spec)
