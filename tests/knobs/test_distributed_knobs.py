@@ -96,3 +96,4 @@ def test_the_wrappers_options_come_from_the_knobs_with_their_defaults():
     assert tuned.enabled and tuned.ddp["static_graph"] is True and tuned.ddp["bucket_cap_mb"] == 25
     # every ddp.* knob names an argument DistributedDataParallel really takes
     assert set(plain.ddp) <= set(inspect.signature(DistributedDataParallel.__init__).parameters)
+    assert tuned.wrapper_options is tuned.ddp and plain.wrapper_options == {}

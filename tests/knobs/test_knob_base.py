@@ -8,7 +8,7 @@ from typing import ClassVar
 import pytest
 import torch
 
-from torchpace.knobs import REGISTRY, Point
+from torchpace.knobs import REGISTRY, Point, Reach
 from torchpace.knobs.base import ApplyContext, Knob
 from torchpace.runtime import prepare
 from torchpace.runtime.prepare import StepOptions
@@ -72,3 +72,44 @@ def test_step_effects_of_the_built_in_knobs_are_declared_on_them(host, name, val
     options = StepOptions()
     REGISTRY[name].configure_step(value, options, ApplyContext(host, tiny_mlp(), torch.device(device), {}))
     assert {key: getattr(options, key) for key in expected} == expected
+
+
+class _RecordingHook:
+    """A ScriptHook that notes which of its actions each knob asked for."""
+
+    def __init__(self):
+        self.calls = []
+
+    def enter_global(self, knob, value):
+        self.calls.append(("enter_global", knob.name))
+
+    def give_loaders(self, knob, value):
+        self.calls.append(("give_loaders", knob.name))
+
+    def give_optimizers(self, knob, value):
+        self.calls.append(("give_optimizers", knob.name))
+
+    def autocast_forward(self, knob, value):
+        self.calls.append(("autocast_forward", knob.name))
+
+
+_ACTION_OF_REACH = {Reach.GLOBAL: "enter_global", Reach.LOADER: "give_loaders", Reach.OPTIMIZER: "give_optimizers",
+                    Reach.AUTOCAST: "autocast_forward"}
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_a_knob_takes_effect_in_a_script_through_the_action_of_its_reach(name):
+    knob = REGISTRY[name]
+    assert knob.script_reach is None or isinstance(knob.script_reach, Reach)
+    hook = _RecordingHook()
+    knob.apply_in_script(knob.default, hook)
+    in_process = knob.script_reach is not None and knob.script_reach.in_process
+    assert hook.calls == ([(_ACTION_OF_REACH[knob.script_reach], name)] if in_process else [])
+
+
+def test_every_in_process_reach_says_how_and_what_of_the_script_it_reaches():
+    for reach in Reach:
+        assert reach.reaches and str(reach) == reach.value
+        assert bool(reach.how) == reach.in_process
+    # knobs that must meet something in the script say what a script they never met lacked
+    assert {r for r in Reach if r.missed} == {Reach.LOADER, Reach.OPTIMIZER, Reach.AUTOCAST}

@@ -12,13 +12,6 @@ from torchpace.cli._script import ScriptVerb, script_command
 # The change a script needs for a knob that only prepare() can apply (the Workload path).
 PREPARE_CHANGE = ('run = torchpace.prepare(config="torchpace.toml", model=model, dataset=dataset, loss=loss_fn, batch_size=B)\n'
                   "for batch in run.loader: run.step(batch)   # in place of your forward / backward / step")
-_REACH = {
-    "process": "the script's process (env / argv) before it starts",
-    "global": "torch's global state when the script imports torch",
-    "loader": "every DataLoader the script builds, over its own arguments",
-    "optimizer": "every torch.optim optimizer the script builds, over its own argument",
-    "autocast": "autocast around the forward of the outermost module with parameters",
-}
 
 
 def plan_knob_table(host, workload) -> list[dict]:
@@ -48,7 +41,7 @@ def plan_script_knob_table(host, label: str) -> list[dict]:
         reason = knob.applies(host, target) if knob.script_reach else None
         candidates = [v for v in knob.candidates(host, target) if knob.script_reason(v) is None] if knob.script_reach else []
         row.update(applies=knob.script_reach is not None and reason is None, reason=reason, candidates=candidates if reason is None else [],
-                   reaches=_REACH.get(knob.script_reach or ""), needs_prepare=knob.script_reach is None,
+                   reaches=knob.script_reach.reaches if knob.script_reach else None, needs_prepare=knob.script_reach is None,
                    prepare_values=[v for v in (knob.choices or ()) if knob.script_reason(v)] if knob.script_reach else [],
                    prepare_change=PREPARE_CHANGE if knob.script_reach is None or any(knob.script_reason(v) for v in knob.choices or ()) else None)
         rows.append(row)

@@ -77,7 +77,7 @@ def _knob_script_reach(knob: Any) -> str:
     if reach is None:
         return "`prepare()` only"
     exceptions = returned_strings(type(knob), ("script_reason",))
-    return code(reach) + (f" (not: {'; '.join(exceptions)})" if exceptions else "")
+    return code(reach.value) + (f" (not: {'; '.join(exceptions)})" if exceptions else "")
 
 
 def render_knobs() -> str:

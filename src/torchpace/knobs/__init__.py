@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torchpace.knobs import compute, data, distributed, inference, memory, system
 from torchpace.knobs import input as input_knobs
-from torchpace.knobs.base import STAGES, ApplyContext, Knob, KnobValue, Point
+from torchpace.knobs.base import STAGES, ApplyContext, Knob, KnobSubject, KnobValue, Point, Reach, ScriptHook, ScriptSubject
 
 REGISTRY: dict[str, Knob] = {}
 
@@ -41,4 +41,5 @@ def knobs_in_stage_order() -> list[Knob]:
     return sorted(REGISTRY.values(), key=lambda k: STAGES.index(k.stage))
 
 
-__all__ = ["REGISTRY", "register", "get_knob", "knobs_in_stage_order", "Knob", "KnobValue", "Point", "ApplyContext", "STAGES"]
+__all__ = ["REGISTRY", "register", "get_knob", "knobs_in_stage_order", "Knob", "KnobValue", "Point", "Reach", "ApplyContext",
+           "KnobSubject", "ScriptSubject", "ScriptHook", "STAGES"]

@@ -18,11 +18,16 @@ Lifecycle, in the order torchpace calls it:
    each step runs (the mutable StepOptions), for knobs whose point is not STEP (pinned loader batches
    are copied with non_blocking=True; channels_last models get channels_last inputs).
 
-Script mode (an unmodified `train.py`, see `torchpace.script`): `script_reach` says how a knob reaches
-a script it cannot edit — `process` (the child's env/argv), `global` (torch state set at import),
-`loader` (DataLoader arguments), `optimizer` (optimizer constructor arguments), `autocast` (around the
-outermost module's forward) — or None when only `prepare()` can apply it; `script_reason(value)`
-says why a particular value cannot reach a script (e.g. fp16 needs a GradScaler in the loop).
+Script mode (an unmodified `train.py`, see `torchpace.script`): `script_reach` (a `Reach`) says how a
+knob reaches a script it cannot edit — `process` (the child's env/argv), `global` (torch state set at
+import), `loader` (DataLoader arguments), `optimizer` (optimizer constructor arguments), `autocast`
+(around the outermost module's forward) — or None when only `prepare()` can apply it;
+`script_reason(value)` says why a particular value cannot reach a script (e.g. fp16 needs a GradScaler
+in the loop); `apply_in_script(value, hook)` is its action inside the script's process, through what
+the launch hook offers (`ScriptHook`), by default the one its reach names.
+
+`applies`, `value_applies` and `candidates` read what a knob is applied to through `KnobSubject`: a
+`Workload`, or a `ScriptSubject` for code torchpace cannot see into before it runs.
 
 `apply` targets by point: ENV -> nothing in-process (see plan_child); GLOBAL -> an ExitStack to enter
 a set-and-restore context on; DATASET -> the dataset, returns the (possibly new) dataset the
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from torchpace.errors import UsageError
 
@@ -60,6 +65,105 @@ class Point(str, enum.Enum):
     STEP = "step"
 
 
+class Reach(str, enum.Enum):
+    """How a knob reaches an unmodified script (`Knob.script_reach`; None: only `prepare()` applies it)."""
+
+    PROCESS = "process"
+    GLOBAL = "global"
+    LOADER = "loader"
+    OPTIMIZER = "optimizer"
+    AUTOCAST = "autocast"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def reaches(self) -> str:
+        """What of the script it reaches, in words."""
+        return _REACH_TEXT[self][0]
+
+    @property
+    def in_process(self) -> bool:
+        """True when the launch hook applies it inside the script's process (not through the env/argv)."""
+        return self is not Reach.PROCESS
+
+    @property
+    def how(self) -> str:
+        """How the launch hook applies it inside the script (empty for `process`)."""
+        return _REACH_TEXT[self][1]
+
+    @property
+    def missed(self) -> str | None:
+        """What a script lacked when a knob of this reach never took effect in it; None when the knob
+        takes effect without meeting anything (torch's global state, the process's env)."""
+        return _REACH_TEXT[self][2]
+
+
+# reach -> (what it reaches, how the hook applies it, what a script it never met lacked)
+_REACH_TEXT: dict[Reach, tuple[str, str, str | None]] = {
+    Reach.PROCESS: ("the script's process (env / argv) before it starts", "", None),
+    Reach.GLOBAL: ("torch's global state when the script imports torch", "set when the script imports torch", None),
+    Reach.LOADER: ("every DataLoader the script builds, over its own arguments",
+                   "given to every DataLoader the script builds, over its own argument (each change is reported)",
+                   "it built no torch.utils.data.DataLoader"),
+    Reach.OPTIMIZER: ("every torch.optim optimizer the script builds, over its own argument",
+                      "given to every torch.optim optimizer that has it, over the script's own argument (reported)",
+                      "it built no torch.optim optimizer"),
+    Reach.AUTOCAST: ("autocast around the forward of the outermost module with parameters",
+                     "bf16 autocast around the forward of the outermost module with parameters",
+                     "it called no module with parameters"),
+}
+
+
+class KnobSubject(Protocol):
+    """What a knob's `applies`, `value_applies` and `candidates` read of the thing it is applied to: a
+    `torchpace.workload.Workload`, or a `ScriptSubject` (None where that part is not known)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def model(self) -> Any: ...
+
+    @property
+    def dataset(self) -> Any: ...
+
+    @property
+    def optimizer(self) -> Any: ...
+
+    @property
+    def is_training(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ScriptSubject:
+    """What the knobs see of code torchpace cannot look into: an unmodified script before it runs (no
+    model, data or optimizer known yet), or one DataLoader it builds (only its `dataset`)."""
+
+    name: str
+    model: Any = None
+    dataset: Any = None
+    optimizer: Any = None
+    is_training: bool = True
+
+
+class ScriptHook(Protocol):
+    """What the launch hook offers a knob inside an unmodified script's process (`Knob.apply_in_script`;
+    `torchpace.launch.inprocess` implements it)."""
+
+    def enter_global(self, knob: "Knob", value: "KnobValue") -> None:
+        """Apply a GLOBAL knob's set-and-restore context for the rest of the process."""
+
+    def give_loaders(self, knob: "Knob", value: "KnobValue") -> None:
+        """Give the value to every DataLoader the script builds (the knob's LOADER `apply` on its kwargs)."""
+
+    def give_optimizers(self, knob: "Knob", value: "KnobValue") -> None:
+        """Build every torch.optim optimizer that has the implementation `value` with it."""
+
+    def autocast_forward(self, knob: "Knob", value: "KnobValue") -> None:
+        """Run the outermost module's forward under the autocast `value` asks for."""
+
+
 @dataclass(frozen=True)
 class ApplyContext:
     """What `apply` may need besides its target."""
@@ -81,7 +185,7 @@ class Knob:
     choices: ClassVar[tuple[KnobValue, ...] | None] = None
     help: ClassVar[str] = ""
     training_only: ClassVar[bool] = False
-    script_reach: ClassVar[str | None] = None  # how it reaches an unmodified script; None: prepare() only
+    script_reach: ClassVar[Reach | None] = None  # how it reaches an unmodified script; None: prepare() only
     apply_order: ClassVar[int] = 50  # among the knobs of one point, lower applies first
     # its gain depends on how many cores are free (threads, worker processes, ranks): a gain measured
     # while other processes held cores may not hold on a quiet host, and the other way round
@@ -92,6 +196,19 @@ class Knob:
         if self.script_reach is None:
             return f"{self.name} changes the model or the training step: it needs torchpace.prepare() in the script"
         return None
+
+    def apply_in_script(self, value: KnobValue, hook: ScriptHook) -> None:
+        """Take effect inside an unmodified script's process, the way `script_reach` says (a `process`
+        knob already did, through the child's env and argv; one without a reach cannot)."""
+        reach = self.script_reach
+        if reach is Reach.GLOBAL:
+            hook.enter_global(self, value)
+        elif reach is Reach.LOADER:
+            hook.give_loaders(self, value)
+        elif reach is Reach.OPTIMIZER:
+            hook.give_optimizers(self, value)
+        elif reach is Reach.AUTOCAST:
+            hook.autocast_forward(self, value)
 
     def validate(self, value: Any) -> KnobValue:
         """Return `value` normalised, or raise UsageError naming the knob and the valid values."""
@@ -105,19 +222,19 @@ class Knob:
             )
         raise NotImplementedError(f"{type(self).__name__} must define choices or validate()")
 
-    def applies(self, host: "HostFacts", workload: "Workload") -> str | None:
+    def applies(self, host: "HostFacts", workload: KnobSubject) -> str | None:
         """None when the knob applies, else the reason it does not."""
         if self.training_only and not workload.is_training:
             return "only for training workloads (this workload has no loss)"
         return None
 
-    def candidates(self, host: "HostFacts", workload: "Workload") -> list[KnobValue]:
+    def candidates(self, host: "HostFacts", workload: KnobSubject) -> list[KnobValue]:
         """Values worth trying here, the default first."""
         values = list(self.choices or [self.default])
         return [self.default] + [v for v in values if v != self.default and self.host_reason(v, host) is None
                                  and self.value_applies(v, host, workload) is None]
 
-    def value_applies(self, value: KnobValue, host: "HostFacts", workload: "Workload") -> str | None:
+    def value_applies(self, value: KnobValue, host: "HostFacts", workload: KnobSubject) -> str | None:
         """None when this particular value can run here, else why not (e.g. fp16 needs CUDA)."""
         return None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 
-from torchpace.knobs.base import Knob, Point
+from torchpace.knobs.base import Knob, Point, Reach
 
 
 def _has_module(model, kinds: tuple[str, ...]) -> bool:
@@ -20,7 +20,7 @@ def _cuda_bf16_supported() -> bool:
 
 class AmpKnob(Knob):
     name = "precision.amp"
-    script_reach = "autocast"
+    script_reach = Reach.AUTOCAST
     stage = "compute"
     point = Point.STEP
     default = "off"
@@ -59,7 +59,7 @@ class AmpKnob(Knob):
 
 class MatmulPrecisionKnob(Knob):
     name = "precision.matmul"
-    script_reach = "global"
+    script_reach = Reach.GLOBAL
     stage = "compute"
     point = Point.GLOBAL
     default = "highest"
@@ -80,7 +80,7 @@ class MatmulPrecisionKnob(Knob):
 
 class CudnnBenchmarkKnob(Knob):
     name = "backends.cudnn_benchmark"
-    script_reach = "global"
+    script_reach = Reach.GLOBAL
     stage = "compute"
     point = Point.GLOBAL
     default = False
@@ -160,7 +160,7 @@ class CompileKnob(Knob):
 
 class OptimizerImplKnob(Knob):
     name = "optimizer.impl"
-    script_reach = "optimizer"
+    script_reach = Reach.OPTIMIZER
     stage = "compute"
     point = Point.OPTIMIZER
     default = "default"

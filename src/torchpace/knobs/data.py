@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchpace.knobs.base import IntKnob, Knob, Point
+from torchpace.knobs.base import IntKnob, Knob, Point, Reach
 
 
 def _is_iterable_dataset(workload) -> bool:
@@ -13,7 +13,7 @@ def _is_iterable_dataset(workload) -> bool:
 
 class NumWorkersKnob(IntKnob):
     name = "data.num_workers"
-    script_reach = "loader"
+    script_reach = Reach.LOADER
     stage = "data"
     shares_cores = True
     point = Point.LOADER
@@ -42,7 +42,7 @@ class NumWorkersKnob(IntKnob):
 
 class PinMemoryKnob(Knob):
     name = "data.pin_memory"
-    script_reach = "loader"
+    script_reach = Reach.LOADER
     stage = "data"
     point = Point.LOADER
     default = False
@@ -73,7 +73,7 @@ class _WorkerOptionKnob(Knob):
 
 class PrefetchFactorKnob(_WorkerOptionKnob, IntKnob):
     name = "data.prefetch_factor"
-    script_reach = "loader"
+    script_reach = Reach.LOADER
     stage = "data"
     point = Point.LOADER
     default = 2
@@ -91,7 +91,7 @@ class PrefetchFactorKnob(_WorkerOptionKnob, IntKnob):
 
 class PersistentWorkersKnob(_WorkerOptionKnob):
     name = "data.persistent_workers"
-    script_reach = "loader"
+    script_reach = Reach.LOADER
     stage = "data"
     point = Point.LOADER
     default = False

@@ -45,6 +45,11 @@ class DataParallel:
     def enabled(self) -> bool:
         return self.strategy != "none"
 
+    @property
+    def wrapper_options(self) -> Mapping[str, KnobValue]:
+        """The keyword arguments of the strategy's wrapper (none without a strategy)."""
+        return {"ddp": self.ddp, "fsdp": self.fsdp}.get(self.strategy, {})
+
 
 def data_parallel(values: Mapping[str, Any]) -> DataParallel:
     """The data parallelism of a config's `values` (a full or partial knob name -> value mapping)."""
@@ -142,7 +147,7 @@ class StrategyKnob(Knob):
             return target
         from torchpace.runtime.distributed import wrap_model
 
-        return wrap_model(target, data_parallel(ctx.values), ctx.dist, ctx.device)
+        return wrap_model(target, data_parallel(ctx.values).wrapper_options, ctx.dist, ctx.device)
 
 
 class BackendKnob(Knob):

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from torchpace.host import ALLOCATOR_LIBRARIES
-from torchpace.knobs.base import IntKnob, Knob, Point
+from torchpace.knobs.base import IntKnob, Knob, Point, Reach
 
 
 def read_loaded_libraries(maps_path: str = "/proc/self/maps") -> str:
@@ -24,7 +24,7 @@ def read_loaded_libraries(maps_path: str = "/proc/self/maps") -> str:
 
 class IntraOpThreadsKnob(IntKnob):
     name = "threads.intra_op"
-    script_reach = "process"
+    script_reach = Reach.PROCESS
     stage = "system"
     shares_cores = True
     point = Point.GLOBAL
@@ -51,7 +51,7 @@ class IntraOpThreadsKnob(IntKnob):
 
 class AllocatorKnob(Knob):
     name = "system.allocator"
-    script_reach = "process"
+    script_reach = Reach.PROCESS
     stage = "system"
     point = Point.ENV
     default = "system"
@@ -76,7 +76,7 @@ class AllocatorKnob(Knob):
 
 class NumaKnob(Knob):
     name = "system.numa"
-    script_reach = "process"
+    script_reach = Reach.PROCESS
     stage = "system"
     point = Point.ENV
     default = "off"

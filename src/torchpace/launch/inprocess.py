@@ -31,10 +31,9 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
-from torchpace.knobs import Knob, KnobValue, get_knob
+from torchpace.knobs import REGISTRY, Knob, KnobValue, ScriptSubject, get_knob
 
 _log = logging.getLogger(__name__)
 
@@ -76,22 +75,45 @@ REPORT = HookReport()
 
 
 def apply_launch_config(values: Mapping[str, Any]) -> HookReport:
-    """Validate `values` (knob name -> value) and apply each knob that reaches a script in-process."""
-    knobs = [(get_knob(name), get_knob(name).validate(value)) for name, value in values.items()]
+    """Validate `values` (knob name -> value) and let each knob, in the registry's order, take effect
+    in this script's process (`Knob.apply_in_script`: the reach it declares, through `_InScript`)."""
+    wanted = {get_knob(name).name: get_knob(name).validate(value) for name, value in values.items()}
+    knobs = [(knob, wanted[knob.name]) for knob in REGISTRY.values() if knob.name in wanted]
     _log.info("applying %s in this script's process", {knob.name: value for knob, value in knobs} or "no knob")
-    by_reach: dict[str, list[tuple[Knob, KnobValue]]] = {}
+    hook = _InScript()
     for knob, value in knobs:
-        by_reach.setdefault(knob.script_reach or "prepare", []).append((knob, value))
-    apply_global_knobs(by_reach.get("global", []))
-    patch_dataloader(by_reach.get("loader", []))
-    for knob, value in by_reach.get("optimizer", []):
+        knob.apply_in_script(value, hook)
+    hook.finish()
+    return REPORT
+
+
+class _InScript:
+    """The launch hook's side of `Knob.apply_in_script` (`torchpace.knobs.ScriptHook`): optimizers and
+    autocast are patched at once; global and loader knobs are gathered, then `finish` enters the globals
+    on one stack and patches DataLoader once for all loader knobs."""
+
+    def __init__(self) -> None:
+        self.global_knobs: list[tuple[Knob, KnobValue]] = []
+        self.loader_knobs: list[tuple[Knob, KnobValue]] = []
+
+    def enter_global(self, knob: Knob, value: KnobValue) -> None:
+        self.global_knobs.append((knob, value))
+
+    def give_loaders(self, knob: Knob, value: KnobValue) -> None:
+        self.loader_knobs.append((knob, value))
+
+    def give_optimizers(self, knob: Knob, value: KnobValue) -> None:
         patch_optimizers(knob.name, str(value))
-    for knob, value in by_reach.get("autocast", []):
+
+    def autocast_forward(self, knob: Knob, value: KnobValue) -> None:
         if knob.script_reason(value) is None and value != knob.default:
             from torchpace.launch.autocast import install_outermost_autocast
 
             install_outermost_autocast(str(value), REPORT, knob.name)
-    return REPORT
+
+    def finish(self) -> None:
+        apply_global_knobs(self.global_knobs)
+        patch_dataloader(self.loader_knobs)
 
 
 def apply_global_knobs(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
@@ -135,7 +157,7 @@ def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
 def _fitting(knobs: Sequence[tuple[Knob, KnobValue]], dataset: Any) -> list[tuple[Knob, KnobValue]]:
     """The knobs whose value can run with `dataset`, by the knobs' own rule (e.g. no workers for an
     IterableDataset that would be read once per worker); the others are noted as not applied."""
-    loader_only = SimpleNamespace(dataset=dataset)
+    loader_only = ScriptSubject(name="DataLoader", dataset=dataset)
     kept = []
     for knob, value in knobs:
         reason = knob.value_applies(value, None, loader_only)

@@ -52,14 +52,6 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # OpenMP's and MKL's thre
 JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1"
 _KMP_AFFINITY = "granularity=fine,compact,1,0"  # Intel OpenMP: one thread per bound CPU, packed
 _PREPARE_POINTS = (Point.MODEL, Point.OPTIMIZER, Point.DATASET, Point.STEP)
-# How the hook applies each kind of knob inside the script (Knob.script_reach); `process` knobs
-# (threads as OMP_NUM_THREADS, allocator, NUMA) reach the child through its env and argv instead.
-_HOOK_REACH = {
-    "global": "set when the script imports torch",
-    "loader": "given to every DataLoader the script builds, over its own argument (each change is reported)",
-    "optimizer": "given to every torch.optim optimizer that has it, over the script's own argument (reported)",
-    "autocast": "bf16 autocast around the forward of the outermost module with parameters",
-}
 
 class Source(str, enum.Enum):
     """Where a setting's value came from, highest precedence first."""
@@ -669,7 +661,7 @@ def _plan_hook(config: RunConfig, base_env: Mapping[str, str], options: ChildOpt
     part.settings.append(Setting(CONFIG_ENV, part.env[CONFIG_ENV], Source.CONFIG, "the knobs the hook applies"))
     for name, value in values.items():
         knob = REGISTRY[name]
-        where = _HOOK_REACH[str(knob.script_reach)]
+        where = knob.script_reach.how if knob.script_reach is not None else ""
         part.settings.append(Setting(name, _shown(value), Source.CONFIG, f"{where}; {knob.help.rstrip('.')}"))
     return part
 
@@ -677,7 +669,7 @@ def _plan_hook(config: RunConfig, base_env: Mapping[str, str], options: ChildOpt
 def _hook_applies(name: str, value: object) -> bool:
     """True when the hook applies knob `name` = `value` inside the script."""
     knob = REGISTRY[name]
-    return knob.script_reach in _HOOK_REACH and knob.script_reason(value) is None
+    return knob.script_reach is not None and knob.script_reach.in_process and knob.script_reason(value) is None
 
 
 def _shown(value: object) -> str:

@@ -21,12 +21,9 @@ import os
 import socket
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
-
-if TYPE_CHECKING:
-    from torchpace.knobs.distributed import DataParallel
 BACKENDS = ("auto", "gloo", "nccl")
 _TIMEOUT = datetime.timedelta(minutes=10)  # a collective that waits longer than this is a hang
 _EXIT_WAIT = datetime.timedelta(seconds=30)  # how long a rank leaving at exit waits for the others
@@ -134,11 +131,13 @@ class CollectiveClock:
         return self._dist.max(self._clock() - self._origin)
 
 
-def setup_distributed(parallel: "DataParallel", device: torch.device | None, has_cuda: bool) -> tuple[Dist, torch.device]:
+def setup_distributed(strategy: str, backend: str, device: torch.device | None,
+                      has_cuda: bool) -> tuple[Dist, torch.device]:
     """Join torchrun's process group (or start a one-process group) and pick this rank's device.
 
     Args:
-        parallel: the config's strategy and backend (`torchpace.knobs.distributed.data_parallel`).
+        strategy, backend: the config's (`torchpace.knobs.distributed.DataParallel`): ddp or fsdp;
+            auto, gloo or nccl.
         device: the device asked for, or None for this rank's default (cuda:LOCAL_RANK when CUDA).
     """
     ranks = RankEnv.from_env()
@@ -146,7 +145,7 @@ def setup_distributed(parallel: "DataParallel", device: torch.device | None, has
         device = torch.device("cuda", ranks.local_rank) if has_cuda else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    backend = choose_backend(parallel.backend, device)
+    backend = choose_backend(backend, device)
     if not torch.distributed.is_initialized():
         if ranks.under_torchrun:  # joined for the rest of the process: re-joining torchrun's store after
             torch.distributed.init_process_group(backend, timeout=_TIMEOUT)  # leaving it can hang
@@ -158,7 +157,7 @@ def setup_distributed(parallel: "DataParallel", device: torch.device | None, has
                                                  world_size=1, timeout=_TIMEOUT)
     side = _side_group()
     dist = Dist(torch.distributed.get_rank(), torch.distributed.get_world_size(), ranks.local_rank,
-                torch.distributed.get_backend(), parallel.strategy, side)
+                torch.distributed.get_backend(), strategy, side)
     return dist, device
 
 
@@ -198,16 +197,16 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wrap_model(model: torch.nn.Module, parallel: "DataParallel", dist: Dist, device: torch.device) -> torch.nn.Module:
-    """The model wrapped for `dist.strategy`: DistributedDataParallel with `parallel.ddp`'s options, or
-    FSDP with `parallel.fsdp`'s (fully_shard on each repeated block and the root; FullyShardedDataParallel
-    where torch has no fully_shard)."""
+def wrap_model(model: torch.nn.Module, options: Mapping[str, Any], dist: Dist, device: torch.device) -> torch.nn.Module:
+    """The model wrapped for `dist.strategy`: DistributedDataParallel, or FSDP (fully_shard on each
+    repeated block and the root; FullyShardedDataParallel where torch has no fully_shard), with the
+    wrapper's keyword `options` (`torchpace.knobs.distributed.DataParallel.wrapper_options`)."""
     if dist.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                       **parallel.ddp)
-    reshard = bool(parallel.fsdp["reshard_after_forward"])
+                                       **options)
+    reshard = bool(options["reshard_after_forward"])
     fully_shard = _fully_shard()
     if fully_shard is None:
         from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy

@@ -243,7 +243,7 @@ def prepare(
     if parallel.enabled and workload.is_training:
         from torchpace.runtime.distributed import setup_distributed
 
-        dist, device = setup_distributed(parallel, device, host.cuda_available)
+        dist, device = setup_distributed(parallel.strategy, parallel.backend, device, host.cuda_available)
     device = device or _default_device(host)
     _log.info("prepare %r on %s: %s", workload.name, device, config.non_default() or "no knob set (the defaults)")
     ctx = ApplyContext(host, workload, device, values, dist)

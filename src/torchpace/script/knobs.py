@@ -8,21 +8,16 @@ took effect in the script (no DataLoader was built, the optimizer has no fused k
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any, Iterable, Mapping
 
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
-from torchpace.knobs import REGISTRY
-
-_IN_PROCESS_REACH = ("loader", "optimizer", "autocast")  # knobs that must meet something in the script
-_WHAT_IT_MISSED = {"loader": "it built no torch.utils.data.DataLoader", "optimizer": "it built no torch.optim optimizer",
-                   "autocast": "it called no module with parameters"}
+from torchpace.knobs import REGISTRY, ScriptSubject
 
 
-def script_target(label: str) -> SimpleNamespace:
+def script_target(label: str) -> ScriptSubject:
     """What the knobs' `applies` see of a script: nothing about its model or data is known before it runs."""
-    return SimpleNamespace(name=label, model=None, dataset=None, optimizer=None, is_training=True)
+    return ScriptSubject(name=label)
 
 
 
@@ -47,7 +42,7 @@ def unreached_knobs(config: Mapping[str, Any], reached: Iterable[str], not_appli
     why: dict[str, str] = {}
     for name, value in RunConfig(dict(config)).non_default().items():
         reach = REGISTRY[name].script_reach
-        if reach not in _IN_PROCESS_REACH or name in reached:
+        if reach is None or reach.missed is None or name in reached:  # only knobs that must meet something
             continue
-        why[name] = not_applied.get(name) or f"never took effect in the script: {_WHAT_IT_MISSED[reach]}"
+        why[name] = not_applied.get(name) or f"never took effect in the script: {reach.missed}"
     return why

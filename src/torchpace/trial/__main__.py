@@ -123,7 +123,8 @@ def _run_rank(spec: TrialSpec) -> TrialResult:
     parallel = data_parallel(spec.config)
     try:
         if parallel.enabled:
-            setup_distributed(parallel, torch.device(spec.device) if spec.device else None, torch.cuda.is_available())
+            setup_distributed(parallel.strategy, parallel.backend, torch.device(spec.device) if spec.device else None,
+                              torch.cuda.is_available())
     except RuntimeError as err:
         return TrialResult(CRASH, error=f"joining the process group failed: {err}")
     return run_spec(spec)
