@@ -14,7 +14,8 @@ import torch
 from torchpace.config import RunConfig, load_config, save_config
 from torchpace.errors import UsageError
 from torchpace.host import ALLOCATOR_LIBRARIES, NumaNode
-from torchpace.knobs import REGISTRY, Point
+from torchpace.knobs import REGISTRY, Point, Reach
+from torchpace.knobs.child import ChildDraft, ChildRequest
 from torchpace.launch.plan import LaunchFacts
 from torchpace.runtime import prepare
 from torchpace.runtime.checkpointing import CheckpointedBlock
@@ -381,3 +382,22 @@ def test_knob_really_changes_what_it_claims(name, host, request):
             prepare(workload, values, host=host)
         pytest.skip(f"does not apply on this host: {reason}")
     check(host)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_a_process_level_knob_plans_its_own_part_of_a_child(name, host):
+    """The child planner names no knob: a knob that takes effect at process start (point ENV, or a
+    script reach `process`) plans its own settings, each with a reason; no other knob plans any."""
+    knob = REGISTRY[name]
+    value = CLAIMS[name][0][name]
+    request = ChildRequest(host, {}, "claim.toml", auto=False, config_over_env=True, allowed_cpus=None,
+                           install_command=lambda tool: f"install-{tool}")
+    process_level = knob.point is Point.ENV or knob.script_reach is Reach.PROCESS
+    try:
+        part = knob.plan_child(value, None, request, ChildDraft())
+    except UsageError as err:  # the value needs a tool this host lacks: refused with how to install it
+        assert process_level and "install-" in str(err)
+        return
+    assert (part is not None) == process_level
+    if part is not None:
+        assert part.settings and all(s.reason for s in part.settings)

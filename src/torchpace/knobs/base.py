@@ -9,8 +9,10 @@ Lifecycle, in the order torchpace calls it:
    and `pointless(values)` tell the tuner what must go with a value and which configs cannot gain;
 5. process-level knobs (point ENV, and `threads.intra_op` as OMP_NUM_THREADS) take effect in a child
    process: `torchpace.launch.plan.plan_child` (the one planner of trials, bench, profile and launch)
-   turns their values into the child's env and argv, never torchpace's own; `in_effect(value, host)`
-   says whether this process already runs with them;
+   asks every knob, in `plan_order`, for its part of the child's env and argv (`plan_child(value,
+   given, request, draft)`, see `torchpace.knobs.child`), never torchpace's own env; `cli_option`
+   names the `ChildOptions` field that gives the knob's value on the command line; `in_effect(value,
+   host)` says whether this process already runs with them;
 6. `apply(value, target, ctx)` inside `prepare()`, at exactly the knob's `point`; knobs of one point
    apply in `apply_order` (lower first: layout and checkpointing, then the DDP/FSDP wrapper, export,
    compile last);
@@ -46,6 +48,7 @@ from torchpace.errors import UsageError
 
 if TYPE_CHECKING:
     from torchpace.host import HostFacts
+    from torchpace.knobs.child import ChildDraft, ChildPart, ChildRequest
     from torchpace.workload import Workload
 
 KnobValue = bool | int | float | str
@@ -187,6 +190,8 @@ class Knob:
     training_only: ClassVar[bool] = False
     script_reach: ClassVar[Reach | None] = None  # how it reaches an unmodified script; None: prepare() only
     apply_order: ClassVar[int] = 50  # among the knobs of one point, lower applies first
+    plan_order: ClassVar[int] = 50  # among the knobs planning a child process, lower plans first
+    cli_option: ClassVar[str | None] = None  # the ChildOptions field (a launch option) that sets its value
     # its gain depends on how many cores are free (threads, worker processes, ranks): a gain measured
     # while other processes held cores may not hold on a quiet host, and the other way round
     shares_cores: ClassVar[bool] = False
@@ -255,6 +260,23 @@ class Knob:
 
     def pointless(self, values: dict[str, KnobValue]) -> str | None:
         """Why a tuner need not try `values` (it runs, but cannot gain), or None."""
+        return None
+
+    def plan_child(self, value: KnobValue | None, given: Any, request: "ChildRequest",
+                   draft: "ChildDraft") -> "ChildPart | None":
+        """This knob's part of a child process's env and command, for a process-level knob; None (the
+        default) for a knob that takes effect inside the process.
+
+        Args:
+            value: the config's value; None when the config does not set the knob.
+            given: the command line's value (`cli_option`); None when not given.
+            request: the host, the child's starting environment and the caller's policy.
+            draft: what knobs of a lower `plan_order` decided (processes, NUMA bindings); a knob
+                may record its own decision there for later knobs and the planner.
+
+        Raises:
+            UsageError: a value that cannot run here (a tool asked for is not installed).
+        """
         return None
 
     def in_effect(self, value: KnobValue, host: "HostFacts") -> bool:

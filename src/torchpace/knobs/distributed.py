@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
 from torchpace.knobs.base import IntKnob, Knob, KnobValue, Point
+from torchpace.knobs.child import ChildPart, Setting, Source
 
 
 def usable_devices(host) -> int:
@@ -84,6 +85,8 @@ class NprocPerNodeKnob(IntKnob):
     minimum = 1
     training_only = True
     help = "processes on this host, one per GPU (or per share of the CPU cores), started through torchrun."
+    plan_order = 10  # first: the NUMA binding and the threads depend on how many processes there are
+    cli_option = "nproc_per_node"
 
     def applies(self, host, workload):
         return super().applies(host, workload) or _without_torch_distributed()
@@ -105,6 +108,17 @@ class NprocPerNodeKnob(IntKnob):
     def companions(self, value) -> dict:
         """What the tuner sets alongside `value` when the incumbent config cannot take it alone."""
         return {"distributed.strategy": "ddp"} if value > 1 else {}
+
+    def plan_child(self, value, given, request, draft):
+        """How many processes the child runs (more than one: under torchrun, planned by the caller)."""
+        configured = int(value or 1)
+        draft.nproc = given or configured
+        if given is None and value is not None:
+            return ChildPart([Setting(self.name, str(configured), Source.CONFIG,
+                                      f"{self.name} = {configured} in {request.config_name}")])
+        if given is not None:
+            return ChildPart([Setting(self.name, str(given), Source.CLI, f"--nproc-per-node {given}")])
+        return ChildPart([Setting(self.name, "1", Source.DEFAULT, "one process per node")])
 
     def in_effect(self, value, host):
         from torchpace.runtime.distributed import RankEnv
