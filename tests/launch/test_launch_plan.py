@@ -13,6 +13,8 @@ from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.host import DistroInfo, GpuInfo, HostFacts, NumaNode
 from torchpace.launch.bind import BINDINGS_ENV
+from torchpace.knobs import REGISTRY, Knob, Point, Reach
+from torchpace.knobs.child import env_part
 from torchpace.launch.command import PythonCommand
 from torchpace.launch.plan import (
     CONFIG_ENV,
@@ -336,3 +338,29 @@ def test_a_config_tuned_with_several_processes_launches_them_through_torchrun_un
     assert picked(result, "nproc_per_node", "OMP_NUM_THREADS") == {"nproc_per_node": ("2", "config"), "OMP_NUM_THREADS": ("4", "auto")}
     assert result.needs_prepare == ("distributed.strategy",)  # the script's prepare() wraps the model
     assert picked(plan(ONE_NODE, config=config, nproc_per_node=1), "nproc_per_node") == {"nproc_per_node": ("1", "cli")}
+
+
+class _ArenaKnob(Knob):
+    """A process-level knob the planner has never heard of: glibc's malloc arenas, as an env var."""
+
+    name = "test.malloc_arenas"
+    stage = "system"
+    point = Point.ENV
+    default = 0
+    choices = (0, 2, 4)
+    script_reach = Reach.PROCESS
+
+    def plan_child(self, value, given, request, draft):
+        if not value:
+            return None
+        return env_part({"MALLOC_ARENA_MAX": str(value)}, Source.CONFIG, f"{self.name} = {value}", request.base_env,
+                        request.config_over_env)
+
+
+def test_a_new_process_level_knob_reaches_the_child_without_a_change_to_the_planner(monkeypatch):
+    monkeypatch.setitem(REGISTRY, _ArenaKnob.name, _ArenaKnob())
+    result = plan(config=RunConfig({"test.malloc_arenas": 2}))
+    assert result.env["MALLOC_ARENA_MAX"] == "2" and picked(result, "MALLOC_ARENA_MAX") == {"MALLOC_ARENA_MAX": ("2", "config")}
+    assert "MALLOC_ARENA_MAX" not in plan(config=RunConfig({"test.malloc_arenas": 0})).env
+    kept = plan(env={"MALLOC_ARENA_MAX": "8"}, config=RunConfig({"test.malloc_arenas": 2}))  # the user's env wins (launch)
+    assert kept.env["MALLOC_ARENA_MAX"] == "8" and kept.setting("MALLOC_ARENA_MAX").source is Source.ENV

@@ -79,13 +79,16 @@ def interpreter_note(named: str | None, found: str | None, current: str) -> str 
 
 def check_here(config, given: dict, host) -> None:
     """UsageError (exit 2, nothing started) for a config knob this host cannot run, as `bench` checks
-    it, or --nproc-per-node / --omp-threads beyond what the host allows (the knobs' own limits)."""
+    it, or an option that sets a knob (--nproc-per-node, --omp-threads: `Knob.cli_option`) beyond what
+    the host allows (the knobs' own limits)."""
     from torchpace.cli._common import check_knob_limit
     from torchpace.config import check_on_host
+    from torchpace.knobs import REGISTRY
 
     check_on_host(config, host)
-    check_knob_limit("--nproc-per-node", "nproc_per_node", given.get("nproc_per_node"), host)
-    check_knob_limit("--omp-threads", "threads.intra_op", given.get("omp_threads"), host)
+    for knob in sorted((k for k in REGISTRY.values() if k.cli_option), key=lambda k: k.plan_order):
+        option = str(knob.cli_option)
+        check_knob_limit(f"--{option.replace('_', '-')}", knob.name, given.get(option), host)
 
 
 @click.command("launch", epilog=_EPILOG, context_settings={"allow_interspersed_args": False,
