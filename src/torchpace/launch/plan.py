@@ -38,7 +38,7 @@ from typing import Mapping, Sequence
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.host import DistroInfo, HostFacts
-from torchpace.knobs import REGISTRY, Knob, Point
+from torchpace.knobs import REGISTRY, Point
 from torchpace.knobs.child import (KEPT, ChildDraft, ChildPart, ChildRequest, RankBinding, Setting, Source,
                                    env_part, format_cpu_list, merge_parts)
 from torchpace.knobs.system import JEMALLOC_CONF, allocator_env, plan_rank_bindings, preloaded_allocator
@@ -178,12 +178,8 @@ def plan_child(config: RunConfig, host: HostFacts, base_env: Mapping[str, str], 
         UsageError: bad options, or an allocator or numactl that was asked for but is missing.
     """
     _check_distributed(options)
-    request = ChildRequest(host, base_env, options.config_name, options.auto, options.config_over_env,
-                           options.facts.allowed_cpus, functools.partial(install_command, host.distro,
-                                                                         is_root=options.facts.is_root))
     draft = ChildDraft(multi_node=(options.nnodes or 1) > 1 or options.rdzv_endpoint is not None)
-    parts = [part for knob in sorted(REGISTRY.values(), key=lambda k: k.plan_order)
-             if (part := knob.plan_child(config.values.get(knob.name), _given(options, knob), request, draft)) is not None]
+    parts = _plan_knobs(config, host, base_env, options, draft)
     parts += [
         _plan_launcher(options, draft),
         _plan_binding_env(draft.bindings, base_env, host, draft.torchrun),
@@ -200,9 +196,20 @@ def plan_child(config: RunConfig, host: HostFacts, base_env: Mapping[str, str], 
                       tuple(notes))
 
 
-def _given(options: ChildOptions, knob: Knob) -> object:
-    """The command line's value for `knob` (its `cli_option`), None when not given or it has none."""
-    return getattr(options, knob.cli_option) if knob.cli_option else None
+def _plan_knobs(config: RunConfig, host: HostFacts, base_env: Mapping[str, str], options: ChildOptions,
+                draft: ChildDraft) -> list[ChildPart]:
+    """Every registered knob's own part of the child, in `plan_order` (knobs that plan none are left out);
+    each gets the config's value (None when unset) and the command line's (its `cli_option`)."""
+    request = ChildRequest(host, base_env, options.config_name, options.auto, options.config_over_env,
+                           options.facts.allowed_cpus,
+                           functools.partial(install_command, host.distro, is_root=options.facts.is_root))
+    parts = []
+    for knob in sorted(REGISTRY.values(), key=lambda k: k.plan_order):
+        given = getattr(options, knob.cli_option) if knob.cli_option else None
+        part = knob.plan_child(config.values.get(knob.name), given, request, draft)
+        if part is not None:
+            parts.append(part)
+    return parts
 
 
 def _apply_env(base_env: Mapping[str, str], parts: Sequence[ChildPart]) -> dict[str, str]:
