@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from torchpace.errors import UsageError
 from torchpace.host import ALLOCATOR_LIBRARIES, HostFacts, NumaNode
 from torchpace.knobs.base import IntKnob, Knob, Point, Reach
-from torchpace.knobs.child import KEPT, ChildPart, RankBinding, Setting, Source, env_part, format_cpu_list
+from torchpace.knobs.child import KEPT, ChildPart, ChildRequest, RankBinding, Setting, Source, env_part, format_cpu_list
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # OpenMP's and MKL's thread counts, read at start-up
 ALLOCATORS = ("jemalloc", "tcmalloc")  # in the order `auto` prefers them
@@ -152,7 +152,7 @@ class AllocatorKnob(Knob):
         return _preload(wanted, library, _without_allocators(base_env), source, asked)
 
 
-def _auto_allocator(request) -> ChildPart:
+def _auto_allocator(request: ChildRequest) -> ChildPart:
     for name in ALLOCATORS:
         library = request.host.allocator_library(name)
         if library is not None:
@@ -163,7 +163,7 @@ def _auto_allocator(request) -> ChildPart:
     return part
 
 
-def allocator_env(name: str, library: str, env) -> dict[str, str]:
+def allocator_env(name: str, library: str, env: Mapping[str, str]) -> dict[str, str]:
     """The env vars that preload allocator `name` from `library` for a child whose env is `env`.
 
     `library` goes first in LD_PRELOAD, ahead of what `env` already preloads; jemalloc also gets
@@ -175,7 +175,7 @@ def allocator_env(name: str, library: str, env) -> dict[str, str]:
     return changes
 
 
-def _preload(name: str, library: str, env, source: Source, why: str) -> ChildPart:
+def _preload(name: str, library: str, env: Mapping[str, str], source: Source, why: str) -> ChildPart:
     """Preload `library`; jemalloc gets MALLOC_CONF unless the user's environment sets one."""
     changes = allocator_env(name, library, env)
     part = ChildPart([Setting("allocator", name, source, f"{why}: {library}"),
@@ -188,7 +188,7 @@ def _preload(name: str, library: str, env, source: Source, why: str) -> ChildPar
     return part
 
 
-def _system_allocator(base_env, source: Source, asked: str) -> ChildPart:
+def _system_allocator(base_env: Mapping[str, str], source: Source, asked: str) -> ChildPart:
     part = ChildPart([Setting("allocator", "system", source, f"{asked}: the C library's malloc")])
     if preloaded_allocator(base_env.get("LD_PRELOAD", "")) is not None:
         stripped = _without_allocators(base_env).get("LD_PRELOAD")
@@ -207,7 +207,7 @@ def preloaded_allocator(ld_preload: str) -> str | None:
     return None
 
 
-def _without_allocators(env) -> dict[str, str]:
+def _without_allocators(env: Mapping[str, str]) -> dict[str, str]:
     """`env` with jemalloc/tcmalloc taken out of LD_PRELOAD (the var removed when nothing is left)."""
     kept = [e for e in env.get("LD_PRELOAD", "").replace(" ", ":").split(":") if e and preloaded_allocator(e) is None]
     stripped = {k: v for k, v in env.items() if k != "LD_PRELOAD"}
@@ -264,7 +264,7 @@ class NumaKnob(Knob):
         reason = asked or (f"{len(nodes)} NUMA nodes" + (", each rank on its GPU's node" if host.gpus else ""))
         return ChildPart([Setting("numa", "node", Source.AUTO if mode == "auto" else source, f"{reason} ({where})")])
 
-    def _mode(self, value, given, request) -> tuple[str, Source, str]:
+    def _mode(self, value, given, request: ChildRequest) -> tuple[str, Source, str]:
         """(auto/off/node, its source, how it was asked for: empty for auto)."""
         if given is not None and given != "auto":
             if given not in NUMA_MODES:
