@@ -13,8 +13,9 @@ from pathlib import Path
 
 import click
 
-from torchpace.cli._common import emit_json, json_option
+from torchpace.cli._common import check_knob_limit, emit_json, json_option
 from torchpace.errors import UsageError
+from torchpace.knobs import REGISTRY
 
 _EPILOG = """\b
 Sources, highest first: cli > env > config > auto > default. A variable already set in your
@@ -81,9 +82,7 @@ def check_here(config, given: dict, host) -> None:
     """UsageError (exit 2, nothing started) for a config knob this host cannot run, as `bench` checks
     it, or an option that sets a knob (--nproc-per-node, --omp-threads: `Knob.cli_option`) beyond what
     the host allows (the knobs' own limits)."""
-    from torchpace.cli._common import check_knob_limit
     from torchpace.config import check_on_host
-    from torchpace.knobs import REGISTRY
 
     check_on_host(config, host)
     for knob in sorted((k for k in REGISTRY.values() if k.cli_option), key=lambda k: k.plan_order):
