@@ -64,3 +64,60 @@ def restore_recorded_study(path: Path, url: str, host, workload: str) -> str:
             distributions={k: json_to_distribution(v) for k, v in trial["distributions"].items()},
             user_attrs=trial["user_attrs"], system_attrs=trial["system_attrs"]))
     return doc["study_name"]
+
+
+# The hosts the knob-applicability tests run under (`TORCHPACE_HOST_FACTS`, or `override_host_facts`
+# in-process): a test may assume only what the facts it runs under show, never the CPU it happens to run on.
+FAKED_HOSTS = {
+    "no-bf16, one NUMA node": {"bf16": False, "numa_nodes": 1},
+    "native bf16": {"bf16": True},
+}
+
+
+def faked_host(name: str):
+    """This machine's facts as faked host `name` shows them."""
+    from torchpace.host import override_host_facts, probe_host
+
+    return override_host_facts(probe_host(), FAKED_HOSTS[name])
+
+
+def faked_host_env(name: str) -> dict[str, str]:
+    """The environment variable that makes a torchpace process see faked host `name`."""
+    import json
+
+    from torchpace.host import HOST_FACTS_ENV
+
+    return {HOST_FACTS_ENV: json.dumps(FAKED_HOSTS[name])}
+
+
+def hosts_where_verdicts_differ(name: str, value, target, hosts: dict) -> list[str]:
+    """The faked hosts a knob's check runs under: the first, and each other one where knob `name` with
+    `value` gets another verdict (applies, or not) for `target`, so no check runs twice for nothing."""
+    from torchpace.knobs import REGISTRY
+
+    knob, seen, chosen = REGISTRY[name], set(), []
+    for host_name, host in hosts.items():
+        verdict = (knob.applies(host, target) or knob.value_applies(value, host, target)) is None
+        if verdict not in seen:
+            seen.add(verdict)
+            chosen.append(host_name)
+    return chosen
+
+
+def fill_disk(directory) -> None:
+    """Write into `directory` until its filesystem is full (the filler stays: the disk stays full)."""
+    with open(directory / "filler", "wb", buffering=0) as fh:
+        for size in (65536, 512, 1):  # large writes first, then the last bytes
+            try:
+                while True:
+                    fh.write(b"\0" * size)
+            except OSError:
+                continue  # ENOSPC at this size: the smaller ones fill what is left
+
+
+def temp_leftovers(root) -> list:
+    """torchpace's temporary folders and files left under `root` (trial and profile folders, `.tmp-` files)."""
+    from pathlib import Path
+
+    root = Path(root)
+    return sorted([*root.glob("torchpace-*"), *root.rglob(".*.tmp-*")])

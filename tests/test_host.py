@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from torchpace.errors import UsageError
 from torchpace.host import probe_host, probe_tools, which
 
 
@@ -39,3 +40,41 @@ def test_probe_host_fills_the_tool_fields_from_the_env_it_is_given(tmp_path):
     host = probe_host(tmp_path, with_gpus=False, env={"PATH": "/tools"})
     assert host.numactl == "/tools/numactl" and host.allocator_library("jemalloc") is None
     assert probe_host(tmp_path, with_gpus=False, env={"PATH": "/elsewhere"}).numactl is None
+
+
+# ---- faked host facts (TORCHPACE_HOST_FACTS / override_host_facts) ------------------------------------
+
+def test_host_facts_can_be_those_of_another_host():
+    import pytest
+
+    from torchpace.host import HostFacts, override_host_facts
+
+    real = HostFacts(cpu_model="x", logical_cpus=4, usable_cores=4, cpu_flags=frozenset({"avx2", "avx512_bf16"}))
+    faked = override_host_facts(real, {"bf16": False, "usable_cores": 2, "numa_nodes": 2, "gpus": 1})
+    assert not faked.native_bf16 and "avx2" in faked.cpu_flags and faked.usable_cores == 2
+    assert [node.cpus for node in faked.numa_nodes] == [(0, 1), (2, 3)]
+    assert faked.cuda_available and len(faked.gpus) == 1
+    assert faked.summary()["overridden"] == ["bf16", "gpus", "numa_nodes", "usable_cores"]
+    assert override_host_facts(faked, {"bf16": True, "gpus": 0}).native_bf16
+    assert "overridden" not in real.summary()
+    for bad, named in (({"cores": 2}, "unknown fact"), ({"bf16": "no"}, "bf16 = 'no'"), ({"numa_nodes": -1}, "numa_nodes"),
+                       ({"usable_cores": True}, "usable_cores")):
+        with pytest.raises(UsageError, match=named):
+            override_host_facts(real, bad)
+
+
+def test_probe_host_takes_the_facts_the_environment_names(monkeypatch):
+    import json
+
+    import pytest
+
+    from torchpace.host import HOST_FACTS_ENV
+
+    monkeypatch.setenv(HOST_FACTS_ENV, json.dumps({"bf16": False, "numa_nodes": 1, "usable_cores": 1}))
+    host = probe_host(with_gpus=False)
+    assert not host.native_bf16 and len(host.numa_nodes) == 1 and host.usable_cores == 1
+    monkeypatch.setenv(HOST_FACTS_ENV, json.dumps({"bf16": True}))
+    assert probe_host(with_gpus=False).native_bf16
+    monkeypatch.setenv(HOST_FACTS_ENV, "[1]")
+    with pytest.raises(UsageError, match=HOST_FACTS_ENV):
+        probe_host(with_gpus=False)

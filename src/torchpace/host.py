@@ -5,6 +5,11 @@ Collectors read through an injectable filesystem `root` (so tests feed fixture t
 `/proc`, `/sys`, `/etc`, `/usr/lib`) and never raise: a value that could not be read is None. GPU facts
 come from torch only when the caller asks for them (`with_gpus=True`), since importing torch is slow.
 Knobs and the child planner read these facts only; they never search the machine themselves.
+
+`TORCHPACE_HOST_FACTS` (a JSON object, read by `probe_host`) makes the probed facts those of another
+host: `{"bf16": false, "usable_cores": 2, "numa_nodes": 1, "gpus": 0}` (any subset). torchpace then
+plans, checks and refuses as it would there; what really runs is still this machine (a faked GPU or
+NUMA node can be planned for, not used). `override_host_facts` is the same change in-process.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 _log = logging.getLogger(__name__)
 
@@ -25,6 +30,9 @@ ALLOCATOR_LIBRARIES = {
     "jemalloc": ("libjemalloc.so.2", "libjemalloc.so"),
     "tcmalloc": ("libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libtcmalloc.so", "libtcmalloc_minimal.so"),
 }
+HOST_FACTS_ENV = "TORCHPACE_HOST_FACTS"  # JSON: the facts of another host (see the module docstring)
+_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+_FAKED_GPU_BYTES = 16 << 30  # what a faked GPU is said to hold
 _SYSTEM_LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 
 
@@ -91,6 +99,7 @@ class HostFacts:
     allocators: tuple[tuple[str, str], ...] = ()
     allocator_dirs: tuple[str, ...] = ()
     numactl: str | None = None
+    overridden: tuple[str, ...] = ()  # the facts `TORCHPACE_HOST_FACTS` (or `override_host_facts`) changed
 
     def allocator_library(self, name: str) -> str | None:
         """The shared library of allocator `name` (jemalloc/tcmalloc) found here, or None."""
@@ -103,7 +112,7 @@ class HostFacts:
     @property
     def native_bf16(self) -> bool:
         """True when the CPU computes bf16 natively (AVX512-BF16 / AMX on x86, bf16 on Arm)."""
-        return bool(self.cpu_flags & {"avx512_bf16", "amx_bf16", "bf16"})
+        return bool(self.cpu_flags & _BF16_FLAGS)
 
     def fingerprint(self) -> str:
         """A short stable id of what affects speed: CPU, cores, GPUs, torch. Same host => same id."""
@@ -130,6 +139,7 @@ class HostFacts:
             "torch_version": self.torch_version,
             "cuda_version": self.cuda_version,
             "gpus": [g.name for g in self.gpus],
+            **({"overridden": list(self.overridden)} if self.overridden else {}),
         }
 
 
@@ -361,9 +371,72 @@ def probe_tools(root: Path, env: Mapping[str, str]) -> dict[str, object]:
     }
 
 
+def override_host_facts(facts: HostFacts, overrides: Mapping[str, Any], source: str = "host facts") -> HostFacts:
+    """`facts` as another host would show them (pure).
+
+    Args:
+        facts: the probed facts.
+        overrides: any of `bf16` (bool: the CPU computes bf16 natively), `usable_cores` (int >= 1),
+            `numa_nodes` (int >= 0: the logical CPUs split evenly into that many nodes), `gpus`
+            (int >= 0: that many CUDA devices; 0 hides the real ones).
+        source: where the overrides came from, for error messages.
+
+    Raises:
+        UsageError: an unknown fact, or a value of the wrong type or range.
+    """
+    from dataclasses import replace
+
+    from torchpace.errors import UsageError
+
+    def count(name: str, least: int) -> int:
+        value = overrides[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UsageError(f"{source}: {name} = {value!r}; expected a whole number >= {least}")
+        return value
+
+    unknown = sorted(set(overrides) - {"bf16", "usable_cores", "numa_nodes", "gpus"})
+    if unknown:
+        raise UsageError(f"{source}: unknown fact(s) {unknown}; valid: bf16, usable_cores, numa_nodes, gpus")
+    changes: dict[str, Any] = {}
+    if "bf16" in overrides:
+        if not isinstance(overrides["bf16"], bool):
+            raise UsageError(f"{source}: bf16 = {overrides['bf16']!r}; expected true or false")
+        flags = facts.cpu_flags - _BF16_FLAGS
+        changes["cpu_flags"] = flags | {"avx512_bf16"} if overrides["bf16"] else flags
+    if "usable_cores" in overrides:
+        changes["usable_cores"] = count("usable_cores", 1)
+        changes["logical_cpus"] = max(facts.logical_cpus, changes["usable_cores"])
+    if "numa_nodes" in overrides:
+        nodes, cpus = count("numa_nodes", 0), changes.get("logical_cpus", facts.logical_cpus)
+        changes["numa_nodes"] = tuple(NumaNode(i, tuple(range(i * cpus // nodes, (i + 1) * cpus // nodes)))
+                                      for i in range(nodes))
+    if "gpus" in overrides:
+        changes["gpus"] = tuple(GpuInfo(i, "faked GPU", _FAKED_GPU_BYTES) for i in range(count("gpus", 0)))
+    return replace(facts, **changes, overridden=tuple(sorted({*facts.overridden, *overrides})))
+
+
+def host_overrides_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The facts `TORCHPACE_HOST_FACTS` overrides (empty when it is unset); UsageError when it is not a JSON object."""
+    import json
+
+    from torchpace.errors import UsageError
+
+    raw = (os.environ if env is None else env).get(HOST_FACTS_ENV, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as err:
+        raise UsageError(f"{HOST_FACTS_ENV} is not JSON ({err}); e.g. '{{\"bf16\": false, \"numa_nodes\": 1}}'") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{HOST_FACTS_ENV} = {raw!r}: expected a JSON object of facts, e.g. '{{\"bf16\": false}}'")
+    return value
+
+
 def probe_host(root: str | Path = "/", with_gpus: bool = True, env: Mapping[str, str] | None = None) -> HostFacts:
     """Collect HostFacts. `root` re-roots /proc, /sys, /etc and the library and PATH directories for
-    tests; `env` is the environment a child would get (default: ours), for PATH and CONDA_PREFIX."""
+    tests; `env` is the environment a child would get (default: ours), for PATH and CONDA_PREFIX.
+    The facts `TORCHPACE_HOST_FACTS` names (in our environment) replace what was probed."""
     root = Path(root)
     model, flags = parse_cpuinfo(read_text(root, "proc/cpuinfo") or "")
     logical = os.cpu_count() or 1
@@ -389,6 +462,9 @@ def probe_host(root: str | Path = "/", with_gpus: bool = True, env: Mapping[str,
         gpus=gpus,
         **probe_tools(root, os.environ if env is None else env),
     )
+    overrides = host_overrides_from_env()
+    if overrides:
+        facts = override_host_facts(facts, overrides, HOST_FACTS_ENV)
     if _log.isEnabledFor(logging.DEBUG):
         _log.debug("host facts (root %s): %s; allocators %s, numactl %s, C compiler %s", root, facts.summary(),
                    facts.allocators, facts.numactl, facts.has_compiler)

@@ -21,6 +21,7 @@ from torchpace.runtime import prepare
 from torchpace.runtime.checkpointing import CheckpointedBlock
 from torchpace.trial.runner import plan_trial
 
+from _support import FAKED_HOSTS, faked_host, hosts_where_verdicts_differ
 from fixtures.workloads import tiny_cnn, tiny_inference, tiny_mlp
 
 
@@ -352,9 +353,13 @@ def test_knob_round_trips_through_toml(name, tmp_path):
     assert dict(load_config(path).values) == dict(config.values)
 
 
+_HOSTS = {name: faked_host(name) for name in FAKED_HOSTS}
+
+
+@pytest.mark.parametrize("host_name", sorted(FAKED_HOSTS))
 @pytest.mark.parametrize("name", sorted(REGISTRY))
-def test_knob_describes_itself_and_its_candidates(name, host):
-    knob = REGISTRY[name]
+def test_knob_describes_itself_and_its_candidates(name, host_name):
+    knob, host = REGISTRY[name], _HOSTS[host_name]
     workload = _claim_workload(name)
     assert knob.stage and knob.help and isinstance(knob.point, Point)
     reason = knob.applies(host, workload)
@@ -369,9 +374,19 @@ def test_knob_describes_itself_and_its_candidates(name, host):
 _COMPILE_POOL = pytest.mark.torch_keeps_threads("torch.compile's inductor keeps its compile worker pool")
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_COMPILE_POOL) if n == "compile.mode" else n for n in sorted(REGISTRY)])
-def test_knob_really_changes_what_it_claims(name, host, request):
+def _claim_params():
+    """(knob, faked host): every knob under the first faked host, and again under each host where it gets
+    another verdict (precision.amp=bf16 applies with native bf16 and is refused without)."""
+    for name in sorted(REGISTRY):
+        for host_name in hosts_where_verdicts_differ(name, CLAIMS[name][0][name], _claim_workload(name), _HOSTS):
+            yield pytest.param(name, host_name, marks=[_COMPILE_POOL] if name == "compile.mode" else [],
+                               id=f"{name}-{host_name}")
+
+
+@pytest.mark.parametrize(("name", "host_name"), list(_claim_params()))
+def test_knob_really_changes_what_it_claims(name, host_name, request):
     values, check = CLAIMS[name]
+    host = _HOSTS[host_name]
     if name == "system.allocator":
         request.getfixturevalue("system_packages")  # installs jemalloc where apt is available
     knob = REGISTRY[name]

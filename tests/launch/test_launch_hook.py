@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from _support import FAKED_HOSTS, faked_host, faked_host_env
 from launch_helpers import WORKERS, run_launch
 from torchpace.knobs import get_knob
 from torchpace.launch.inprocess import loader_overrides
@@ -25,15 +26,8 @@ schema_version = 1
 "data.num_workers" = 2
 "data.prefetch_factor" = 4
 "data.persistent_workers" = true
-"precision.amp" = "bf16"
 """
-
-
-@pytest.fixture
-def config_file(tmp_path) -> Path:
-    path = tmp_path / "torchpace.toml"
-    path.write_text(CONFIG)
-    return path
+BF16 = '"precision.amp" = "bf16"\n'  # only where the host computes bf16 natively (launch refuses it elsewhere)
 
 
 @pytest.fixture
@@ -75,8 +69,11 @@ def test_hook_gives_every_loader_the_config_and_reports_what_it_changed(child_en
     assert "num_workers 1 -> 2" in result.stderr
 
 
-def test_hook_is_cheap_when_torch_is_never_imported(config_file, child_env, shadowed_sitecustomize):
-    env = {**child_env, "PYTHONPATH": str(shadowed_sitecustomize)}
+@pytest.mark.parametrize("host_name", sorted(FAKED_HOSTS))
+def test_hook_is_cheap_when_torch_is_never_imported(host_name, tmp_path, child_env, shadowed_sitecustomize):
+    config_file = tmp_path / "torchpace.toml"
+    config_file.write_text(CONFIG + (BF16 if faked_host(host_name).native_bf16 else ""))
+    env = {**child_env, "PYTHONPATH": str(shadowed_sitecustomize), **faked_host_env(host_name)}
     seen, _ = _launch_json(["--config", str(config_file), "--", str(WORKERS / "no_torch.py")], env)
     assert seen == {"torch": False, "torchpace": False, "chained": "ran"}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from _support import FAKED_HOSTS, faked_host, faked_host_env, hosts_where_verdicts_differ
 from torchpace.knobs import REGISTRY
 from torchpace.script.knobs import script_target
 
@@ -58,14 +59,23 @@ def _launch(config: dict, tmp_path: Path, child_env: dict) -> dict:
     return json.loads(report.read_text())
 
 
-@pytest.mark.parametrize("name", SCRIPT_KNOBS)
-def test_script_knob_changes_what_it_claims_under_launch(name, host, tmp_path, child_env, request):
-    config, expected = CLAIMS[name]
-    if name in ("system.allocator", "system.numa"):
-        from torchpace.host import probe_host
+_HOSTS = {name: faked_host(name) for name in FAKED_HOSTS}
 
+
+def _launch_params():
+    """(knob, faked host): each knob under the first faked host, and under each other one where it gets another verdict."""
+    for name in SCRIPT_KNOBS:
+        for host_name in hosts_where_verdicts_differ(name, CLAIMS[name][0][name], script_target("knob_probe.py"), _HOSTS):
+            yield pytest.param(name, host_name, id=f"{name}-{host_name}")
+
+
+@pytest.mark.parametrize(("name", "host_name"), list(_launch_params()))
+def test_script_knob_changes_what_it_claims_under_launch(name, host_name, tmp_path, child_env, request):
+    config, expected = CLAIMS[name]
+    child_env = {**child_env, **faked_host_env(host_name)}
+    if name in ("system.allocator", "system.numa"):
         request.getfixturevalue("system_packages")  # jemalloc and numactl where apt is available
-        host = probe_host()  # the session's host facts predate the install
+    host = faked_host(host_name)  # probed now: the tools may have just been installed
     _skip_unless_it_applies(host, config)
     seen = _launch(config, tmp_path, child_env)
     assert {key: seen[key] for key in expected} == expected
@@ -78,12 +88,25 @@ def test_defaults_leave_the_script_as_it_is(host, tmp_path, child_env):
     assert (seen["num_workers"], seen["fused"], seen["autocast"], seen["output_dtype"]) == (0, False, False, "torch.float32")
 
 
-@pytest.mark.slow
-def test_a_script_bench_applies_the_knobs_the_same_way(cli_run, tmp_path):
+def test_a_knob_a_host_cannot_run_is_refused_before_the_script_starts(cli_run, tmp_path):
+    # bf16 autocast on a CPU without native bf16: exit 2 naming the missing feature, and the script never ran
     report = tmp_path / "seen.json"
-    result = cli_run("bench", "--max-time", "3", "--json", "--set", "data.num_workers=1", "--set", "precision.amp=bf16",
-                     "--", "python", str(SCRIPTS / "knob_probe.py"), str(report), "100000", timeout=240)
+    result = cli_run("bench", "--max-time", "3", "--set", "precision.amp=bf16", "--", "python",
+                     str(SCRIPTS / "knob_probe.py"), str(report), env_extra=faked_host_env("no-bf16, one NUMA node"))
+    assert result.returncode == 2 and "no native bf16" in result.stderr and not report.exists(), result.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("host_name", sorted(FAKED_HOSTS))
+def test_a_script_bench_applies_the_knobs_the_same_way(cli_run, tmp_path, host_name):
+    # bf16 autocast where the (faked) host computes bf16, else the optimizer's fused kernel: each applies there
+    report = tmp_path / "seen.json"
+    knob, value, expected = (("precision.amp", "bf16", {"autocast": True, "output_dtype": "torch.float32"})
+                             if faked_host(host_name).native_bf16 else ("optimizer.impl", "fused", {"fused": True}))
+    result = cli_run("bench", "--max-time", "3", "--json", "--set", "data.num_workers=1", "--set", f"{knob}={value}",
+                     "--", "python", str(SCRIPTS / "knob_probe.py"), str(report), "100000", timeout=240,
+                     env_extra=faked_host_env(host_name))
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(report.read_text())
-    assert seen["num_workers"] == 1 and seen["autocast"] is True and seen["output_dtype"] == "torch.float32"
-    assert sorted(json.loads(result.stdout)["script"]["reached"]) == ["data.num_workers", "precision.amp"]
+    assert seen["num_workers"] == 1 and {key: seen[key] for key in expected} == expected
+    assert sorted(json.loads(result.stdout)["script"]["reached"]) == sorted(["data.num_workers", knob])
