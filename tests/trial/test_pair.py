@@ -74,6 +74,16 @@ def test_the_arms_take_turns_workers_included(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_comparison_for_a_decision_stops_once_its_ci_is_clear_of_the_threshold():
+    # four workers deliver about four times as fast as one: the CI clears 1.01 within the first rounds,
+    # long before the time allowed (and the CI target, set unreachable)
+    result = run_pair(_spec("sleepy_loader", {"data.num_workers": 1}), _spec("sleepy_loader", {"data.num_workers": 4}),
+                      probe_host(), timeout_s=300, options=PairOptions(rounds_s=120.0, target_ci_rel=0.0, decide_at=1.01))
+    assert result.ok and result.stopped_by == "clear", (result.stopped_by, result.ratios)
+    assert len(result.ratios) >= 6 and result.summary.ci_low > 1.01
+
+
+@pytest.mark.slow
 def test_a_failing_arm_ends_the_comparison_and_the_other_is_not_judged():
     result = run_pair(_spec("fails_in_worker"), _spec("fails_in_worker", WORKERS), probe_host(), timeout_s=180,
                       options=PairOptions(rounds_s=3.0))

@@ -3,8 +3,11 @@
 A pair record holds the candidate (B) and the config it was compared with in alternation (A, the
 incumbent), with each round's ratio B / A."""
 
+from torchpace.trial.pair import ALTERNATING, PARTNER, PairResult
+from torchpace.trial.protocol import TIMEOUT, TrialResult
 from torchpace.tune.policy import RETRY, RUNNING, Record, plan_greedy
 from torchpace.tune.space import KnobSpace
+from torchpace.tune.tuner import candidate_result
 
 SPACE = [
     KnobSpace("data", "data.num_workers", 0, (0, 1, 2)),
@@ -137,3 +140,11 @@ def test_a_failed_a_a_comparison_leaves_the_noise_unknown_and_the_search_goes_on
 def test_a_failed_baseline_ends_the_search_with_a_reason():
     state = play([Record("baseline", {}, status="oom")])
     assert state.failed_baseline and "oom" in state.failed_baseline and state.next is None
+
+
+def test_a_comparison_the_budget_cut_before_the_reference_arm_was_ready_is_cut_not_partnered():
+    pair = PairResult(ALTERNATING, TrialResult(TIMEOUT, error="arm A reached no gate"), TrialResult(PARTNER))
+    assert candidate_result(pair, cut_by_budget=True).status == TIMEOUT  # stored as budget: run again on --resume
+    assert candidate_result(pair, cut_by_budget=False).status == PARTNER  # the reference's own timeout
+    alone = PairResult(ALTERNATING, TrialResult(PARTNER), TrialResult(TIMEOUT))
+    assert candidate_result(alone, cut_by_budget=True) is alone.b

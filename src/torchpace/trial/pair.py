@@ -15,8 +15,9 @@ core. `run_pair` measures the two configs (arms A and B) *in alternation* instea
    a stopped process gets from the scheduler, where A B B A would mix those turns with turns that
    continue the same arm's own;
 4. the rounds stop when at least `min_rounds` give a 95% CI of the median ratio within
-   ±`target_ci_rel` (`measure.stats.summarize`, the statistics of every other figure), or when the
-   rounds' time is spent; each arm in turn is then told to end, and writes its result while the other
+   ±`target_ci_rel` (`measure.stats.summarize`, the statistics of every other figure), or lie wholly
+   on one side of the ratio a decision is taken against (`decide_at`, tune's), or when the rounds'
+   time is spent; each arm in turn is then told to end, and writes its result while the other
    waits stopped (what a bench measures after its windows, such as an inference workload's batch-1
    latency, is measured alone too).
 
@@ -74,6 +75,9 @@ class PairOptions:
         max_rounds: rounds at most.
         target_ci_rel: stop once the 95% CI of the median ratio is within this relative half-width.
         sequential_rounds: rounds of separate runs (A B A ... B A) when the arms cannot take turns.
+        decide_at: the ratio a decision is taken against (tune: accept above 1 + its floor): stop once
+            the 95% CI lies wholly above or wholly below it, since more rounds would not change that
+            decision (None: only the CI's width stops the rounds early).
     """
 
     rounds_s: float = 20.0
@@ -81,6 +85,7 @@ class PairOptions:
     max_rounds: int = 60
     target_ci_rel: float = 0.02
     sequential_rounds: int = 2
+    decide_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,8 @@ class PairResult:
         a, b: each arm's trial result (its bench holds its own measured windows).
         a_rates, b_rates: each turn's figure of each arm (samples/s, or steps/s without samples): A's
             turns frame B's, so A has one more when the comparison ran to its end.
-        stopped_by: `ci`, `time`, `rounds`; `ended` (an arm's script finished first) or `failed` (an
-            arm failed, and the other was not judged).
+        stopped_by: `ci`, `clear` (the CI wholly on one side of `decide_at`), `time`, `rounds`; `ended`
+            (an arm's script finished first) or `failed` (an arm failed, and the other was not judged).
         other_load_a, other_load_b: cores other processes used during each arm's turns (None: unread).
         usable_cores: the cores this host gives torchpace (to judge the other load against).
     """
@@ -382,8 +387,11 @@ class _Rounds:
         summary = summarize(ratios) if ratios else None
         if self.on_round:
             self.on_round(len(ratios), summary)
-        if len(ratios) >= self.options.min_rounds and summary and summary.ci_rel_halfwidth <= self.options.target_ci_rel:
+        enough = len(ratios) >= self.options.min_rounds and summary is not None
+        if enough and summary.ci_rel_halfwidth <= self.options.target_ci_rel:
             self.stopped_by = "ci"
+        elif enough and self.options.decide_at is not None and not summary.ci_low <= self.options.decide_at <= summary.ci_high:
+            self.stopped_by = "clear"
         elif len(ratios) >= self.options.max_rounds:
             self.stopped_by = "rounds"
         elif time.monotonic() >= rounds_end:

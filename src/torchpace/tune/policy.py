@@ -14,7 +14,9 @@ decision is the spread of its own paired ratios, not the spread between two sepa
    points at goes first), for each knob, compare every value with the incumbent, one knob at a time
    (slots `pair:KNOB=VALUE`); a failed value (crash, OOM, NaN, timeout) is never retried;
 3. the best value (highest median ratio) is accepted when the convergence guard passed, its median
-   gain is over 1% and its whole 95% CI is above 1; rejected when its median gain is 1% or less;
+   gain is over 1% and its whole 95% CI is above 1; rejected when its median gain is 1% or less
+   (its rounds stop early once the CI lies wholly above or below a 1% gain: more would not change
+   the decision);
 4. a gain in between (its CI reaches 1), or a comparison that is not *settled* (fewer rounds than a
    CI needs, an arm whose warm-up did not converge), is compared once more (`confirm-pair:KNOB=VALUE`)
    and decided on the two comparisons' rounds pooled: one lucky comparison of one value among several
@@ -44,6 +46,7 @@ from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.tune.space import KnobSpace
 
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
+ACCEPT_FLOOR = _NOISE_FLOOR  # the smallest gain a paired comparison must show (the tuner stops its rounds once clear of it)
 _INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
 _RECENT_MEASUREMENTS = 3  # the incumbent's figure is the median of its last three measurements
 _CONFIRM_BAND = (0.5, 2.0)  # a gain above this share of the threshold but not above this multiple is measured again

@@ -14,8 +14,11 @@ from typing import Any, Callable
 
 from torchpace.errors import UsageError
 from torchpace.tune.attrs import ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord, interrupted_attrs, stored_bench
+from torchpace.trial.pair import PARTNER, PairOptions, PairResult, run_pair
+from torchpace.trial.protocol import TIMEOUT, TrialResult
 from torchpace.tune.objective import check_objective, objective_value
 from torchpace.tune.outcome import ExportOutcome, StudyMeta, TuneOutcome, build_guard_note, build_outcome, trial_rows
+from torchpace.tune.policy import ACCEPT_FLOOR
 from torchpace.tune.space import KnobSpace, build_space
 from torchpace.tune.study import fail_stale_trials, open_study, study_metadata, trial_records, tuner_process
 
@@ -101,6 +104,15 @@ def make_sampler(strategy: str, space: list[KnobSpace], conflicts, seed: int):
         return optuna.samplers.GridSampler({k.name: list(k.values) for k in space}, seed=seed)
     raise UsageError(f"--strategy {strategy!r} is not valid; valid strategies: {', '.join(STRATEGIES)}")
 
+
+
+def candidate_result(pair: PairResult, cut_by_budget: bool) -> TrialResult:
+    """The candidate's result of a paired comparison, as stored: when the budget cut the comparison and
+    the reference arm ran out of that time (timeout), the candidate was not judged for the budget's sake,
+    not its partner's: it is cut too (stored as `budget`, run again on --resume), not `partner`."""
+    if cut_by_budget and pair.b.status == PARTNER and pair.a.status == TIMEOUT:
+        return replace(pair.b, status=TIMEOUT)
+    return pair.b
 
 class Tuner:
     """Runs one tune session against a study (several sessions may share the study)."""
@@ -299,16 +311,18 @@ class Tuner:
     def _run_pair(self, number: int, assignment, spec, timeout_s: float, cut_by_budget: bool):
         """A paired comparison: the candidate (`assignment.config`, arm B) and `assignment.reference` (arm A) in
         alternation (`torchpace.trial.pair`); the candidate's record, with the comparison under `pair`."""
-        from torchpace.trial.pair import PairOptions, run_pair
-
         reference = replace(spec, config=dict(assignment.reference), guard_steps=0, profile=False)
         candidate = replace(spec, profile=False)
-        pair = run_pair(reference, candidate, self.host, timeout_s, PairOptions(rounds_s=self.options.trial_time_s),
+        # a candidate's comparison stops once its CI is clear of the gain it must show to be kept (or clearly
+        # under it); the A/A and the final comparison estimate a figure, and run to the CI target or the time
+        decide_at = 1 + ACCEPT_FLOOR if assignment.kind == "candidate" else None
+        pair = run_pair(reference, candidate, self.host, timeout_s,
+                        PairOptions(rounds_s=self.options.trial_time_s, decide_at=decide_at),
                         sequential=self._hold_both_reason(reference, candidate),
                         figure=lambda bench: objective_value(bench, self.options.objective)[0],
                         on_round=lambda rounds, summary: self.on_event("round", number=number, rounds=rounds,
                                                                        summary=summary))
-        record = self._stored(number, assignment, pair.b, cut_by_budget)
+        record = self._stored(number, assignment, candidate_result(pair, cut_by_budget), cut_by_budget)
         ref_value, _ = objective_value(pair.a.bench, self.options.objective)
         s = pair.summary
         return replace(record, pair=PairRecord(
