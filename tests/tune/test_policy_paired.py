@@ -148,3 +148,14 @@ def test_a_comparison_the_budget_cut_before_the_reference_arm_was_ready_is_cut_n
     assert candidate_result(pair, cut_by_budget=False).status == PARTNER  # the reference's own timeout
     alone = PairResult(ALTERNATING, TrialResult(PARTNER), TrialResult(TIMEOUT))
     assert candidate_result(alone, cut_by_budget=True) is alone.b
+
+
+def test_a_loss_on_fewer_rounds_than_a_ci_needs_is_compared_again_before_it_is_rejected():
+    first = pair("pair:precision.amp=bf16", BF16, [0.95, 0.96])  # the time cap ended it after two rounds
+    state = play([base(), aa(), first], SPACE[1:])
+    assert state.decisions == [] and state.next.slot == "confirm-pair:precision.amp=bf16"
+    again = pair("confirm-pair:precision.amp=bf16", BF16, [1.2, 1.25, 1.22, 1.3, 1.21, 1.24, 1.23, 1.26, 1.2, 1.27])
+    state = play([base(), aa(), first, again], SPACE[1:])
+    decision = state.decisions[0]
+    assert decision.accepted_value == "bf16" and decision.rounds == 12  # both comparisons' rounds pooled
+    assert decision.ratio_ci_low > 1

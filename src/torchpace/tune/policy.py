@@ -17,8 +17,9 @@ decision is the spread of its own paired ratios, not the spread between two sepa
    gain is over 1% and its whole 95% CI is above 1; rejected when its median gain is 1% or less
    (its rounds stop early once the CI lies wholly above or below a 1% gain: more would not change
    the decision);
-4. a gain in between (its CI reaches 1), or a comparison that is not *settled* (fewer rounds than a
-   CI needs, an arm whose warm-up did not converge), is compared once more (`confirm-pair:KNOB=VALUE`)
+4. a gain in between (its CI reaches 1), a comparison that is not *settled* (fewer rounds than a
+   CI needs, an arm whose warm-up did not converge), or a loss on fewer rounds than a CI needs (the
+   budget or the time cap ended it early), is compared once more (`confirm-pair:KNOB=VALUE`)
    and decided on the two comparisons' rounds pooled: one lucky comparison of one value among several
    then decides less;
 5. once every knob is decided, the tuned config is compared with the defaults (slot `final`): that
@@ -294,7 +295,8 @@ def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
     best, proposal = max(usable, key=lambda rp: summarize(list(rp[0].ratios)).median)
     summary = summarize(list(best.ratios))
     unsettled = best.pair_unsettled()
-    if summary.median - 1 <= _NOISE_FLOOR:
+    # a loss is decided only on enough rounds for a CI: two rounds at 0.96 on a busy host say nothing
+    if summary.median - 1 <= _NOISE_FLOOR and len(best.ratios) >= MIN_WINDOWS_FOR_CI:
         verdict = "no faster" if summary.median <= 1 else f"under the {_NOISE_FLOOR:.0%} floor"
         _decide(state, proposal, best, [best], False, f"rejected: best {knob.name}={proposal.value} is "
                 f"{_ratio_text(summary)}: {verdict}")
