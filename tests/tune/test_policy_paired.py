@@ -132,6 +132,20 @@ def test_a_comparison_cut_by_the_budget_or_its_partner_is_run_again():
     assert play([base(), aa(), running]).next.slot == "pair:data.num_workers=2"
 
 
+def test_a_comparison_whose_reference_arm_keeps_failing_is_not_retried_for_ever():
+    def partner(slot, config):
+        return Record(slot, config, state=RETRY, status="partner", reference={})
+
+    once = [base(), aa(), partner("pair:precision.amp=bf16", BF16)]
+    assert play(once, SPACE[1:]).next.slot == "pair:precision.amp=bf16"  # run again: the host may have been at fault
+    state = play([*once, partner("pair:precision.amp=bf16", BF16)], SPACE[1:])
+    assert state.done and state.decisions[0].accepted_value is None and not state.decisions[0].judged
+    assert "partner" in state.decisions[0].reason
+    # the A/A comparison too: twice without its reference arm, and the search goes on without the noise
+    state = play([base(), partner("noise", {}), partner("noise", {})])
+    assert state.noise is None and state.next.slot == "pair:data.num_workers=1"
+
+
 def test_a_failed_a_a_comparison_leaves_the_noise_unknown_and_the_search_goes_on():
     state = play([base(), Record("noise", {}, status="crash", reference={})])
     assert state.noise is None and state.noise_frac == 0.01 and state.next.slot == "pair:data.num_workers=1"

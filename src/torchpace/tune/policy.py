@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
@@ -53,6 +53,10 @@ _RECENT_MEASUREMENTS = 3  # the incumbent's figure is the median of its last thr
 _CONFIRM_BAND = (0.5, 2.0)  # a gain above this share of the threshold but not above this multiple is measured again
 
 COMPLETE, RUNNING, RETRY = "complete", "running", "retry"
+PARTNER_STATUS = "partner"  # a comparison whose reference arm failed: the candidate was not judged
+# such a comparison runs again (the reference worked before, the failure may be the host's), but a slot
+# whose reference failed this many times is taken as not judged, not retried for ever
+PARTNER_TRIES = 2
 
 
 @dataclass(frozen=True)
@@ -207,7 +211,15 @@ class _Replay:
     """Walks the planned trial sequence against the records."""
 
     def __init__(self, records: Iterable[Record]):
+        records = list(records)
         self.by_slot = {r.slot: r for r in records if r.state != RETRY}
+        partnered: dict[str, list[Record]] = {}
+        for r in records:
+            if r.state == RETRY and r.status == PARTNER_STATUS:
+                partnered.setdefault(r.slot, []).append(r)
+        for slot, tries in partnered.items():  # a reference arm that fails again and again: stop retrying
+            if slot not in self.by_slot and len(tries) >= PARTNER_TRIES:
+                self.by_slot[slot] = replace(tries[-1], state=COMPLETE)
         self.state = GreedyState()
 
     def need(self, proposal: Proposal) -> Record | None:
