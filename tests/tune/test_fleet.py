@@ -29,7 +29,7 @@ from _support import fixture_workload
 STUDY = "fleet"
 _KNOBS = ("data.num_workers", "optimizer.impl")
 _RUN_TIMEOUT_S = 900
-_BAD_URL_LIMIT_S = 15
+_BAD_URL_WAIT_S = 12  # seconds a bad URL may wait beyond a refused connection (its connect timeout is 3 s)
 
 
 def _tune_cmd(url, out, *extra, study=STUDY):
@@ -156,16 +156,21 @@ def _bad_urls(postgres, silent_port):
 
 @pytest.mark.parametrize("verb", ["tune", "report"])
 def test_bad_urls_exit_2_naming_the_masked_url_quickly(postgres, silent_server, cli_run, tmp_path, verb):
+    took_s = {}
     for case, (url, cause) in _bad_urls(postgres, silent_server).items():
         argv = (["tune", fixture_workload("tiny_mlp"), "--storage", url, "--out", str(tmp_path / "t.toml")]
                 if verb == "tune" else ["report", "--storage", url, "-o", str(tmp_path / "r.html")])
         start = time.monotonic()
-        done = cli_run(*argv, timeout=60)
-        took_s = time.monotonic() - start
+        done = cli_run(*argv, timeout=120)
+        took_s[case] = time.monotonic() - start
         assert done.returncode == 2, (case, done.stderr[-1500:])
         assert "Traceback" not in done.stderr and "tp-secret" not in done.stderr, (case, done.stderr)
         assert "***@127.0.0.1" in done.stderr and cause in done.stderr, (case, done.stderr)
-        assert took_s < _BAD_URL_LIMIT_S, (case, took_s)
+    # no case waits (retries, a driver's default connect timeout) beyond the URL's 3 s connect timeout:
+    # each is timed against the refused connection, which waits for nothing, so start-up and imports on a
+    # loaded host count alike on both sides
+    waited = {case: took - took_s["nothing listening"] for case, took in took_s.items()}
+    assert all(extra < _BAD_URL_WAIT_S for extra in waited.values()), took_s
     assert not (tmp_path / "t.toml").exists() and not (tmp_path / "r.html").exists()
 
 
