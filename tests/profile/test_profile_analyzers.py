@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from _profile_traces import RECORDED, cpu_steps, cuda_sync_steps, ddp_steps, ev, step
+from _profile_traces import RECORDED, cpu_steps, cuda_sync_steps, ddp_steps, document, ev, label, step
 
 from torchpace.findings import Finding, Severity
 from torchpace.profile.analyzers import REGISTRY, Analyzer, register, run_analyzers, self_times_us
@@ -69,6 +69,22 @@ def test_step_split_is_computed_from_the_labels_inside_each_step():
     for phase, us in expected.items():
         assert data[f"{phase}_us"] == pytest.approx(us)
         assert data[f"{phase}_frac"] == pytest.approx(us / 10_000)
+
+
+def test_step_split_partitions_a_closure_optimizer_without_double_counting():
+    """Lightning's automatic optimization: `optimizer.step(closure)` runs forward and backward inside the
+    optimizer label; each instant counts once, for the innermost label."""
+    events = []
+    for i, t0 in enumerate((0.0, 10_000.0)):
+        events += [step(i + 2, t0, 10_000), label("input_wait", t0, 1_000),
+                   label("optimizer", t0 + 1_000, 8_500),  # pre-hook ... post-hook, around the closure
+                   label("forward", t0 + 1_500, 3_000), label("backward", t0 + 4_500, 4_000),
+                   label("forward", t0 + 5_000, 500)]  # recomputed inside backward (checkpointing)
+    data = REGISTRY["step_split"].analyze(parse_trace(document(events)))[0].data
+    expected = {"input_wait": 1_000, "forward": 3_500, "backward": 3_500, "optimizer": 1_500, "other": 500, "h2d": 0}
+    for phase, us in expected.items():
+        assert data[f"{phase}_us"] == pytest.approx(us), phase
+    assert sum(data[f"{p}_frac"] for p in expected) == pytest.approx(1.0)
 
 
 def test_step_split_warns_when_the_steps_carry_no_labels():

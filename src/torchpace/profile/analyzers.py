@@ -82,14 +82,49 @@ def _ms(us: float) -> str:
 
 
 def phase_times_us(trace: Trace, step: StepSpan) -> dict[str, float]:
-    """Time per phase in one step, from the `torchpace.<phase>` labels inside it; `other` is the rest."""
-    labels: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for event in trace.events:
-        if event.cat == "user_annotation" and event.tid == step.tid and event.name.startswith(LABEL_PREFIX):
-            labels[event.name[len(LABEL_PREFIX):]].append((event.ts_us, event.end_us))
-    times = {phase: union_us(clip_to_steps(labels.get(phase, ()), [step])) for phase in PHASES}
+    """Time per phase in one step, from the `torchpace.<phase>` labels inside it; `other` is the rest.
+
+    The phases partition the step: each instant belongs to the innermost label open then (the one that
+    started last), so nested labels are never counted twice. A closure-style optimizer (Lightning's
+    automatic optimization calls `optimizer.step(closure)`, and the closure runs forward and backward)
+    has its forward and backward counted as forward and backward, and only the rest as optimizer; a
+    forward recomputed inside backward (activation checkpointing) counts as forward.
+    """
+    spans = [(max(event.ts_us, step.ts_us), min(event.end_us, step.end_us), event.name[len(LABEL_PREFIX):])
+             for event in trace.events
+             if event.cat == "user_annotation" and event.tid == step.tid and event.name.startswith(LABEL_PREFIX)
+             and event.name[len(LABEL_PREFIX):] in PHASES]
+    times = dict.fromkeys(PHASES, 0.0)
+    for start, end, phase in innermost_segments([span for span in spans if span[1] > span[0]]):
+        times[phase] += end - start
     times["other"] = max(0.0, step.dur_us - sum(times.values()))
     return times
+
+
+def innermost_segments(spans: Iterable[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """Split `(start, end, name)` spans into disjoint segments, each named after the innermost span
+    covering it: the one that started last (of two that started together, the shorter)."""
+    import heapq
+
+    ordered = sorted(spans, key=lambda s: (s[0], -s[1]))
+    cuts = sorted({t for start, end, _ in ordered for t in (start, end)})
+    segments: list[tuple[float, float, str]] = []
+    open_spans: list[tuple[float, float, int, str]] = []  # (-start, end, order, name): the innermost first
+    index = 0
+    for left, right in zip(cuts, cuts[1:]):
+        while index < len(ordered) and ordered[index][0] <= left:
+            start, end, name = ordered[index]
+            heapq.heappush(open_spans, (-start, end, index, name))
+            index += 1
+        while open_spans and open_spans[0][1] <= left:  # ended: drop the innermost until one covers `left`
+            heapq.heappop(open_spans)
+        if open_spans:
+            name = open_spans[0][3]
+            if segments and segments[-1][2] == name and segments[-1][1] == left:
+                segments[-1] = (segments[-1][0], right, name)
+            else:
+                segments.append((left, right, name))
+    return segments
 
 
 class StepSplitAnalyzer(Analyzer):
