@@ -110,11 +110,18 @@ def test_sigkill_of_the_parent_leaves_no_stopped_arm(tmp_path):
                               text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         assert driver.stdout.readline().startswith("round"), "the comparison never reached its rounds"
-        tree = psutil.Process(driver.pid).children(recursive=True)
-        arms = [p for p in tree if p.ppid() == driver.pid and "torchpace.trial" in " ".join(p.cmdline())]
-        workers = [p for p in tree if p.ppid() in {arm.pid for arm in arms}]
-        assert len(arms) == 2 and len(workers) >= 2
-        assert any(p.status() == psutil.STATUS_STOPPED for p in arms)  # an arm waits its turn, stopped
+        # the running arm's DataLoader worker exits at each epoch's end and the next epoch forks another, and
+        # at a turn's change an arm that reported its window stops itself a moment later: look again until
+        # the snapshot catches both arms with their worker and one arm stopped, waiting its turn
+        for _ in range(100):
+            tree = psutil.Process(driver.pid).children(recursive=True)
+            arms = [p for p in tree if p.ppid() == driver.pid and "torchpace.trial" in " ".join(p.cmdline())]
+            workers = [p for p in tree if p.ppid() in {arm.pid for arm in arms}]
+            stopped = [p for p in arms if p.status() == psutil.STATUS_STOPPED]
+            if len(arms) == 2 and len(workers) >= 2 and stopped:
+                break
+            time.sleep(0.1)
+        assert len(arms) == 2 and len(workers) >= 2 and stopped
         driver.kill()
         driver.wait()
         left = _gone_within([p.pid for p in arms + workers], 15.0)
