@@ -328,8 +328,13 @@ def _verb_section(verb: str, module_name: str, summary: str) -> list[str]:
 
     import click
 
+    from torchpace.cli import cli
+
     command = importlib.import_module(module_name).command
-    context = click.Context(command, info_name=f"torchpace {verb}")
+    # within the group's context, as at run time: the verb inherits its help options (`-h` as well as
+    # `--help`), and what click caches on a command after a run through the group reads the same
+    group = click.Context(cli, info_name="torchpace", **cli.context_settings)
+    context = click.Context(command, info_name=verb, parent=group)
     usage = " ".join([f"torchpace {verb}", *command.collect_usage_pieces(context)])
     return [f"## torchpace {verb}", "", summary, "", "```", usage, "```", "",
             *table(("option", "what it does"), _option_rows(command, context)), "", f"Guide: [{verb}](../guide/{verb}.md)."]
