@@ -125,7 +125,8 @@ class WindowMeter:
 
     With a `gate` (a paired comparison), `start()` and the end of warm-up stop at the gate, and the
     ``measure`` phase is one window per turn (of between half and twice its planned time), ended by
-    the parent (stopped by "pair"), not by the CI or the deadline; `clock` must then be the gate's, which leaves out the time stopped.
+    the parent (stopped by "pair"), not by the CI or the deadline; `clock` must then be the gate's,
+    which leaves out the time stopped.
     """
 
     def __init__(self, clock: Clock, sync: Callable[[], None], options: TimingOptions, warmup_deadline: float,
