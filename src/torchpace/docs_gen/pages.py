@@ -328,25 +328,28 @@ def _verb_section(verb: str, module_name: str, summary: str) -> list[str]:
 
     import click
 
-    from torchpace.cli import cli
-
     command = importlib.import_module(module_name).command
     # within the group's context, as at run time: the verb inherits its help options (`-h` as well as
     # `--help`), and what click caches on a command after a run through the group reads the same
-    group = click.Context(cli, info_name="torchpace", **cli.context_settings)
-    context = click.Context(command, info_name=verb, parent=group)
+    context = click.Context(command, info_name=verb, parent=_group_context())
     usage = " ".join([f"torchpace {verb}", *command.collect_usage_pieces(context)])
     return [f"## torchpace {verb}", "", summary, "", "```", usage, "```", "",
             *table(("option", "what it does"), _option_rows(command, context)), "", f"Guide: [{verb}](../guide/{verb}.md)."]
 
 
-def _group_section() -> list[str]:
-    """The options given before the verb (`torchpace -v tune ...`), which every verb has."""
+def _group_context():
+    """The context `torchpace` itself runs in (`-h` as well as `--help`)."""
     import click
 
     from torchpace.cli import cli
 
-    context = click.Context(cli, info_name="torchpace", **cli.context_settings)  # `-h` as well as `--help`
+    return click.Context(cli, info_name="torchpace", **cli.context_settings)
+
+
+def _group_section() -> list[str]:
+    """The options given before the verb (`torchpace -v tune ...`), which every verb has."""
+    context = _group_context()
+    cli = context.command
     return ["## Before the verb", "", "Options every verb has, given before it: `torchpace -v tune ...`.", "",
             "```", "torchpace [OPTIONS] VERB [ARGS]...", "```", "", *table(("option", "what it does"), _option_rows(cli, context))]
 
