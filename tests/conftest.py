@@ -157,3 +157,39 @@ def postgres():
     server = ThrowawayPostgres.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 4 MiB filesystem (tmpfs) mounted under tmp_path; root only."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem to fill needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True, timeout=30)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True, timeout=30)
+
+
+@pytest.fixture
+def full_disk(small_disk):
+    """`small_disk` filled to the last byte: every write into it fails with ENOSPC."""
+    from _support import fill_disk
+
+    fill_disk(small_disk)
+    return small_disk
+
+
+@pytest.fixture
+def short_tmpdir():
+    """A fresh folder with a short path, to be a child's TMPDIR (a test's own tmp_path can be too long for the
+    AF_UNIX sockets multiprocessing puts there: 107 bytes at most); removed afterwards."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp(prefix="tp-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

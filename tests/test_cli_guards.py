@@ -40,6 +40,7 @@ def workload_copy(tmp_path):
 ])
 def test_an_output_that_is_an_input_is_refused_and_the_input_kept(cli_run, workload_copy, tmp_path, args, message):
     (tmp_path / "sub").mkdir()
+    (tmp_path / "job.py").write_text("")  # a script after `--` must exist (else that is the exit 2)
     before = workload_copy.read_bytes()
     done = cli_run(*args)
     assert done.returncode == 2, done.stderr

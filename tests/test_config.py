@@ -54,7 +54,7 @@ def test_newer_schema_says_which_versions_are_understood(tmp_path):
 def test_missing_schema_version_is_an_error(tmp_path):
     path = tmp_path / "none.toml"
     path.write_text('[knobs]\n"data.num_workers" = 1\n')
-    with pytest.raises(UsageError, match="schema_version = None"):
+    with pytest.raises(UsageError, match="schema_version is missing"):
         load_config(path)
 
 
@@ -71,3 +71,29 @@ def test_set_assignments_are_typed_like_toml():
     assert parse_assignments(["a.b=2", "c.d=true", "e.f=bf16", 'g.h="x y"']) == {"a.b": 2, "c.d": True, "e.f": "bf16", "g.h": "x y"}
     with pytest.raises(UsageError, match="expected KNOB=VALUE"):
         parse_assignments(["novalue"])
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    ('schema_version = 1\nhost = "x"\n', r'host = .x. must be a table \(\[host\]'),
+    ('schema_version = 1\nresult = 5\n', r"result = 5 must be a table \(\[result\]"),
+    ('schema_version = 1\nknobs = ["data.num_workers"]\n', r"knobs = .* must be a table"),
+    ("schema_version = true\n[knobs]\n", "schema_version = true is not understood.*a whole number"),
+    ('schema_version = "1"\n[knobs]\n', "schema_version = '1' is not understood"),
+    ('schema_version = 1.0\n[knobs]\n', "schema_version = 1.0 is not understood"),
+    ('schema_version = 1\n[knobs]\n"data.num_workers" = 2\n[knobs.data]\nnum_workers = 3\n',
+     r"'data.num_workers' is given twice \(\"data.num_workers\" and \[knobs.data\] num_workers\)"),
+])
+def test_a_hand_edited_config_of_the_wrong_shape_is_a_usage_error_naming_the_key(tmp_path, text, named):
+    path = tmp_path / "edited.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=named):
+        load_config(path)
+
+
+def test_a_hand_edited_config_of_the_wrong_shape_is_exit_2_in_every_verb_that_reads_one(tmp_path, cli_run):
+    path = tmp_path / "edited.toml"
+    path.write_text('schema_version = 1\nresult = 5\n')
+    for verb in (["bench", "--config", str(path)], ["launch", "--config", str(path), "--dry-run", "--", "train.py"]):
+        (tmp_path / "train.py").write_text("")
+        done = cli_run(*verb)
+        assert done.returncode == 2 and "must be a table" in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
 from torchpace.errors import UsageError
+from torchpace.files import write_atomic
 
 _log = logging.getLogger(__name__)
 
@@ -116,37 +117,55 @@ def _drop_none(table: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (_drop_none(v) if isinstance(v, Mapping) else v) for k, v in table.items() if v is not None}
 
 
-def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"data": {"num_workers": 2}} -> {"data.num_workers": 2}."""
+def _flatten(table: Mapping[str, Any], source: str, prefix: str = "", seen: dict[str, str] | None = None) -> dict[str, Any]:
+    """{"data": {"num_workers": 2}} -> {"data.num_workers": 2}; UsageError when one knob is given twice
+    (a dotted key and a table: `"data.num_workers" = 2` beside `[knobs.data] num_workers = 3`)."""
+    seen = {} if seen is None else seen
     flat: dict[str, Any] = {}
     for key, value in table.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{name}."))
-        else:
-            flat[name] = value
+            flat.update(_flatten(value, source, f"{name}.", seen))
+            continue
+        spelling = f"[knobs.{prefix[:-1]}] {key}" if prefix else f'"{key}"' if "." in key else key
+        if name in seen:
+            raise UsageError(f"{source}: knob {name!r} is given twice ({seen[name]} and {spelling}); keep one")
+        seen[name] = spelling
+        flat[name] = value
     return flat
 
 
 def parse_config(doc: Mapping[str, Any], source: str = "config") -> RunConfig:
-    """Build a RunConfig from a parsed TOML document, checking the schema version and keys."""
+    """Build a RunConfig from a parsed TOML document, checking the schema version, keys and table types."""
     version = doc.get("schema_version")
-    if version not in SUPPORTED_SCHEMA_VERSIONS:
+    if version is None:
+        raise UsageError(f"{source}: schema_version is missing; a torchpace config starts with "
+                         f"`schema_version = {SCHEMA_VERSION}`")
+    if type(version) is not int or version not in SUPPORTED_SCHEMA_VERSIONS:  # `true` is no version (True == 1)
         raise UsageError(
-            f"{source}: schema_version = {version!r} is not understood; this torchpace reads "
-            f"schema_version {', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))}"
-            + (" (upgrade torchpace to read newer files)" if isinstance(version, int) and version > SCHEMA_VERSION else "")
+            f"{source}: schema_version = {_toml_repr(version)} is not understood; this torchpace reads "
+            f"schema_version {', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))} (a whole number)"
+            + (" (upgrade torchpace to read newer files)" if type(version) is int and version > SCHEMA_VERSION else "")
         )
     unknown = set(doc) - {"schema_version", "knobs", "host", "result"}
     if unknown:
         raise UsageError(f"{source}: unknown top-level key(s) {sorted(unknown)}; expected schema_version, knobs, host, result")
-    knobs = doc.get("knobs", {})
-    if not isinstance(knobs, Mapping):
-        raise UsageError(f"{source}: [knobs] must be a table of knob = value")
+    for table, shape in (("knobs", "knob = value"), ("host", "fact = value (written by tune)"),
+                         ("result", "figure = value (written by tune)")):
+        if table in doc and not isinstance(doc[table], Mapping):
+            raise UsageError(f"{source}: {table} = {_toml_repr(doc[table])} must be a table ([{table}] with {shape})")
+    knobs = _flatten(doc.get("knobs", {}), source)
     try:
-        return RunConfig(_flatten(knobs), doc.get("host", {}), doc.get("result", {}))
+        return RunConfig(knobs, doc.get("host", {}), doc.get("result", {}))
     except UsageError as err:
         raise UsageError(f"{source}: [knobs] {err}") from None
+
+
+def _toml_repr(value: Any) -> str:
+    """`value` as it was written in TOML (true, not True), for messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
 
 
 def load_config(path: str | Path) -> RunConfig:
@@ -169,14 +188,14 @@ def load_config(path: str | Path) -> RunConfig:
 
 
 def save_config(config: RunConfig, path: str | Path) -> Path:
-    """Write `config` as TOML atomically (a temp file renamed over the target)."""
+    """Write `config` as TOML atomically (`torchpace.files`: a temp file renamed over the target; secrets masked).
+
+    Raises:
+        OutputWriteFailed: the file could not be written (full disk, permissions); nothing is left behind.
+    """
     import tomli_w
 
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(tomli_w.dumps(config.to_toml_dict()))
-    tmp.replace(path)
-    return path
+    return write_atomic(path, tomli_w.dumps(config.to_toml_dict()))
 
 
 def parse_assignments(pairs: list[str]) -> dict[str, Any]:

@@ -1,14 +1,16 @@
-"""Child processes: start one in a session of its own that dies with us, forward our signals to it,
-stop its whole tree, and report how it ended as a shell would.
+"""Child processes: start one in a session of its own whose whole tree dies with us, forward our signals
+to it, stop its whole tree, and report how it ended as a shell would; and the one stop-signal policy of
+every command.
 
 One toolkit for every child torchpace starts (trials, `launch`, `monitor`, doctor's probes):
 
-- `start_child` starts argv in a new session, so it leads its own process group and only what we
-  forward reaches it. Between fork and exec the child asks Linux to send it `death_signal` when we
-  die, even by SIGKILL (`PR_SET_PDEATHSIG`); libc is loaded before the fork so the child only makes
-  system calls, and a parent that died before the request took effect is noticed (`getppid()`
-  changed) and answered with the same signal. `die_with_parent` does the same inside a running
-  process (each torchrun rank of a trial).
+- `start_child` starts argv in a new session under a *keeper* (`torchpace._keeper`), a small
+  stdlib-only process that leads the child's process group, adopts every process of the tree whose
+  parent dies (a child subreaper, so nothing of the tree is lost: daemons in sessions of their own
+  included), reports the child's start and exit on a pipe (the returned `KeptChild` waits for the child,
+  not for the keeper), and, when we die, even by SIGKILL (its parent-death signal), sends the child's
+  `death_signal` to the whole tree and SIGKILL to what is left 3 s later. `die_with_parent` asks for
+  the parent-death signal inside a running process (each torchrun rank of a trial).
 - `SignalForwarder` passes SIGINT, SIGTERM and SIGHUP on to the child's group. Its handlers go in
   before the child starts: a signal that arrives before the group exists is sent once it does.
   After a second signal, or `grace_s` after the first, the whole tree is killed.
@@ -16,6 +18,10 @@ One toolkit for every child torchpace starts (trials, `launch`, `monitor`, docto
   started sessions of their own, as torchrun's ranks do, and processes seen in it earlier), and
   SIGKILL to whatever is left `grace_s` later; `kill_tree` is the SIGKILL alone.
 - `exit_code`: a return code -N (ended by signal N) becomes 128 + N.
+- `stop_signals_raise`: the policy every command runs under (`cli/_common.run_cli`): SIGINT, SIGTERM and
+  SIGHUP raise in the main thread, so the command unwinds through its `finally` blocks (children's
+  trees stopped, `temporary_folder`s removed) and exits `stop_exit_code` (130, 143, 129); a watcher does
+  that clean-up itself when the main thread is blocked in C code.
 
 This module imports only the standard library at load; psutil is imported when a tree is walked.
 """
@@ -23,15 +29,21 @@ This module imports only the standard library at load; psutil is imported when a
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import logging
 import os
 import resource
+import select
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from torchpace.logs import EnvChanges
@@ -43,6 +55,11 @@ _log = logging.getLogger(__name__)
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_KEEPER_PATH = Path(__file__).with_name("_keeper.py")
+_KEEPER_SPEC_ENV = "TORCHPACE_KEEPER_SPEC"  # the keeper's instructions (it takes them out of the child's env)
+_ORPHAN_GRACE_S = 3.0  # when torchpace dies, its children's trees get this long after their death signal
+_LIVE_CHILDREN: weakref.WeakSet = weakref.WeakSet()  # every child started here (emergency stop: `stop_signals_raise`)
+_UNREAPED_KEEPERS: list = []  # keepers whose child has ended, still to be collected
 
 
 def exit_code(returncode: int) -> int:
@@ -54,20 +71,157 @@ def exit_code(returncode: int) -> int:
 
 
 def start_child(argv: Sequence[str], death_signal: int | None = signal.SIGKILL, nofile: int | None = None,
-                **popen: Any) -> subprocess.Popen:
-    """Start `argv` in a new session (its own process group) that gets `death_signal` when we die.
+                grace_s: float = _ORPHAN_GRACE_S, **popen: Any) -> subprocess.Popen:
+    """Start `argv` in a new session under a keeper (`torchpace._keeper`), so its whole tree ends with us.
+
+    The returned process is the keeper: it leads the child's process group (signals to the group
+    reach the child, and the keeper ignores them), every process of the tree that loses its parent is
+    adopted by it (so `tree_members` finds them all), and its `wait()`, `poll()` and `returncode` are the
+    child's. When this process dies, even by SIGKILL, the keeper sends `death_signal` to every process
+    of the tree and SIGKILL to what is left `grace_s` later. It costs one small interpreter (about
+    0.1 s to start, 10 MB) per child.
 
     Args:
         argv: the command, no shell.
-        death_signal: what the child gets when this process dies (None: nothing).
-        nofile: the child's soft RLIMIT_NOFILE (None: inherited); set in the child only.
-        **popen: passed on to `subprocess.Popen` (env, stdin, stdout, stderr, text, ...).
+        death_signal: what the tree gets when this process dies (None: SIGKILL).
+        nofile: the child's soft RLIMIT_NOFILE (None: inherited); set in the child's processes only.
+        grace_s: after `death_signal`, how long the tree has before SIGKILL.
+        **popen: passed on to `subprocess.Popen` (env, cwd, stdin, stdout, stderr, text, ...).
 
     Raises:
         OSError: the command could not be started (FileNotFoundError when it does not exist).
     """
     _log.debug("starting %s; environment changes: %s", shlex.join(map(str, argv)), EnvChanges(popen.get("env")))
-    return subprocess.Popen(list(argv), start_new_session=True, preexec_fn=child_setup(death_signal, nofile), **popen)
+    _reap_keepers()
+    env = dict(os.environ if popen.get("env") is None else popen["env"])
+    read_end, write_end = os.pipe()
+    env[_KEEPER_SPEC_ENV] = json.dumps({"argv": list(argv), "death_signal": int(death_signal or signal.SIGKILL),
+                                        "grace_s": grace_s, "parent": os.getpid(), "status_fd": write_end})
+    popen = {**popen, "env": env, "pass_fds": (*popen.get("pass_fds", ()), write_end)}
+    try:
+        proc = KeptChild([sys.executable, "-I", "-S", str(_KEEPER_PATH)], start_new_session=True,
+                         preexec_fn=child_setup(signal.SIGTERM, nofile), **popen)
+    finally:
+        os.close(write_end)
+    proc.attach_status(read_end, list(argv))
+    proc.args = list(argv)
+    _LIVE_CHILDREN.add(proc)
+    return proc
+
+
+class KeptChild(subprocess.Popen):
+    """A child under its keeper: `pid` is the keeper's (it leads the child's process group); `wait`,
+    `poll` and `returncode` follow the child itself, as the keeper reports them on its status pipe;
+    `send_signal` (and so `terminate`, `kill`) signals the group."""
+
+    _status_fd: int | None = None
+    _status_buffer = b""
+    child_pid: int | None = None
+
+    def attach_status(self, fd: int, argv: list[str]) -> None:
+        """Read the keeper's first word: the child started, or exec failed (raised as OSError here)."""
+        self._status_fd = fd
+        try:
+            line = self._read_status_line(None)
+        except BaseException:  # interrupted while the keeper starts: leave nothing behind
+            kill_tree(self.pid)
+            super()._wait(None)
+            raise
+        word, _, value = (line or "").partition(" ")
+        if word == "started":
+            self.child_pid = int(value)
+            return
+        super()._wait(None)
+        self._close_status()
+        code = int(value) if word == "failed" and value.isdigit() else errno.ECHILD
+        raise OSError(code, os.strerror(code), argv[0])
+
+    def _read_status_line(self, timeout: float | None) -> str | None:
+        """The next line from the keeper; "" at end of file (the keeper is gone); None on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._status_buffer:
+            if self._status_fd is None:
+                return ""
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            waiting = select.poll()  # not select(): a process may hold more than 1024 descriptors
+            waiting.register(self._status_fd, select.POLLIN)
+            if not waiting.poll(None if left is None else left * 1000):
+                return None
+            chunk = os.read(self._status_fd, 4096)
+            if not chunk:
+                self._close_status()
+                return ""
+            self._status_buffer += chunk
+        line, _, self._status_buffer = self._status_buffer.partition(b"\n")
+        return line.decode()
+
+    def _close_status(self) -> None:
+        if self._status_fd is not None:
+            os.close(self._status_fd)
+            self._status_fd = None
+
+    def _child_status(self, timeout: float | None) -> int | None:
+        """The child's return code once the keeper reports it (or the keeper's, when it died first)."""
+        while self.returncode is None:
+            line = self._read_status_line(timeout)
+            if line is None:
+                return None
+            if line.startswith("exited "):
+                self.returncode = os.waitstatus_to_exitcode(int(line.split()[1]))
+                _UNREAPED_KEEPERS.append(self)
+            elif line == "":  # the keeper ended without a word on the child (killed with it): its own code
+                super()._wait(None)
+        return self.returncode
+
+    def _internal_poll(self, _deadstate=None, **_):
+        if self.returncode is None and self._status_fd is not None:
+            self._child_status(0)
+        if self.returncode is None and self._status_fd is None:
+            return super()._internal_poll(_deadstate=_deadstate)
+        return self.returncode
+
+    def _wait(self, timeout):
+        if self._child_status(timeout) is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            signal_group(self.pid, sig)
+
+    def reap_keeper(self, timeout: float | None = 0) -> bool:
+        """Collect the keeper's own exit (it stays while anything of the tree runs); True once it is gone."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # already collected
+                pid = self.pid
+            if pid == self.pid:
+                self._close_status()
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+
+def _reap_keepers() -> None:
+    """Collect the keepers whose trees have ended (each start does it, as `subprocess` does for its children)."""
+    _UNREAPED_KEEPERS[:] = [proc for proc in _UNREAPED_KEEPERS if not proc.reap_keeper(0)]
+
+
+def owner_pid() -> int:
+    """The process that started this one: the parent, or past a keeper, the process that started the keeper."""
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/cmdline", "rb") as cmdline:
+            is_keeper = _KEEPER_PATH.name.encode() in cmdline.read()
+        if is_keeper:
+            with open(f"/proc/{parent}/stat", "rb") as stat:
+                return int(stat.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return parent
 
 
 def child_setup(death_signal: int | None, nofile: int | None = None, parent_pid: int | None = None) -> Callable[[], None]:
@@ -168,7 +322,8 @@ def stop_tree(proc: subprocess.Popen, grace_s: float, known: Iterable[psutil.Pro
     """SIGTERM `proc`'s group and the rest of its tree, then SIGKILL what is left after `grace_s`.
 
     `proc` itself is waited for (so its return code is kept); it may have exited already, and then
-    only what it left behind is stopped.
+    only what it left behind is stopped. A child under a keeper (`start_child`) has its keeper
+    collected too, once the tree is empty.
 
     Args:
         proc: the child started by `start_child` (it leads its process group).
@@ -176,12 +331,15 @@ def stop_tree(proc: subprocess.Popen, grace_s: float, known: Iterable[psutil.Pro
         known: processes seen in the tree earlier (see `tree_members`).
 
     Returns:
-        How many processes besides `proc` were found running.
+        How many processes besides the child itself were found running.
     """
     import psutil
 
     members = tree_members(proc.pid, known)
+    child = getattr(proc, "child_pid", None)
+    left = sum(1 for member in members if member.pid != child)
     if proc.poll() is not None and not members:
+        _collect_keeper(proc, grace_s)
         return 0
     signal_group(proc.pid, signal.SIGTERM)
     for member in members:
@@ -194,7 +352,16 @@ def stop_tree(proc: subprocess.Popen, grace_s: float, known: Iterable[psutil.Pro
     kill_tree(proc.pid, alive)
     proc.wait()
     psutil.wait_procs(alive, timeout=grace_s)
-    return len(members)
+    _collect_keeper(proc, grace_s)
+    return left
+
+
+def _collect_keeper(proc: subprocess.Popen, grace_s: float) -> None:
+    """A keeper leaves once its tree is empty; one that stays longer than `grace_s` (something was
+    started after the tree was listed) is killed with whatever is left."""
+    if isinstance(proc, KeptChild) and not proc.reap_keeper(grace_s):
+        kill_tree(proc.pid)
+        proc.reap_keeper(None)
 
 
 # --------------------------------------------------------------------------- forwarding signals
@@ -332,3 +499,164 @@ class StoppedGroupGuard:
             self._say("done")
             self._proc.stdin.close()
         self._proc.wait()
+
+
+# --------------------------------------------------------------------------- the stop-signal policy
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP received: unwinds as Ctrl-C does (every `finally` runs, so child trees are stopped
+    and temporary folders removed); the command then exits 128 + `signum` (143 for SIGTERM).
+
+    Attributes:
+        signum: the signal received.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_STUCK_S = 5.0  # a stop signal the main thread has not handled after this long: it is blocked in C code
+_TEMP_FOLDERS: set[str] = set()  # live temporary folders (`temporary_folder`), removed on an emergency stop
+
+
+def stop_exit_code(stop: BaseException) -> int:
+    """The exit status of a command ended by `stop`: 128 + the signal (130 for Ctrl-C, 143 for SIGTERM)."""
+    return 128 + (stop.signum if isinstance(stop, Terminated) else signal.SIGINT)
+
+
+def stop_reason(stop: BaseException) -> str:
+    """`interrupted (Ctrl-C)` or `terminated (SIGTERM)`: how messages name the stop."""
+    if isinstance(stop, Terminated):
+        return f"terminated ({signal.Signals(stop.signum).name})"
+    return "interrupted (Ctrl-C)"
+
+
+@contextlib.contextmanager
+def temporary_folder(prefix: str, dir: str | os.PathLike | None = None) -> Iterator[Path]:
+    """A temporary folder (`tempfile.mkdtemp`) removed when the block ends, and by an emergency stop
+    (`stop_signals_raise`) when the main thread cannot get there."""
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix=prefix, dir=dir)
+    _TEMP_FOLDERS.add(path)
+    try:
+        yield Path(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        _TEMP_FOLDERS.discard(path)
+
+
+@contextlib.contextmanager
+def stop_signals_raise(on_emergency: Callable[[str], None] | None = None) -> Iterator[None]:
+    """The one signal policy of every command: SIGINT raises KeyboardInterrupt, SIGTERM and SIGHUP raise
+    `Terminated`, in the main thread, so the command unwinds and cleans up (children's trees stopped,
+    temporary folders removed) and exits 130, 143 or 129 (`stop_exit_code`).
+
+    A second stop signal while the first unwinds does not interrupt the clean-up: every child tree
+    started here is killed at once instead. And when the main thread is blocked in C code (a database
+    lock, a long native call) and has not handled a stop signal `_STUCK_S` seconds later, a watcher
+    thread does the clean-up itself (child trees killed, temporary folders removed), says so through
+    `on_emergency`, and ends the process with the same exit status.
+
+    A signal this process was told to ignore (SIGHUP under nohup, SIGINT in a background job) stays
+    ignored. Outside the main thread nothing is installed. A child started with its own forwarding
+    (`SignalForwarder`, as `launch` and `monitor` do) replaces these handlers while it runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    state = _StopState(on_emergency or (lambda line: None))
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(signum, state.handle)
+    watcher = state.start_watching()
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        watcher.stop()
+
+
+class _StopState:
+    """What `stop_signals_raise` knows: signals received and handled, for the handler and the watcher."""
+
+    def __init__(self, on_emergency: Callable[[str], None]):
+        self.on_emergency = on_emergency
+        self.handled = 0
+        self.first: int | None = None
+
+    def handle(self, signum: int, frame: Any = None) -> None:
+        self.handled += 1
+        if self.first is not None:  # unwinding already: end the children now, let the clean-up finish
+            kill_live_children()
+            return
+        self.first = signum
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signum)
+
+    def start_watching(self) -> _Watcher:
+        return _Watcher(self)
+
+
+class _Watcher:
+    """Reads the signal numbers Python's C handler writes to a wakeup fd; if the main thread has not run
+    its handler `_STUCK_S` after a stop signal, does the emergency stop."""
+
+    def __init__(self, state: _StopState):
+        self.state = state
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)
+        self.previous_fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        self.thread = threading.Thread(target=self.run, name="torchpace-stop-watcher", daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        received = 0
+        while True:
+            try:
+                data = os.read(self.read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            # only signals our handler is in place for (a `SignalForwarder` handles its own while its child runs)
+            stops = [signum for signum in data if signum in STOP_SIGNALS and signal.getsignal(signum) == self.state.handle]
+            if not stops:
+                continue
+            received += len(stops)
+            deadline = time.monotonic() + _STUCK_S
+            while self.state.handled < received and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self.state.handled < received:
+                self.emergency(stops[0])
+
+    def emergency(self, signum: int) -> None:
+        import shutil
+
+        stop = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+        self.state.on_emergency(f"{stop_reason(stop)}, while blocked for {_STUCK_S:g} s: children and temporary "
+                                "folders were removed without the usual clean-up")
+        kill_live_children()
+        for folder in list(_TEMP_FOLDERS):
+            shutil.rmtree(folder, ignore_errors=True)
+        os._exit(stop_exit_code(stop))
+
+    def stop(self) -> None:
+        signal.set_wakeup_fd(self.previous_fd)
+        os.close(self.write_fd)
+        self.thread.join(timeout=5)
+        os.close(self.read_fd)
+
+
+def kill_live_children() -> None:
+    """SIGKILL the tree of every child started here that is still running."""
+    for proc in list(_LIVE_CHILDREN):
+        if proc.returncode is None or (isinstance(proc, KeptChild) and not proc.reap_keeper(0)):
+            kill_tree(proc.pid)

@@ -286,15 +286,22 @@ def test_hook_gets_global_and_loader_knobs_and_names_what_needs_prepare():
                         "precision.amp": "bf16", "compile.mode": "default", "data.pin_memory": False})
     result = plan(config=config, env={"PYTHONPATH": "/mine"})
     assert result.env["PYTHONPATH"] == "/hook:/mine"
-    assert json.loads(result.env[CONFIG_ENV]) == {"data.num_workers": 2, "precision.amp": "bf16", "precision.matmul": "high"}
+    assert json.loads(result.env[CONFIG_ENV]) == {"data.num_workers": 2, "precision.amp": "bf16", "precision.matmul": "high",
+                                                  "threads.intra_op": 2}  # threads: kept over the script's own call
     assert result.needs_prepare == ("compile.mode",)
     assert any("torchpace.prepare" in note for note in result.notes)
     assert picked(result, "precision.matmul") == {"precision.matmul": ("high", "config")}
 
 
 def test_no_hook_without_hook_knobs():
-    result = plan(config=RunConfig({"threads.intra_op": 2}))
+    result = plan(config=RunConfig({"threads.intra_op": "auto", "data.pin_memory": False}))  # defaults only
     assert CONFIG_ENV not in result.env and "PYTHONPATH" not in result.env and result.needs_prepare == ()
+
+
+def test_a_thread_count_reaches_the_env_and_holds_over_the_scripts_own_call():
+    result = plan(config=RunConfig({"threads.intra_op": 2}))
+    assert result.env["OMP_NUM_THREADS"] == "2" and json.loads(result.env[CONFIG_ENV]) == {"threads.intra_op": 2}
+    assert "torch.set_num_threads" in result.setting("threads.intra_op").reason
 
 
 def test_plan_is_pure():

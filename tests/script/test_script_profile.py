@@ -34,7 +34,8 @@ def test_profile_of_a_script_that_ends_first_is_its_failure(cli_run):
     assert "ended after 3 step(s), before the profile's" in result.stderr
 
 
-def test_knobs_for_a_script_say_how_each_reaches_it_or_the_prepare_change(cli_run):
+def test_knobs_for_a_script_say_how_each_reaches_it_or_the_prepare_change(cli_run, tmp_path):
+    (tmp_path / "train.py").write_text("import torch\n")  # the script must exist; knobs never runs it
     result = cli_run("knobs", "--json", "--", "python", "train.py", timeout=120)
     assert result.returncode == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)["knobs"]}

@@ -17,7 +17,7 @@ from torchpace.errors import UsageError
 from torchpace.tune.storage import connect_args, open_storage, resolve_storage_url, root_cause_line
 from torchpace.tune.tuner import TuneOptions, Tuner
 
-from _support import fixture_workload
+from _support import fill_disk, fixture_workload
 
 _RUN_TIMEOUT_S = 600
 
@@ -127,31 +127,33 @@ def test_a_lock_held_longer_than_the_timeout_mid_tune_ends_with_one_message(tmp_
     assert _finished_trials(db) >= 1  # what was finished is kept
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A real 4 MiB filesystem (tmpfs) mounted under tmp_path; root only."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small filesystem to fill needs root")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True, timeout=30)
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=True, timeout=30)
-
-
-def _fill(directory):
-    """Write into `directory` until its filesystem is full."""
-    with open(directory / "filler", "wb", buffering=0) as fh:
-        try:
-            while True:
-                fh.write(b"\0" * 65536)
-        except OSError:
-            return  # ENOSPC: the disk is full, as wanted
-
-
 def test_a_full_disk_mid_tune_ends_with_one_message(tmp_path, small_disk):
     db = small_disk / "s.db"
     proc = _tune_until_a_trial_is_done(tmp_path, f"sqlite:///{db}", db)
-    _fill(small_disk)
+    fill_disk(small_disk)
     _assert_one_message(proc, "full")
     assert _finished_trials(db) >= 1
+
+
+@pytest.mark.parametrize(("url", "named"), [
+    ("mysql://tuner:hunter22@db/s", r"needs the mysql driver 'MySQLdb'.*pip install 'mysqlclient'"),
+    ("mysql+pymysql://tuner@db/s", r"'pymysql'.*pip install 'PyMySQL'"),
+    ("oracle://tuner@db/s", r"needs the oracle driver"),
+    ("mssql+pyodbc://tuner@db/s", r"'pyodbc'"),
+    ("postgresql+asyncpg://tuner@db/s", r"asynchronous driver \(asyncpg\)"),
+    ("nosuchdb://tuner@db/s", r"SQLAlchemy knows no database 'nosuchdb'"),
+])
+def test_a_database_whose_driver_is_missing_is_a_usage_error_naming_what_to_install(url, named):
+    with pytest.raises(UsageError, match=named) as err:
+        resolve_storage_url(url)
+    assert "hunter22" not in str(err.value)
+
+
+@pytest.mark.parametrize("verb", ["tune", "report"])
+def test_a_missing_driver_is_exit_2_in_every_verb_with_nothing_written(verb, cli_run, tmp_path):
+    url = "mysql://tuner:hunter22@db.lan/studies"
+    argv = (["tune", fixture_workload("tiny_mlp"), "--storage", url, "--out", str(tmp_path / "t.toml")]
+            if verb == "tune" else ["report", "--storage", url, "-o", str(tmp_path / "r.html")])
+    done = cli_run(*argv)
+    assert done.returncode == 2 and "mysqlclient" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "hunter22" not in done.stderr and not (tmp_path / "t.toml").exists() and not (tmp_path / "r.html").exists()

@@ -12,12 +12,31 @@ from typing import Any, Iterable, Mapping
 import click
 
 from torchpace.errors import ScriptFailed, TorchpaceError, UsageError, UserCodeError
+from torchpace.files import write_atomic
+from torchpace.process import stop_exit_code, stop_reason, stop_signals_raise
+from torchpace.redact import redacting_streams
 
 PathLike = str | os.PathLike
 
 
 def run_cli(group: click.Group, argv: list[str] | None) -> int:
-    """Run the click group; map torchpace errors to a stderr message and their exit code."""
+    """Run the click group under the one stop-signal policy and with secrets masked in every output;
+    map torchpace errors to a stderr message and their exit code.
+
+    SIGINT, SIGTERM and SIGHUP unwind the command (every child's tree stopped, temporary folders
+    removed: `torchpace.process.stop_signals_raise`) and exit 130, 143 and 129."""
+    def say_emergency(line: str) -> None:
+        click.echo(f"torchpace: {line}", err=True)
+
+    with redacting_streams(), stop_signals_raise(say_emergency):
+        try:
+            return _run_group(group, argv)
+        except KeyboardInterrupt as stop:  # a stop signal outside click's own handling (rare)
+            click.echo(f"torchpace: {stop_reason(stop)}", err=True)
+            return stop_exit_code(stop)
+
+
+def _run_group(group: click.Group, argv: list[str] | None) -> int:
     try:
         result = group.main(args=argv, prog_name="torchpace", standalone_mode=False)
     except UserCodeError as err:
@@ -36,9 +55,10 @@ def run_cli(group: click.Group, argv: list[str] | None) -> int:
     except click.ClickException as err:
         err.show()
         return err.exit_code
-    except click.Abort:
-        click.echo("Aborted.", err=True)
-        return 130
+    except click.Abort as err:  # click turns a KeyboardInterrupt (Ctrl-C, or SIGTERM's `Terminated`) into Abort
+        stop = err.__cause__ if isinstance(err.__cause__, KeyboardInterrupt) else KeyboardInterrupt()
+        click.echo(f"torchpace: {stop_reason(stop)}", err=True)
+        return stop_exit_code(stop)
     return result if isinstance(result, int) else 0
 
 
@@ -54,12 +74,12 @@ def emit_json(payload: dict[str, Any]) -> None:
 
 
 def save_result(payload: dict[str, Any], path: PathLike) -> Path:
-    """Write a JSON result (every verb's `--out`) atomically."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    tmp.replace(path)
-    return path
+    """Write a JSON result (every verb's `--out`) atomically (`torchpace.files`; secrets masked).
+
+    Raises:
+        OutputWriteFailed: the file could not be written (full disk, permissions); nothing is left behind.
+    """
+    return write_atomic(path, json.dumps(payload, indent=2))
 
 
 def make_console(stderr: bool = False):
@@ -70,13 +90,16 @@ def make_console(stderr: bool = False):
 
 
 def output_result(payload: dict[str, Any], out_path: str | None, as_json: bool, render) -> None:
-    """Save `payload` to `out_path` (if given), then print it as JSON or with `render(console, payload)`."""
-    if out_path:
-        save_result(payload, out_path)
+    """Print `payload` as JSON or with `render(console, payload)`, then save it to `out_path` (if given).
+
+    Printed first: when the file cannot be written (a full disk), the figures are on the terminal and
+    the `OutputWriteFailed` that follows is one line (exit 1)."""
     if as_json:
         emit_json(payload)
     else:
         render(make_console(), payload)
+    if out_path:
+        save_result(payload, out_path)
 
 
 def check_outputs(outputs: Mapping[str, PathLike | None], inputs: Iterable[tuple[str, PathLike | None]] = (),

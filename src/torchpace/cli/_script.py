@@ -37,14 +37,18 @@ def script_command(workload: str | None) -> list[str] | None:
     if workload is not None:
         raise UsageError(f"give either a WORKLOAD ({workload!r}) or a command after `--` "
                          f"({' '.join(command)!r}), not both")
-    from torchpace.launch.command import parse_python_command
+    import os
 
-    module = parse_python_command(command).module
+    from torchpace.launch.command import check_program_exists, parse_python_command
+
+    program = parse_python_command(command)
+    module = program.module
     if module in _LAUNCHER_MODULES:
         raise UsageError(f"`-m {module}` runs the training in child processes, and script mode measures the one "
                          "process it starts: give the training script itself (`-- python train.py ARGS`); "
                          "`torchpace launch --nproc-per-node N --config F -- train.py ARGS` runs the tuned config "
                          "on several processes")
+    check_program_exists(program, pythonpath=os.environ.get("PYTHONPATH"))  # before a baseline or a study exists
     return command
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 
 import click
 
@@ -43,13 +42,12 @@ def _omp_threads(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 def check_command(command: tuple[str, ...]):
     """The PythonCommand after `--`; UsageError when it is missing, not Python, or its script is missing."""
-    from torchpace.launch.command import parse_python_command
+    from torchpace.launch.command import check_program_exists, parse_python_command
 
     if not command:
         raise UsageError("missing the script to launch: torchpace launch [OPTIONS] -- [python] SCRIPT [ARGS]...")
     program = parse_python_command(command)
-    if program.script is not None and not Path(program.script).is_file():
-        raise UsageError(f"script {program.script!r} not found (relative paths start from {os.getcwd()})")
+    check_program_exists(program, pythonpath=os.environ.get("PYTHONPATH"))
     return program
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import click
@@ -9,6 +10,7 @@ import click
 from torchpace.cli._common import check_outputs, emit_json, json_option, make_console
 from torchpace.cli._options import build_config, config_options, device_option, workload_argument, workload_inputs
 from torchpace.cli._script import ScriptVerb, script_command, script_inputs
+from torchpace.files import OutputWriteFailed
 from torchpace.logs import cli_flags
 from torchpace.profile.trace import MAX_PROFILED_STEPS
 
@@ -59,11 +61,24 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
     from torchpace.profile.run import profile_workload
 
     options = CaptureOptions(steps=steps, python_steps=python_steps)
-    with _status(not as_json and ranks.rank == 0, f"profiling {workload or 'tabular'} for {steps + 2} steps"):
+    with _status(not as_json and ranks.rank == 0, f"profiling {workload or 'tabular'} for {steps + 2} steps"), \
+            _figures_before_a_write_failure(as_json):
         result = profile_workload(workload, config, options, device=device, trace_path=trace_path if ranks.rank == 0 else None)
     if ranks.rank != 0:
         return 0  # rank 0 reports for the job
     return _report(result.to_dict(), as_json)
+
+
+@contextlib.contextmanager
+def _figures_before_a_write_failure(as_json: bool):
+    """When the trace cannot be written (a full disk), the profile's figures are printed, then the
+    error's one line (exit 1)."""
+    try:
+        yield
+    except OutputWriteFailed as failure:
+        if failure.figures is not None:
+            _report(failure.figures.to_dict(), as_json)
+        raise
 
 
 def _report(payload: dict, as_json: bool) -> int:
@@ -83,7 +98,8 @@ def _profile_script(command_argv: list[str], config, steps: int, python_steps: i
     from torchpace.script.run import profile_script
 
     options = CaptureOptions(steps=steps, python_steps=python_steps)
-    result = profile_script(command_argv, config, options, probe_host(), trace_path=trace_path, show_progress=not as_json)
+    with _figures_before_a_write_failure(as_json):
+        result = profile_script(command_argv, config, options, probe_host(), trace_path=trace_path, show_progress=not as_json)
     return _report(result.to_dict(), as_json)
 
 

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import re
-import signal
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import click
 
@@ -15,6 +12,7 @@ from torchpace.cli._common import check_outputs, emit_json, study_file, json_opt
 from torchpace.cli._options import SECONDS, FiniteFloat, workload_argument, workload_inputs
 from torchpace.cli._script import ScriptVerb, samples_per_step_option, script_command, script_inputs
 from torchpace.errors import UsageError
+from torchpace.process import stop_exit_code, stop_reason
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 
@@ -76,37 +74,28 @@ def command(workload, budget, max_trials, strategy, storage, study_name, resume,
                           study=study_name, resume=resume, out=Path(out_path), guard_steps=guard_steps,
                           trial_time_s=trial_time, knobs=knobs, objective=objective, accuracy_rtol=accuracy_rtol,
                           min_top1_agreement=min_top1, export_path=Path(export_path) if export_path else None)
-    with _sigterm_as_interrupt(), _progress(not as_json, budget_s) as on_event:
+    with _progress(not as_json, budget_s) as on_event:  # SIGTERM and Ctrl-C raise (run_cli's signal policy)
         tuner = Tuner(options, probe_host(), on_event=on_event)
         try:
             outcome = tuner.run()
         except KeyboardInterrupt as stop:
             outcome = tuner.outcome
-            why = "terminated (SIGTERM)" if isinstance(stop, _Terminated) else "interrupted"
+            why = stop_reason(stop)
             click.echo(f"{why}: the best config so far was written" if outcome.out_path else why, err=True)
             _report(outcome, as_json)
             _write_html_report(outcome, tuner.host, report_path)
-            return 143 if isinstance(stop, _Terminated) else 130
+            _raise_write_failure(tuner)
+            return stop_exit_code(stop)
     _report(outcome, as_json)
     _write_html_report(outcome, tuner.host, report_path)
+    _raise_write_failure(tuner)
     return 1 if outcome.failed_baseline or (outcome.export and outcome.export.error) else 0
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, handled as Ctrl-C is (the running trial stopped, the best config so far written); exit 143."""
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block SIGTERM raises `_Terminated` in the main thread; the previous handler is restored."""
-    def raise_terminated(signum, frame):
-        raise _Terminated()
-
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def _raise_write_failure(tuner) -> None:
+    """--out could not be written (a full disk): after the outcome was reported, its one line, exit 1."""
+    if tuner.write_failure is not None:
+        raise tuner.write_failure
 
 
 def _write_html_report(outcome, host, report_path: str | None) -> None:

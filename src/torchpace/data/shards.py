@@ -30,6 +30,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 from torchpace.data.scan import FolderIndex
 from torchpace.errors import TorchpaceError, UsageError
+from torchpace.files import atomic_output, write_atomic
 
 SHARD_NAME = "shard-{:06d}.tar"
 MANIFEST_NAME = "manifest.json"
@@ -43,7 +44,7 @@ _TAR_OWNER = "bigdata"  # user and group of every member, as webdataset writes t
 _ZERO_BLOCK = bytes(_TAR_BLOCK)
 _OCTAL_DIGITS = frozenset(b"01234567")
 _READ_BUFFER_BYTES = 1 << 20  # shards are read front to back: large buffered reads
-_TMP_PREFIX = "."
+_TMP_PREFIX = "."  # the temporary files of `torchpace.files.atomic_output`: `.NAME.tmp-PID`
 _TMP_MARK = ".tmp-"
 _CACHE_SHARDS = 16  # the cache splits a folder into about this many shards, so up to 16 loader workers each get one
 _CACHE_MAX_SHARD_SIZE = 1000
@@ -136,31 +137,17 @@ def _write_tar_sample(tar: tarfile.TarFile, sample: dict[str, Any]) -> None:
 
 
 def _write_shard(path: Path, samples: Iterator[dict[str, Any]]) -> int:
-    """Write `samples` to `path` atomically (hidden temp file, fsync, rename); returns its size in bytes."""
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}{_TMP_MARK}{os.getpid()}")
-    try:
-        with open(tmp, "xb") as stream:
-            with tarfile.open(fileobj=stream, mode="w|") as tar:
-                for sample in samples:
-                    _write_tar_sample(tar, sample)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write `samples` to `path` atomically (`torchpace.files`: hidden temp file, fsync, rename); returns
+    its size in bytes."""
+    with atomic_output(path, "wb") as stream:
+        with tarfile.open(fileobj=stream, mode="w|") as tar:
+            for sample in samples:
+                _write_tar_sample(tar, sample)
     return path.stat().st_size
 
 
 def _write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}{_TMP_MARK}{os.getpid()}")
-    try:
-        with open(tmp, "x") as stream:
-            json.dump(payload, stream, indent=2)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, json.dumps(payload, indent=2))
 
 
 def remove_stale_temp_files(out_dir: Path) -> list[Path]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from torchpace.docs_gen import pages
+from torchpace.files import atomic_output
 
 REFERENCE_DIR = Path("docs") / "reference"
 ARCHITECTURE = Path("docs") / "architecture.md"
@@ -62,8 +63,7 @@ def write_docs(root: Path) -> list[Path]:
         if path.exists() and path.read_text() == text:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        with atomic_output(path, "w") as stream:  # the pages are written as generated (no redaction)
+            stream.write(text)
         written.append(rel)
     return written

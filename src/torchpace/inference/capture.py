@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from torchpace.errors import UsageError
+from torchpace.files import atomic_output
 
 FORMATS = ("torch_export", "torchscript")
 _EXAMPLE_BATCH = 4  # samples in the example batch the exporters trace with (>= 2: export specialises 0 and 1)
@@ -94,13 +95,15 @@ def export_module(model: nn.Module, fmt: str, example: torch.Tensor) -> nn.Modul
 
 
 def save_artifact(model: nn.Module, fmt: str, example: torch.Tensor, path: Path) -> None:
-    """Export `model` in `fmt` and write it to `path` (ExportedProgram archive or TorchScript file)."""
-    if fmt == "torch_export":
-        torch.export.save(export_program(model, example), str(path))
-    else:
-        scripted = trace_and_freeze(model, example)
-        with _torchscript_deprecation_silenced():
-            torch.jit.save(scripted, str(path))
+    """Export `model` in `fmt` and write it to `path` (ExportedProgram archive or TorchScript file),
+    atomically (`torchpace.files`: a full disk is one `OutputWriteFailed`, and no partial file is left)."""
+    artifact = export_program(model, example) if fmt == "torch_export" else trace_and_freeze(model, example)
+    with atomic_output(path, "wb") as stream:
+        if fmt == "torch_export":
+            torch.export.save(artifact, stream)
+        else:
+            with _torchscript_deprecation_silenced():
+                torch.jit.save(artifact, stream)
 
 
 def read_artifact_format(path: str | Path) -> str:

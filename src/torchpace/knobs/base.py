@@ -166,6 +166,10 @@ class ScriptHook(Protocol):
     def autocast_forward(self, knob: "Knob", value: "KnobValue") -> None:
         """Run the outermost module's forward under the autocast `value` asks for."""
 
+    def hold_threads(self, knob: "Knob", threads: int) -> None:
+        """Keep the intra-op thread count the child's env set over the script's own
+        `torch.set_num_threads()` calls (each change reported)."""
+
 
 @dataclass(frozen=True)
 class ApplyContext:
@@ -189,6 +193,9 @@ class Knob:
     help: ClassVar[str] = ""
     training_only: ClassVar[bool] = False
     script_reach: ClassVar[Reach | None] = None  # how it reaches an unmodified script; None: prepare() only
+    # a `process` knob the script could still undo itself: how the launch hook keeps the value over the
+    # script's own call (`apply_in_script` through the hook); None: nothing to keep
+    script_guard: ClassVar[str | None] = None
     apply_order: ClassVar[int] = 50  # among the knobs of one point, lower applies first
     plan_order: ClassVar[int] = 50  # among the knobs planning a child process, lower plans first
     cli_option: ClassVar[str | None] = None  # the ChildOptions field (a launch option) that sets its value

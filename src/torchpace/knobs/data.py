@@ -79,6 +79,10 @@ class PrefetchFactorKnob(_WorkerOptionKnob, IntKnob):
     default = 2
     minimum = 1
     help = "batches each worker loads ahead (DataLoader prefetch_factor; torch's default is 2)."
+    most = 64  # batches ahead per worker: beyond this they only hold memory (num_workers x this batches in flight)
+
+    def host_limit(self, host):
+        return self.most, "batches ahead per worker; more only hold memory (torch's default is 2)"
 
     def candidates(self, host, workload):
         return [2, 4, 8]

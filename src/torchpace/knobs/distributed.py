@@ -215,6 +215,10 @@ class BucketCapKnob(_WrapperOption, IntKnob):
     default = 25
     minimum = 1
     help = "DDP gradient bucket size in MiB: bigger buckets, fewer all-reduces; smaller, earlier overlap with backward."
+    most = 1024  # MiB: one bucket this big already holds the gradients of a 250M-parameter fp32 model
+
+    def host_limit(self, host):
+        return self.most, "MiB per bucket; a larger bucket only delays the first all-reduce and holds memory"
 
     def candidates(self, host, workload):
         return [25, 5, 100]

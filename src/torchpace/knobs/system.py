@@ -44,6 +44,7 @@ class IntraOpThreadsKnob(IntKnob):
     help = "torch intra-op threads (torch.set_num_threads; OMP_NUM_THREADS for child processes)."
     plan_order = 30  # after the processes and their NUMA binding, which set the auto count
     cli_option = "omp_threads"
+    script_guard = "also over the script's own torch.set_num_threads() calls (each change is reported)"
 
     def host_limit(self, host):
         cores = max(1, host.usable_cores)
@@ -59,6 +60,12 @@ class IntraOpThreadsKnob(IntKnob):
 
             target.enter_context(torch_threads(int(value)))
         return target
+
+    def apply_in_script(self, value, hook):
+        """The count reached the process through OMP_NUM_THREADS; a set one also holds over the script's
+        own `torch.set_num_threads()` calls."""
+        if value != self.default:
+            hook.hold_threads(self, int(value))
 
     def plan_child(self, value, given, request, draft):
         """OMP_NUM_THREADS and MKL_NUM_THREADS: explicit under torchrun (which would force 1) and when

@@ -103,6 +103,32 @@ def parse_python_command(argv: Sequence[str]) -> PythonCommand:
                      "(a Python script without the .py suffix runs as `python FILE ARGS`)")
 
 
+def check_program_exists(program: PythonCommand, cwd: str | os.PathLike | None = None,
+                         pythonpath: str | None = None) -> None:
+    """UsageError (exit 2, before anything starts) when the program Python would run is not there: a
+    script that is no file, no folder with `__main__.py` (Python runs those, as it runs a zip archive),
+    or a module whose top-level package cannot be found from `cwd`, `pythonpath` and this interpreter's path.
+
+    Finding a top-level module runs none of its code (`importlib.machinery.PathFinder`)."""
+    import importlib.machinery
+    import sys
+
+    cwd = os.fspath(cwd or os.getcwd())
+    if program.script is not None:
+        path = os.path.join(cwd, program.script)
+        if os.path.isfile(path) or os.path.isfile(os.path.join(path, "__main__.py")):
+            return
+        what = "has no __main__.py to run" if os.path.isdir(path) else "not found"
+        raise UsageError(f"script {program.script!r} {what} (relative paths start from {cwd})")
+    top = str(program.module).split(".")[0]
+    if top in sys.builtin_module_names or importlib.machinery.FrozenImporter.find_spec(top) is not None:
+        return
+    search = [cwd, *[p for p in (pythonpath or "").split(os.pathsep) if p], *sys.path[1:]]
+    if importlib.machinery.PathFinder.find_spec(top, search) is None:
+        raise UsageError(f"module {program.module!r} not found: no {top!r} in {cwd} or on this Python's path "
+                         "(is it installed in the environment torchpace runs in?)")
+
+
 def is_python_interpreter(name: str) -> bool:
     """True for `python`, `python3`, `python3.11`, `pypy3` and paths to them."""
     return bool(_PYTHON_NAME.match(os.path.basename(name)))

@@ -17,7 +17,9 @@ its `script_reach` says:
   device (otherwise the script's arguments stand and `REPORT.not_applied` says why);
 - `autocast` (`precision.amp = bf16`): see `torchpace.launch.autocast`.
 
-`process` knobs (threads, allocator, NUMA) reached the process through its env before it started.
+`process` knobs (threads, allocator, NUMA) reached the process through its env before it started;
+the config's `threads.intra_op` also holds over the script's own `torch.set_num_threads()` calls
+(`guard_thread_count`, each change reported).
 Knobs without a `script_reach` need `torchpace.prepare()` in the script; the planner says so.
 """
 
@@ -102,6 +104,9 @@ class _InScript:
     def give_loaders(self, knob: Knob, value: KnobValue) -> None:
         self.loader_knobs.append((knob, value))
 
+    def hold_threads(self, knob: Knob, threads: int) -> None:
+        guard_thread_count(knob.name, threads)
+
     def give_optimizers(self, knob: Knob, value: KnobValue) -> None:
         patch_optimizers(knob.name, str(value))
 
@@ -126,6 +131,33 @@ def apply_global_knobs(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
         _log.info("%s = %r set for the rest of this process", knob.name, value)
         REPORT.reached.add(knob.name)
     atexit.register(stack.close)
+
+
+def guard_thread_count(knob_name: str, threads: int) -> None:
+    """The config's intra-op thread count (set through OMP_NUM_THREADS before the script started) also
+    over the script's own `torch.set_num_threads(n)` calls, each change reported as a DataLoader's is.
+    Calls from torch itself (a DataLoader worker sets 1 thread) and from the processes the script forks
+    are left alone."""
+    import torch
+
+    original = torch.set_num_threads
+    if getattr(original, _PATCHED, None) is not None:
+        return
+    libraries = tuple(os.path.dirname(os.path.dirname(m.__file__)) + os.sep for m in _library_modules())
+    owner = os.getpid()
+
+    @functools.wraps(original)
+    def set_num_threads(count: int) -> None:
+        caller = sys._getframe(1).f_code.co_filename
+        if os.getpid() != owner or caller.startswith(libraries) or count == threads:
+            original(count)
+            return
+        REPORT.record_override(caller_site(), "torch.set_num_threads", "threads", count, threads, knob_name)
+        original(threads)
+
+    setattr(set_num_threads, _PATCHED, threads)
+    torch.set_num_threads = set_num_threads
+    REPORT.reached.add(knob_name)
 
 
 def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:

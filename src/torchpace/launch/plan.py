@@ -342,7 +342,8 @@ def _plan_nccl(host: HostFacts, base_env: Mapping[str, str], torchrun: bool) -> 
 def _plan_hook(config: RunConfig, base_env: Mapping[str, str], options: ChildOptions) -> ChildPart:
     """The sitecustomize hook: the knobs that reach an unmodified script in-process (`Knob.script_reach`:
     global, DataLoader, optimizer, autocast); a `prepared` child applies them itself."""
-    values = {name: value for name, value in sorted(config.non_default().items()) if _hook_applies(name, value)}
+    values = {name: value for name, value in sorted(config.non_default().items())
+              if _hook_applies(name, value) or REGISTRY[name].script_guard}
     if not values:
         return ChildPart()
     if options.prepared:
@@ -354,7 +355,7 @@ def _plan_hook(config: RunConfig, base_env: Mapping[str, str], options: ChildOpt
     part.settings.append(Setting(CONFIG_ENV, part.env[CONFIG_ENV], Source.CONFIG, "the knobs the hook applies"))
     for name, value in values.items():
         knob = REGISTRY[name]
-        where = knob.script_reach.how if knob.script_reach is not None else ""
+        where = knob.script_guard or (knob.script_reach.how if knob.script_reach is not None else "")
         part.settings.append(Setting(name, _shown(value), Source.CONFIG, f"{where}; {knob.help.rstrip('.')}"))
     return part
 

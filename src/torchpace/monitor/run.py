@@ -37,6 +37,7 @@ import psutil
 
 from torchpace.errors import TorchpaceError, UsageError
 from torchpace.findings import Finding, Remedy, Severity
+from torchpace.files import describe_write_error
 from torchpace.host import probe_usable_cores
 from torchpace.monitor import MIN_INTERVAL_S
 from torchpace.monitor.live import View
@@ -392,10 +393,12 @@ class _Supervisor:
     def _write(self, sink: Sink, row: dict) -> None:
         try:
             sink.write(row)
-        except OSError as err:
+        except OSError as err:  # a full disk ends the log, never CMD: said in the summary, with the free space
             self.sinks.remove(sink)
+            where = getattr(sink, "path", None) or getattr(sink, "log_dir", None)
+            evidence = describe_write_error(Path(where), err) if where is not None else str(err)
             self.notes.append(Finding("monitor.sink_failed", Severity.WARN, "A log stopped being written",
-                                      evidence=f"{type(sink).__name__}: {err}", area="monitor"))
+                                      evidence=f"{type(sink).__name__}: {evidence}", area="monitor"))
 
 
 def probe_cores() -> int:
@@ -458,7 +461,7 @@ def _run_started(options: MonitorOptions, view: View, clock: Clock, gpu: GpuSamp
         forwarder.attach(proc.pid)
         pump = OutputPump([proc.stdout, proc.stderr], view)
         try:
-            host = HostSampler(proc.pid, clock=clock)
+            host = HostSampler(proc.pid, clock=clock, skip_root=True)  # the root is CMD's keeper, not CMD
             thread = SamplerThread(Sampler(host, gpu, t0), options.interval_s, supervisor.samples, clock)
             thread.start()
             view.start()

@@ -22,7 +22,6 @@ import gzip
 import json
 import os
 import pstats
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -33,10 +32,13 @@ import torch
 
 from torchpace.config import RunConfig, resolve_config
 from torchpace.errors import TorchpaceError, UsageError, UserCodeError
+from torchpace.files import write_atomic
 from torchpace.host import HostFacts, probe_host
 from torchpace.runtime.loader import LoaderCycle
 from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_memory
 from torchpace.profile.trace import MAX_PROFILED_STEPS, METADATA_KEY
+from torchpace.process import temporary_folder
+from torchpace.redact import redact
 from torchpace.runtime import Prepared, prepare
 from torchpace.workload import Workload
 
@@ -141,8 +143,8 @@ def _step(run: Prepared, cycle: LoaderCycle) -> None:
 
 def _run_traced_steps(run: Prepared, cycle: LoaderCycle, options: CaptureOptions) -> dict[str, Any]:
     """The scheduled profiler loop; returns the exported Chrome trace document."""
-    with tempfile.TemporaryDirectory(prefix="torchpace-profile-") as tmp:
-        raw_path = Path(tmp) / "trace.json"
+    with temporary_folder("torchpace-profile-") as tmp:
+        raw_path = tmp / "trace.json"
         schedule = torch.profiler.schedule(wait=options.wait_steps, warmup=options.warmup_steps,
                                            active=options.steps, repeat=1)
         with torch.profiler.profile(activities=profiler_activities(run.device), schedule=schedule,
@@ -226,12 +228,13 @@ def memory_capacity_bytes(run: Prepared) -> int | None:
 
 
 def save_trace(document: dict[str, Any], path: str | Path) -> Path:
-    """Write a trace document as JSON (gzip when `path` ends in `.gz`), atomically."""
+    """Write a trace document as JSON (gzip when `path` ends in `.gz`), atomically, secrets masked.
+
+    Raises:
+        OutputWriteFailed: the file could not be written (full disk, permissions); nothing is left behind.
+    """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    payload = json.dumps(document, separators=(",", ":")).encode("utf-8")
+    payload = redact(json.dumps(document, separators=(",", ":"))).encode("utf-8")
     if path.name.endswith(".gz"):
         payload = gzip.compress(payload, compresslevel=6, mtime=0)
-    tmp.write_bytes(payload)
-    tmp.replace(path)
-    return path
+    return write_atomic(path, payload)

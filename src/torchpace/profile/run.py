@@ -7,6 +7,7 @@ from pathlib import Path
 
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
+from torchpace.files import OutputWriteFailed
 from torchpace.host import HostFacts, probe_host
 from torchpace.measure.contention import measure_other_load
 from torchpace.profile.capture import CaptureOptions, capture_profile
@@ -30,17 +31,35 @@ def profile_workload(spec: str | None, config: RunConfig | None = None, options:
     check_device(device, host)
     workload = load_workload(spec)
     with measure_other_load() as load:
-        capture = capture_profile(workload, config, options, host=host, device=device, trace_path=trace_path)
-    return build_profile_result(
+        capture = capture_profile(workload, config, options, host=host, device=device)
+    written, failure = save_trace_keeping_figures(capture.document, trace_path)
+    result = build_profile_result(
         parse_trace(capture.document),
         workload_spec=spec or DEFAULT_WORKLOAD,
         knobs_by_stage=applicable_knobs_by_stage(host, workload),
         candidates=candidate_values(host, workload),
-        trace_path=str(capture.trace_path) if capture.trace_path else None,
+        trace_path=written,
         wall_time_s=time.perf_counter() - start,
         other_load_cores=load.cores,
         usable_cores=host.usable_cores,
     )
+    if failure is not None:  # the figures go with the error: the CLI prints them, then the one line
+        failure.figures = result
+        raise failure
+    return result
+
+
+def save_trace_keeping_figures(document, trace_path: str | Path | None):
+    """(the trace's path once written, or None; the `OutputWriteFailed` when it could not be written).
+    A trace that cannot be written (a full disk) must not lose the profile's figures."""
+    from torchpace.profile.capture import save_trace
+
+    if trace_path is None:
+        return None, None
+    try:
+        return str(save_trace(document, trace_path)), None
+    except OutputWriteFailed as failure:
+        return None, failure
 
 
 def check_device(device: str | None, host: HostFacts) -> None:

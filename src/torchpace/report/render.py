@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from torchpace._version import __version__
+from torchpace.files import write_atomic
 from torchpace.report.load import ReportData
 from torchpace.tune.outcome import TuneOutcome
 
@@ -80,9 +81,9 @@ def _template_text() -> str:
 
 
 def save_report(html: str, path: str | Path) -> Path:
-    """Write the HTML atomically (a temp file renamed over `path`)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    """Write the HTML atomically (`torchpace.files`: a temp file renamed over `path`; secrets masked).
+
+    Raises:
+        OutputWriteFailed: the file could not be written (full disk, permissions); nothing is left behind.
+    """
+    return write_atomic(path, html)

@@ -21,7 +21,8 @@ the same one the Workload bench uses, starts when it ends, then decides warm-up,
 with one device sync per window. When it is done the result is written and the process ends at once
 (`os._exit`; the parent ends the rest of the tree). A script that finishes first leaves the windows
 it had, marked `script-ended`; one that shows no step within `no_step_timeout_s` leaves a `timeout`
-naming what was looked for.
+naming what was looked for; one that stops stepping (`ScriptProbe.check_stall`) leaves what was measured,
+marked `script-stalled`, or a `timeout` naming the stall.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def install(spec: ScriptMeasure) -> ScriptProbe:
     watchdog = threading.Timer(spec.no_step_timeout_s, probe.on_no_step)
     watchdog.daemon = True
     watchdog.start()
+    probe.watch_for_stalls()
     return probe
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from torchpace.config import RunConfig
+from torchpace.config import RunConfig, check_on_host
 from torchpace.errors import UsageError
 from torchpace.knobs import REGISTRY, ScriptSubject
 
@@ -22,7 +22,10 @@ def script_target(label: str) -> ScriptSubject:
 
 
 def check_script_config(config: RunConfig, host, label: str) -> None:
-    """UsageError naming the first knob of `config` that cannot run with an unmodified script here."""
+    """UsageError naming the first knob of `config` that cannot run with an unmodified script here: beyond
+    the host's limits or in conflict (`check_on_host`, the one bound policy of every mode), needing
+    `torchpace.prepare()`, or not applying on this host."""
+    check_on_host(config, host)
     target = script_target(label)
     for name, value in config.non_default().items():
         knob = REGISTRY[name]

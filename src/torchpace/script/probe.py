@@ -12,10 +12,17 @@ import threading
 import time
 from typing import Any
 
-from torchpace.script.spec import ScriptMeasure
+from torchpace.files import write_atomic
+from torchpace.process import owner_pid
+from torchpace.script.spec import STEPS_SUFFIX, ScriptMeasure
 from torchpace.trial.protocol import CRASH, NONFINITE, OK, TIMEOUT, TrialResult, is_nonfinite
 
 _MIN_WINDOWS_IF_ENDED = 2  # a script that ends first must leave at least this many measured windows
+# A script that stops stepping (a deadlock, a hung read, waiting on input) is not waited for without bound:
+_STALL_MIN_S = 30.0  # no step for this long (and _STALL_FACTOR times its longest step) ends it as stalled
+_STALL_FACTOR = 5.0
+_CAP_GRACE_S = 2.0  # past the measurement's time cap, a step this late (and 3x its longest) ends the measurement
+_WATCH_S = 0.25  # how often the stall watchdog looks
 NO_STEP_MESSAGE = ("no optimizer step or backward() seen: script mode counts a step at each step() of a torch.optim "
                    "optimizer, or at each backward() when the script builds no optimizer")
 
@@ -47,6 +54,10 @@ class ScriptProbe:
         self.samples_known = False
         self.device = None
         self.finished = False
+        self.last_step_at: float | None = None
+        self.longest_step_s = 0.0  # the longest gap between two steps after the first
+        self.ended_how = "script-ended"  # or "script-stalled": why the measurement ended before the meter did
+        self._steps_fd: int | None = None
         self._lock = threading.Lock()
 
     # ---- events from the script ----------------------------------------------------------------
@@ -77,12 +88,27 @@ class ScriptProbe:
         self.pending_samples += size
         self.batches_seen += 1
 
+    def note_step(self) -> None:
+        """Count a step: its gap (for the stall watchdog) and the steps file the parent reads when the
+        script ends without letting the hook write its result (`os._exit`)."""
+        now = self.clock()
+        if self.last_step_at is not None and self.steps > 1:
+            self.longest_step_s = max(self.longest_step_s, now - self.last_step_at)
+        self.last_step_at = now
+        try:
+            if self._steps_fd is None:
+                self._steps_fd = os.open(self.spec.result_path + STEPS_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.pwrite(self._steps_fd, f"{self.steps:<12d}".encode(), 0)
+        except OSError:
+            pass  # only a better message is lost
+
     def on_step(self) -> None:
         """One step of the script ended: feed the meter; finish when it is done."""
         if self.finished:
             return
         self._close_step_loss()
         self.steps += 1
+        self.note_step()
         samples, self.pending_samples = self.pending_samples, 0
         if self.spec.samples_per_step:
             samples = self.spec.samples_per_step
@@ -119,7 +145,7 @@ class ScriptProbe:
         self.samples_known = bool(self.spec.samples_per_step) or self.batches_seen > 0
         # other processes' CPU time from here to the result; this script's own tree is the parent's
         # (the bench or tune process that started it), as for a Workload trial
-        self._cpu_before = probe_cpu_times(os.getppid())
+        self._cpu_before = probe_cpu_times(owner_pid())
         options = BenchOptions(max_time_s=self.spec.max_time_s, target_ci_rel=self.spec.target_ci_rel)
         now = self.clock()
         self.meter = WindowMeter(self.clock, self._sync, options.timing(), now + WARMUP_SHARE * options.max_time_s,
@@ -155,6 +181,43 @@ class ScriptProbe:
                                  wall_time_s=self.clock() - self.started_s), self.spec.result_path)
         end_process()
 
+    def watch_for_stalls(self) -> None:
+        """Start the stall watchdog (a daemon thread): see `check_stall`."""
+        def watch() -> None:
+            while not self.finished:
+                time.sleep(_WATCH_S)
+                self.check_stall()
+
+        threading.Thread(target=watch, name="torchpace-stall-watchdog", daemon=True).start()
+
+    def check_stall(self) -> None:
+        """End the measurement when the script stopped stepping: no step for `_STALL_MIN_S` (and
+        `_STALL_FACTOR` times its longest step), or, past the time cap, none for `_CAP_GRACE_S` (and 3x
+        its longest step). A stall is bounded by the time cap, never by the parent's kill."""
+        if self.finished or self.last_step_at is None:
+            return
+        now = self.clock()
+        gap = now - self.last_step_at
+        past_cap = self.meter is not None and now >= self.meter.deadline and gap >= max(_CAP_GRACE_S, 3 * self.longest_step_s)
+        if past_cap or gap >= max(_STALL_MIN_S, _STALL_FACTOR * self.longest_step_s):
+            self.on_stall(gap)
+
+    def on_stall(self, gap_s: float) -> None:
+        """The script made no step for `gap_s`: what was measured (enough windows) or a `timeout` naming the stall."""
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+        self.ended_how = "script-stalled"
+        result = self.build_result(ended_early=True)
+        if not result.ok:
+            result = TrialResult(TIMEOUT, guard_losses=result.guard_losses, wall_time_s=result.wall_time_s, error=(
+                f"the script made no step for {gap_s:.0f} s after step {self.steps} (it stalled: a deadlock, a hung "
+                f"read, or one step slower than --max-time allows); {len(self.meter.windows) if self.meter else 0} "
+                f"window(s) were measured, at least {_MIN_WINDOWS_IF_ENDED} are needed"))
+        write_result(result, self.spec.result_path)
+        end_process()
+
     def build_result(self, ended_early: bool) -> TrialResult:
         """The trial result of what was measured (a failure when nothing usable was)."""
         from torchpace.launch.inprocess import REPORT
@@ -179,8 +242,8 @@ class ScriptProbe:
         from torchpace.measure.bench import build_script_bench
         from torchpace.measure.contention import other_load_cores, probe_cpu_times
 
-        load = other_load_cores(self._cpu_before, probe_cpu_times(os.getppid()))
-        real = self.meter.result("script-ended" if ended_early else None)
+        load = other_load_cores(self._cpu_before, probe_cpu_times(owner_pid()))
+        real = self.meter.result(self.ended_how if ended_early else None)
         per_step = sorted(n for n in self.backwards_per_step if n)
         script = {"command": list(self.spec.command), "steps_seen": self.steps, "ended_early": ended_early,
                   "step_source": "optimizer" if self.optimizer_built else "backward",
@@ -220,10 +283,7 @@ def write_result(result: TrialResult, path: str) -> None:
     """Write the trial result atomically (the parent reads it after the process ends)."""
     import json
 
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(result.to_dict(), f)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(result.to_dict()))
 
 
 def end_process() -> None:

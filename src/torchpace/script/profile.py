@@ -14,13 +14,13 @@ block, is written to `profile["trace_path"]` and the process ends; the parent an
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from torchpace.script.probe import ScriptProbe
+from torchpace.files import write_atomic
+from torchpace.script.probe import ScriptProbe, end_process, write_result
 from torchpace.script.spec import ScriptMeasure
-from torchpace.trial.protocol import CRASH, OK, TrialResult
+from torchpace.trial.protocol import CRASH, OK, TIMEOUT, TrialResult
 
 
 class ScriptProfiler(ScriptProbe):
@@ -41,13 +41,15 @@ class ScriptProfiler(ScriptProbe):
         self.python_done = 0
         self.document: dict[str, Any] | None = None
         self.python: dict[str, Any] | None = None
-        self._tmp = tempfile.mkdtemp(prefix="torchpace-script-profile-")
+        # the profiler's own export goes beside the trace the parent reads, in the parent's temporary folder
+        self._raw = Path(spec.profile["trace_path"]).with_name("raw-trace.json")
 
     def on_step(self) -> None:
         if self.finished:
             return
         self._close_step_loss()
         self.steps += 1
+        self.note_step()
         self.pending_samples, samples = 0, self.pending_samples
         if samples:
             self.last_step_samples = samples
@@ -64,7 +66,7 @@ class ScriptProfiler(ScriptProbe):
         import torch
 
         schedule = torch.profiler.schedule(wait=0, warmup=self.warmup, active=self.active, repeat=1)
-        raw = str(Path(self._tmp) / "trace.json")
+        raw = str(self._raw)
         self.prof = torch.profiler.profile(activities=_activities(), schedule=schedule, profile_memory=self.profile_memory,
                                            on_trace_ready=lambda prof: prof.export_chrome_trace(raw))
         self.prof.__enter__()
@@ -76,8 +78,9 @@ class ScriptProfiler(ScriptProbe):
             return
         self.prof.__exit__(None, None, None)
         self.prof = None
-        with open(Path(self._tmp) / "trace.json", encoding="utf-8") as fh:
+        with open(self._raw, encoding="utf-8") as fh:
             self.document = json.load(fh)
+        self._raw.unlink(missing_ok=True)
         if self.python_steps:
             import cProfile
 
@@ -105,7 +108,21 @@ class ScriptProfiler(ScriptProbe):
             self.prof = None
         super().on_exit()
 
+    def on_stall(self, gap_s: float) -> None:
+        """The script made no step for `gap_s`: the profile ends with a `timeout` naming the stall."""
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+        needed = self.wait + self.warmup + self.active + self.python_steps
+        write_result(TrialResult(TIMEOUT, wall_time_s=self.clock() - self.started_s, error=(
+            f"the script made no step for {gap_s:.0f} s after step {self.steps} of the profile's {needed} (it stalled: "
+            "a deadlock, a hung read, or a step far slower than the ones before)")), self.spec.result_path)
+        end_process()
+
     def build_result(self, ended_early: bool) -> TrialResult:
+        from torchpace.launch.inprocess import REPORT
+
         wall_s = self.clock() - self.started_s
         if self.document is None:
             needed = self.wait + self.warmup + self.active
@@ -115,9 +132,9 @@ class ScriptProfiler(ScriptProbe):
         from torchpace.profile.trace import METADATA_KEY
 
         self.document[METADATA_KEY] = self._metadata()
-        with open(self.spec.profile["trace_path"], "w", encoding="utf-8") as fh:
-            json.dump(self.document, fh, separators=(",", ":"))
-        return TrialResult(OK, wall_time_s=wall_s)
+        write_atomic(self.spec.profile["trace_path"], json.dumps(self.document, separators=(",", ":")))
+        # what the hook did (which knobs reached the script), as a script bench's result carries it
+        return TrialResult(OK, bench={"script": REPORT.to_dict()}, wall_time_s=wall_s)
 
     def _metadata(self) -> dict[str, Any]:
         import torch

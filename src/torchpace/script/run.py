@@ -81,12 +81,12 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
         UsageError: the command is not a Python program, or a knob cannot reach it here.
         ScriptFailed: the script failed or ended before the profile's steps.
     """
-    import tempfile
     import time
 
     from torchpace.launch.command import parse_python_command
-    from torchpace.profile.capture import save_trace
     from torchpace.profile.result import build_profile_result
+    from torchpace.profile.run import save_trace_keeping_figures
+    from torchpace.process import temporary_folder
     from torchpace.profile.trace import METADATA_KEY, parse_trace
     from torchpace.trial import run_trial
     from torchpace.tune.space import build_space
@@ -94,7 +94,7 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
     start = time.perf_counter()
     label = parse_python_command(command).label
     check_script_config(config, host, label)
-    with tempfile.TemporaryDirectory(prefix="torchpace-profile-") as tmp:
+    with temporary_folder("torchpace-profile-") as tmp:
         raw = Path(tmp) / "trace.json"
         schedule = {"trace_path": str(raw), "wait": options.wait_steps, "warmup": options.warmup_steps,
                     "active": options.steps, "python_steps": options.python_steps, "profile_memory": options.profile_memory}
@@ -106,12 +106,15 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
                                result.stderr_tail)
         document = json.loads(raw.read_text())
     document[METADATA_KEY]["config"] = config.non_default()
-    if trace_path is not None:
-        save_trace(document, trace_path)
+    written, failure = save_trace_keeping_figures(document, trace_path)
     space = build_space(host, script_target(label), script=True)
     knobs_by_stage: dict[str, list[str]] = {}
     for knob in space:
         knobs_by_stage.setdefault(knob.stage, []).append(knob.name)
-    return build_profile_result(parse_trace(document), workload_spec=" ".join(command), knobs_by_stage=knobs_by_stage,
-                                candidates={k.name: list(k.values) for k in space}, trace_path=trace_path,
-                                wall_time_s=time.perf_counter() - start, usable_cores=host.usable_cores)
+    result = build_profile_result(parse_trace(document), workload_spec=" ".join(command), knobs_by_stage=knobs_by_stage,
+                                  candidates={k.name: list(k.values) for k in space}, trace_path=written,
+                                  wall_time_s=time.perf_counter() - start, usable_cores=host.usable_cores)
+    if failure is not None:  # the figures go with the error: the CLI prints them, then the one line
+        failure.figures = result
+        raise failure
+    return result

@@ -11,6 +11,9 @@ from dataclasses import asdict, dataclass, field
 
 MEASURE_ENV = "TORCHPACE_SCRIPT_MEASURE"
 GUARD_SEED = 0  # torch / random seeded with this at `import torch` (a seed the script sets later wins)
+# beside the result file, the hook keeps the count of steps it saw: the parent reads it when the script
+# ended without letting the hook write its result (`os._exit`)
+STEPS_SUFFIX = ".steps"
 
 
 @dataclass(frozen=True)

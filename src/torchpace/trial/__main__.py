@@ -27,6 +27,7 @@ def run_spec(spec: TrialSpec) -> TrialResult:
     from torchpace.inference.accuracy import AccuracyRejected
     from torchpace.measure.bench import BenchOptions
     from torchpace.measure.gate import Gate
+    from torchpace.process import owner_pid
     from torchpace.trial.bench import run_bench
     from torchpace.workload import load_workload
 
@@ -47,7 +48,7 @@ def run_spec(spec: TrialSpec) -> TrialResult:
         workload = load_workload(spec.workload)
         gate = Gate.open(spec.gate)
         bench = run_bench(workload, spec.config, options, device=spec.device, accuracy=_accuracy_guard(spec, workload),
-                          own_root_pid=os.getppid(),  # the tuner (or bench) that started this trial
+                          own_root_pid=owner_pid(),  # the tuner (or bench) that started this trial, past its keeper
                           clock=gate.clock if gate else time.perf_counter, gate=gate)
         status = NONFINITE if is_nonfinite(bench.loss_values) else OK
         error = "loss became NaN/Inf while measuring" if status == NONFINITE else ""
@@ -149,9 +150,9 @@ def end_rank(result: TrialResult, result_path: Path | None) -> None:
 def _write(result: TrialResult, path: Path) -> None:
     import json
 
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result.to_dict()))
-    tmp.replace(path)
+    from torchpace.files import write_atomic
+
+    write_atomic(path, json.dumps(result.to_dict()))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.launch.command import PythonCommand
 from torchpace.launch.plan import ChildOptions, LaunchFacts, LaunchPlan, plan_child
-from torchpace.process import start_child, stop_tree
+from torchpace.process import start_child, stop_tree, temporary_folder
 from torchpace.trial.script import plan_script_trial, read_script_result
 from torchpace.trial.protocol import (CRASH, INVALID, STACK_DUMP_SIGNAL, TrialResult, TrialSpec, classify_exit,
                                       classify_timeout)
@@ -107,8 +107,8 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
 @contextlib.contextmanager
 def trial_dir(workdir: Path | None = None) -> Iterator[Path]:
     """A trial's temporary folder, named after this process (see `remove_orphan_trial_dirs`), removed at the end."""
-    with tempfile.TemporaryDirectory(prefix=f"{_TRIAL_DIR_PREFIX}{os.getpid()}-", dir=workdir) as tmp:
-        yield Path(tmp)
+    with temporary_folder(f"{_TRIAL_DIR_PREFIX}{os.getpid()}-", workdir) as tmp:  # removed by an emergency stop too
+        yield tmp
 
 
 def trial_paths(folder: Path) -> tuple[Path, Path, Path]:

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from torchpace.config import RunConfig
 from torchpace.host import HostFacts
 from torchpace.script.knobs import unreached_knobs
-from torchpace.script.spec import MEASURE_ENV, ScriptMeasure
+from torchpace.script.spec import MEASURE_ENV, STEPS_SUFFIX, ScriptMeasure
 from torchpace.trial.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit
 
 _NO_STEP_MARGIN_S = 10.0  # the hook's "no step" verdict comes this long before the parent's timeout
@@ -65,6 +65,13 @@ def read_script_result(spec: TrialSpec, result_path: Path, returncode: int, stde
         if result.ok and unreached:
             return replace(result, status=INVALID, error="; ".join(f"{k}: {why}" for k, why in unreached.items()))
         return result
+    steps = _steps_seen(result_path)
+    if returncode == 0 and steps:
+        return TrialResult(CRASH, stderr_tail=stderr_tail, returncode=0, wall_time_s=wall_s, error=(
+            f"`{label}` exited (status 0) after {steps} step(s), before torchpace's measurement ended, without "
+            "running Python's exit handlers (os._exit(), or a process that exec'd another program), so torchpace's "
+            "hook could not write what it measured: let the script end normally (return, or sys.exit), or run "
+            "longer than the measurement"))
     if returncode == 0:
         return TrialResult(CRASH, stderr_tail=stderr_tail, returncode=0, wall_time_s=wall_s, error=(
             f"`{label}` exited (status 0) before torchpace's hook saw a step: it must import torch and train "
@@ -73,6 +80,14 @@ def read_script_result(spec: TrialSpec, result_path: Path, returncode: int, stde
     return TrialResult(classify_exit(returncode, stderr_tail), stderr_tail=stderr_tail, returncode=returncode,
                        wall_time_s=wall_s, error=f"`{label}` {how} (the script's own failure; its stderr ends above)")
 
+
+
+def _steps_seen(result_path: Path) -> int:
+    """The steps the hook counted before the script ended (0 when it saw none)."""
+    try:
+        return int(Path(f"{result_path}{STEPS_SUFFIX}").read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def script_trial_spec(command: Sequence[str], config: RunConfig, max_time_s: float, *, guard_steps: int = 0,

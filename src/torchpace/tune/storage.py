@@ -24,6 +24,7 @@ import functools
 import importlib.util
 import logging
 import sqlite3
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -33,6 +34,7 @@ from torchpace.errors import TorchpaceError, UsageError
 _log = logging.getLogger(__name__)
 
 SQLITE_TIMEOUT_S = 60.0  # concurrent tuners on one SQLite file wait this long for its lock
+_LOCK_POLL_S = 0.2  # a locked SQLite file is tried this often while a tune starts (each try answers at once)
 _HEARTBEAT_INTERVAL_S = 2
 # a trial whose tuner sent no heartbeat for this long is failed (then run again): longer than a live
 # tuner's heartbeat may wait for the database's lock, so no live tuner's trial is failed; a tuner on
@@ -50,14 +52,10 @@ class StorageFailed(TorchpaceError):
 
 
 def mask_url(url: str) -> str:
-    """`url` with any password masked (for messages and reports)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    """`url` with its secrets masked, for messages and reports (`torchpace.redact`: every form)."""
+    from torchpace.redact import redact_url
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
+    return redact_url(url)
 
 
 def sqlite_database(url: str) -> str | None:
@@ -101,7 +99,8 @@ def resolve_storage_url(url: str, installed: Callable[[str], bool] | None = None
     except ArgumentError:
         raise UsageError(f"--storage {url!r} is not a database URL; {_EXAMPLE_URLS}") from None
     backend, _, driver = parsed.drivername.partition("+")
-    if backend not in ("postgresql", "postgres"):
+    if backend not in ("postgresql", "postgres") or (driver and driver not in POSTGRES_DRIVERS):
+        check_driver(url)  # another database, or another PostgreSQL driver named (pg8000, asyncpg)
         return url
     wanted = (driver,) if driver else POSTGRES_DRIVERS
     found = next((name for name in wanted if installed(name)), None)
@@ -109,6 +108,37 @@ def resolve_storage_url(url: str, installed: Callable[[str], bool] | None = None
         raise UsageError(f"--storage {mask_url(url)} needs a PostgreSQL driver ({' or '.join(wanted)}), and none is "
                          "installed: pip install 'torchpace[postgres]'")
     return parsed.set(drivername=f"postgresql+{found}").render_as_string(hide_password=False)
+
+
+_DRIVER_PACKAGES = {"MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]",
+                    "cx_Oracle": "cx-Oracle", "pymssql": "pymssql", "pyodbc": "pyodbc", "pymysql": "PyMySQL",
+                    "mysql": "mysql-connector-python", "oracledb": "oracledb"}  # module -> what pip installs
+
+
+def check_driver(url: str) -> None:
+    """UsageError (exit 2) when the database driver the URL names is unknown to SQLAlchemy, asynchronous
+    (Optuna talks to its database synchronously), or not installed (`mysql://` without mysqlclient)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        dialect = make_url(url).get_dialect()
+    except NoSuchModuleError:  # (an ArgumentError too)
+        raise UsageError(f"--storage {mask_url(url)}: SQLAlchemy knows no database {make_url(url).drivername!r}; "
+                         f"{_EXAMPLE_URLS}") from None
+    except ArgumentError:
+        raise UsageError(f"--storage {mask_url(url)} is not a database URL; {_EXAMPLE_URLS}") from None
+    if getattr(dialect, "is_async", False):
+        raise UsageError(f"--storage {mask_url(url)} names an asynchronous driver ({dialect.driver}), and Optuna "
+                         "talks to its database synchronously: name a synchronous driver (e.g. mysql+pymysql://)")
+    try:
+        dialect.import_dbapi()
+    except ImportError as err:
+        module = getattr(err, "name", None) or dialect.driver
+        package = _DRIVER_PACKAGES.get(module.split(".")[0], module)
+        raise UsageError(f"--storage {mask_url(url)} needs the {dialect.name} driver {module!r}, which is not "
+                         f"installed: pip install {package!r} (or name an installed driver: "
+                         f"{dialect.name}+DRIVER://...)") from None
 
 
 def connect_args(url: str) -> dict[str, Any]:
@@ -212,19 +242,33 @@ def check_storage(url: str, on_wait: Callable[[str], None] | None = None) -> Non
 
 
 def say_if_locked(path: str, url: str, on_wait: Callable[[str], None] | None) -> None:
-    """Tell `on_wait` when another process holds the SQLite file's write lock (we are about to wait for it)."""
+    """When another process holds the SQLite file's write lock, tell `on_wait` and wait for it here, in
+    short tries (up to the URL's lock timeout), so a stop signal meanwhile is handled at once: SQLite's
+    own wait happens in C, where no signal handler runs until it gives up."""
+    timeout_s = sqlite_timeout_s(url)
+    deadline = time.monotonic() + timeout_s
+    told = False
+    while _sqlite_write_locked(path):
+        if not told and on_wait is not None:
+            on_wait(f"{mask_url(url)} is locked by another process: waiting up to {timeout_s:g} s for it")
+        told = True
+        if time.monotonic() >= deadline:
+            raise StorageFailed(f"{path!r} stayed locked by another process for {timeout_s:g} s (database is locked); "
+                                "try again when it is free, or wait longer with ?timeout=SECONDS in the URL")
+        time.sleep(_LOCK_POLL_S)
+
+
+def _sqlite_write_locked(path: str) -> bool:
+    """True while another connection holds a write lock on the SQLite file (answered at once)."""
     from contextlib import closing
 
-    if on_wait is None:
-        return
     try:
         with closing(sqlite3.connect(path, timeout=0, isolation_level=None)) as conn:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("ROLLBACK")
     except sqlite3.DatabaseError as err:
-        if "locked" in str(err):
-            on_wait(f"{mask_url(url)} is locked by another process: waiting up to {sqlite_timeout_s(url):g} s for it")
-        # any other error (not a database, unreadable) is reported by the read that follows
+        return "locked" in str(err)  # any other error (not a database, unreadable): the read that follows says so
+    return False
 
 
 # ---- opening -------------------------------------------------------------------------------------
@@ -307,20 +351,19 @@ _FAILURE_HINTS = (
 
 
 def root_cause_line(err: BaseException, url: str) -> str:
-    """The innermost cause of a (chained) database error, on one line, with the URL's password scrubbed."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, DBAPIError
+    """The innermost cause of a (chained) database error, on one line, with the URL's secrets masked
+    (in any spelling a driver quotes them: `torchpace.redact`)."""
+    from sqlalchemy.exc import DBAPIError
+
+    from torchpace.redact import redact, remember_secrets
 
     while err.__cause__ is not None:
         err = err.__cause__
     if isinstance(err, DBAPIError) and err.orig is not None:
         err = err.orig
     text = "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
-    try:
-        password = make_url(url).password
-    except ArgumentError:
-        password = None
-    return text.replace(password, "***")[:400] if password else text[:400]
+    remember_secrets(url)
+    return redact(text)[:400]
 
 
 def _hint(cause: str, hints: tuple[tuple[str, str], ...]) -> str:

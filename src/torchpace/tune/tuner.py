@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from torchpace.errors import UsageError
+from torchpace.files import OutputWriteFailed
+from torchpace.redact import redact_url
 from torchpace.tune.attrs import ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord, interrupted_attrs, stored_bench
 from torchpace.trial.pair import PARTNER, PairOptions, PairResult, run_pair
 from torchpace.trial.protocol import TIMEOUT, TrialResult
@@ -128,6 +130,7 @@ class Tuner:
         if options.strategy not in STRATEGIES:
             raise UsageError(f"--strategy {options.strategy!r} is not valid; valid strategies: {', '.join(STRATEGIES)}")
         self.options, self.host = options, host
+        self.write_failure: OutputWriteFailed | None = None  # --out could not be written (the outcome is still reported)
         self.on_event = on_event or (lambda kind, **data: None)
         self.storage_url = options.storage or default_storage_url()
         # before the workload is built: a storage that cannot be used is refused with nothing started or written
@@ -359,8 +362,8 @@ class Tuner:
         _log.info("tune stopped (%s); best config: %s", stopped,
                   "none" if outcome.best is None else dict(outcome.best_config) or "the defaults")
         if outcome.best is not None:
-            outcome = replace(outcome, out_path=str(self.options.out))
-            self._save(outcome)
+            if self._save(outcome):
+                outcome = replace(outcome, out_path=str(self.options.out))
             if self.options.export_path is not None and stopped != "interrupted":
                 outcome = replace(outcome, export=self._export(outcome.best_config))
         return outcome
@@ -368,7 +371,7 @@ class Tuner:
     def _study_meta(self) -> StudyMeta:
         o = self.options
         accuracy = (o.accuracy_batches, o.accuracy_rtol, o.min_top1_agreement) if self.is_inference else None
-        return StudyMeta(self.study_name, self.storage_url, o.strategy, self.spec, o.objective,
+        return StudyMeta(self.study_name, redact_url(self.storage_url), o.strategy, self.spec, o.objective,
                          build_guard_note(o.guard_steps, accuracy))
 
     def _export(self, config: dict[str, Any]):
@@ -380,19 +383,25 @@ class Tuner:
         try:
             info = export_workload(load_workload(self.spec), dict(config), self.options.export_path, host=self.host)
             return ExportOutcome.from_dict(info.to_dict())
-        except ExportFailed as err:
+        except (ExportFailed, OutputWriteFailed) as err:
             return ExportOutcome(path=str(self.options.export_path), error=str(err))
 
-    def _save(self, outcome: TuneOutcome) -> None:
+    def _save(self, outcome: TuneOutcome) -> bool:
+        """Write --out; False when it could not be written (`write_failure`, raised once the outcome is reported)."""
         from torchpace.config import RunConfig, save_config
 
         from torchpace.tune.figures import result_table
 
         script = {"command": list(self.options.command)} if self.options.command else {}
-        result = {"workload": self.spec, **script, "study": self.study_name, "storage": self.storage_url,
+        result = {"workload": self.spec, **script, "study": self.study_name, "storage": redact_url(self.storage_url),
                   **result_table(outcome), **_inference_result(outcome)}
-        save_config(RunConfig(dict(outcome.best_config), self.host.summary(), result), self.options.out)
+        try:
+            save_config(RunConfig(dict(outcome.best_config), self.host.summary(), result), self.options.out)
+        except OutputWriteFailed as failure:  # a full disk: the outcome is still reported, then this error
+            self.write_failure = failure
+            return False
         _log.info("wrote %s", self.options.out)
+        return True
 
 
 def _free_memory_bytes(kind: str) -> int | None:

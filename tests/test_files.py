@@ -1,0 +1,114 @@
+"""Every file torchpace writes goes through one atomic writer (`torchpace.files`): a full disk is exit 1
+with one line naming the path and the free space, the figures are still printed, and no temporary
+file is left — on a real full filesystem, for every verb that writes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from torchpace.files import OutputWriteFailed, atomic_output, format_bytes, write_atomic
+
+from _support import fixture_workload, temp_leftovers
+
+
+def test_an_atomic_write_replaces_the_file_whole_or_not_at_all(tmp_path):
+    path = write_atomic(tmp_path / "a.json", '{"a": 1}')
+    assert path.read_text() == '{"a": 1}'
+    with pytest.raises(RuntimeError):
+        with atomic_output(path, "w") as stream:
+            stream.write('{"a": 2')
+            raise RuntimeError("the writer failed half-way")
+    assert path.read_text() == '{"a": 1}' and sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_a_write_that_cannot_happen_is_one_error_naming_the_path(tmp_path):
+    with pytest.raises(OutputWriteFailed, match=r"cannot write '.*no-such-folder/a.json': no such file or directory"):
+        write_atomic(tmp_path / "no-such-folder" / "a.json", "x")
+
+
+def test_text_written_to_a_file_never_holds_a_secret(tmp_path):
+    path = write_atomic(tmp_path / "t.toml", 'storage = "postgresql://u:hunter22@db/s"\n')
+    assert "hunter22" not in path.read_text() and "u:***@db" in path.read_text()
+
+
+def test_byte_counts_read_as_people_write_them():
+    assert [format_bytes(n) for n in (0, 1023, 4096, 5 << 20, 3 << 30)] == ["0 bytes", "1023 bytes", "4.0 KiB", "5.0 MiB",
+                                                                             "3.0 GiB"]
+
+
+def test_a_full_disk_is_one_error_naming_path_and_free_space(full_disk):
+    target = full_disk / "result.json"
+    with pytest.raises(OutputWriteFailed) as failed:
+        write_atomic(target, json.dumps({"samples_per_s": 1.0, "pad": "x" * 100_000}))
+    message = str(failed.value)
+    assert str(target) in message and "no space left on device" in message and "free on its filesystem" in message
+    assert not target.exists() and temp_leftovers(full_disk) == []
+
+
+def _one_error_line(stderr: str) -> str:
+    errors = [line for line in stderr.splitlines() if line.startswith("torchpace: error:")]
+    assert len(errors) == 1 and "Traceback" not in stderr, stderr[-3000:]
+    return errors[0]
+
+
+def _folder(tmp_path):
+    from PIL import Image
+
+    for label in range(2):
+        (tmp_path / "images" / f"c{label}").mkdir(parents=True)
+        for index in range(3):
+            Image.new("RGB", (8, 8), (label * 100, index * 40, 0)).save(tmp_path / "images" / f"c{label}" / f"{index}.jpg")
+    return tmp_path / "images"
+
+
+# verb -> (argv with OUT for the output on the full disk, what stdout must still show)
+_WRITERS = {
+    "bench --out": (["bench", fixture_workload("tiny_mlp"), "--max-time", "2", "--json", "--out", "OUT/b.json"], "samples_per_s"),
+    "profile --trace": (["profile", fixture_workload("tiny_mlp"), "--steps", "1", "--python-steps", "0", "--json",
+                         "--trace", "OUT/t.json.gz"], "verdict"),
+    "tune --out": (["tune", fixture_workload("tiny_mlp"), "--max-trials", "1", "--trial-time", "1", "--guard-steps", "0",
+                    "--knob", "data.num_workers", "--json", "--storage", "sqlite:///STUDY", "--out", "OUT/t.toml"], "trials"),
+    "shard --out": (["shard", "IMAGES", "--out", "OUT/shards"], ""),
+}
+
+
+@pytest.mark.parametrize("verb", sorted(_WRITERS))
+def test_every_writer_on_a_full_disk_exits_1_with_one_line_keeping_the_figures(verb, full_disk, tmp_path, cli_run,
+                                                                              short_tmpdir):
+    argv, shown = _WRITERS[verb]
+    images = _folder(tmp_path) if verb.startswith("shard") else None
+    argv = [a.replace("OUT", str(full_disk)).replace("STUDY", str(tmp_path / "s.db")).replace("IMAGES", str(images))
+            for a in argv]
+    done = cli_run(*argv, env_extra={"TMPDIR": str(short_tmpdir)}, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]
+    line = _one_error_line(done.stderr)
+    assert str(full_disk) in line and "no space left on device" in line and "free on its filesystem" in line, line
+    assert shown in done.stdout  # the figures were printed before the error
+    assert temp_leftovers(full_disk) == [] and temp_leftovers(short_tmpdir) == []
+
+
+def test_the_report_of_a_result_on_a_full_disk_is_one_line(full_disk, tmp_path, cli_run):
+    result = tmp_path / "b.json"
+    done = cli_run("bench", fixture_workload("tiny_mlp"), "--max-time", "2", "--out", str(result))
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = cli_run("report", str(result), "-o", str(full_disk / "r.html"))
+    assert done.returncode == 1 and str(full_disk / "r.html") in _one_error_line(done.stderr)
+    assert temp_leftovers(full_disk) == []
+
+
+def test_the_writers_share_one_helper():
+    # every module that writes a file torchpace is asked for goes through torchpace.files
+    import torchpace
+
+    root = os.path.dirname(torchpace.__file__)
+    hand_written = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py") and name != "files.py":
+                text = open(os.path.join(folder, name), encoding="utf-8").read()
+                if ".tmp\"" in text or ".tmp'" in text or ".replace(path)" in text or "os.replace(" in text:
+                    hand_written.append(os.path.relpath(os.path.join(folder, name), root))
+    assert hand_written == [], f"atomic writes by hand (use torchpace.files): {hand_written}"

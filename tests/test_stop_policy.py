@@ -1,0 +1,229 @@
+"""One stop-signal policy for every verb: SIGINT and SIGTERM end the whole tree, remove the temporary
+folders and exit 130/143; a SIGKILL'd torchpace leaves nothing running, grandchildren in sessions of
+their own included (each child runs under a keeper, `torchpace.process.start_child`); and a main thread
+blocked in C code cannot hold a stop signal back. Real processes throughout; each moment is arranged
+(a file the script writes once it runs, a line the child prints), never timed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from _support import fixture_workload, sigint_as_at_a_terminal, temp_leftovers
+
+PY = sys.executable
+SCRIPTS = Path(__file__).parent / "script" / "scripts"
+_WAIT_S = 120.0  # generous: the host may be busy; every wait ends as soon as its condition holds
+
+
+def _wait_for_file(path: Path, proc: subprocess.Popen, timeout_s: float = _WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"exited {proc.returncode} before {path.name} appeared: {proc.communicate()[1][-3000:]}")
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def _all_gone(pids, timeout_s: float = 30.0) -> list[int]:
+    """The pids still running after up to `timeout_s` (a zombie counts as gone)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def _kill_quietly(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture
+def tmp(short_tmpdir):
+    """The children's TMPDIR: what they leave there is what a user's temp folder would keep."""
+    return short_tmpdir
+
+
+def _start(argv, tmp_path, tmp, **kw) -> subprocess.Popen:
+    env = dict(os.environ, TMPDIR=str(tmp), **kw.pop("env", {}))
+    return subprocess.Popen([PY, "-m", "torchpace", *argv], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+# ---- a script's tree: SIGTERM and SIGINT to the verb running it ------------------------------------------
+
+_SCRIPT_VERBS = {"bench": ["bench", "--max-time", "600"], "profile": ["profile", "--steps", "100"],
+                 "launch": ["launch"]}
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("verb", sorted(_SCRIPT_VERBS))
+def test_a_stop_signal_ends_the_scripts_whole_tree_and_its_folders(verb, stop, tmp_path, tmp):
+    pids_file = tmp_path / "pids.json"
+    argv = [*_SCRIPT_VERBS[verb], "--", "python", str(SCRIPTS / "spawns_and_trains.py"), str(pids_file)]
+    proc = _start(argv, tmp_path, tmp, preexec_fn=sigint_as_at_a_terminal)
+    pids: dict = {}
+    try:
+        _wait_for_file(pids_file, proc)  # the script runs, has its two processes, and steps
+        pids = json.loads(pids_file.read_text())
+        proc.send_signal(stop)
+        _, err = proc.communicate(timeout=_WAIT_S)
+        assert proc.returncode == 128 + stop, err[-3000:]
+        assert _all_gone(pids.values()) == [], f"left running: {pids}"
+        assert temp_leftovers(tmp) == []
+    finally:
+        proc.kill()
+        _kill_quietly(pids.values())
+
+
+@pytest.mark.parametrize("verb", ["bench", "launch"])
+def test_a_sigkilled_torchpace_leaves_nothing_running(verb, tmp_path, tmp):
+    pids_file = tmp_path / "pids.json"
+    argv = [*_SCRIPT_VERBS[verb], "--", "python", str(SCRIPTS / "spawns_and_trains.py"), str(pids_file)]
+    proc = _start(argv, tmp_path, tmp)
+    pids: dict = {}
+    try:
+        _wait_for_file(pids_file, proc)
+        pids = json.loads(pids_file.read_text())
+        proc.kill()
+        proc.communicate(timeout=_WAIT_S)
+        # the keeper gave the tree its death signal, then SIGKILL 3 s later: the daemon in its own session too
+        assert _all_gone(pids.values()) == [], f"outlived a SIGKILL'd torchpace: {pids}"
+    finally:
+        proc.kill()
+        _kill_quietly(pids.values())
+
+
+def test_what_a_script_started_is_ended_after_a_successful_bench(tmp_path, tmp):
+    pids_file = tmp_path / "pids.json"
+    proc = _start(["bench", "--max-time", "2", "--", "python", str(SCRIPTS / "spawns_and_trains.py"), str(pids_file),
+                   "200000"], tmp_path, tmp)
+    out, err = proc.communicate(timeout=600)
+    pids = json.loads(pids_file.read_text())
+    try:
+        assert proc.returncode == 0, err[-3000:]
+        assert _all_gone(pids.values(), timeout_s=0) == [], f"left running after the bench: {pids}"
+    finally:
+        _kill_quietly(pids.values())
+
+
+def test_sigterm_ends_a_workload_bench_in_this_process_with_143(tmp_path, tmp):
+    marker = tmp_path / "training"
+    proc = _start(["bench", fixture_workload("marks_when_it_trains"), "--max-time", "600", "--set", "data.num_workers=1"],
+                  tmp_path, tmp, env={"TORCHPACE_TEST_MARKER": str(marker)})
+    try:
+        _wait_for_file(marker, proc)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=_WAIT_S)
+        assert proc.returncode == 143 and "terminated (SIGTERM)" in err, err[-3000:]
+        assert _all_gone([c.pid for c in children]) == []
+    finally:
+        proc.kill()
+
+
+# ---- tune waiting for a locked study ---------------------------------------------------------------------
+
+
+def test_sigterm_while_tune_waits_for_a_locked_study_exits_143_at_once(tmp_path, tmp):
+    from torchpace.tune.storage import open_storage
+
+    db = tmp_path / "s.db"
+    open_storage(f"sqlite:///{db}").engine.dispose()
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    proc = _start(["tune", fixture_workload("tiny_mlp"), "--storage", f"sqlite:///{db}?timeout=600", "--out",
+                   str(tmp_path / "t.toml")], tmp_path, tmp)
+    try:
+        for line in proc.stderr:  # the notice comes when the wait begins
+            if "is locked by another process: waiting" in line:
+                break
+        else:
+            raise AssertionError(f"no waiting notice; exit {proc.wait()}")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)  # the lock is held for 600 s: only the signal can end the wait this soon
+        assert proc.returncode == 143
+        assert not (tmp_path / "t.toml").exists() and temp_leftovers(tmp) == []
+    finally:
+        proc.kill()
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+# ---- the process toolkit: a main thread blocked in C, and the keeper -------------------------------------
+
+BLOCKED_IN_C = textwrap.dedent("""
+    import ctypes, sys
+    from torchpace.process import start_child, stop_exit_code, stop_signals_raise, temporary_folder
+    with stop_signals_raise(lambda line: print(line, file=sys.stderr, flush=True)):
+        with temporary_folder("torchpace-test-", sys.argv[1]) as folder:
+            child = start_child([sys.executable, "-c", "import time; time.sleep(600)"])
+            print(folder, child.child_pid, flush=True)
+            # the main thread in C for 60 s: glibc's system() waits for its shell whatever signals come
+            ctypes.CDLL(None).system(b"echo blocked >&2; sleep 60")
+""")
+
+
+def test_a_main_thread_blocked_in_c_cannot_hold_a_stop_signal_back(tmp_path):
+    proc = subprocess.Popen([PY, "-c", BLOCKED_IN_C, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    shell = []
+    try:
+        folder, child = proc.stdout.readline().split()
+        assert proc.stderr.readline().strip() == "blocked"  # printed by the shell: the main thread is in system()
+        shell = [p for p in psutil.Process(proc.pid).children() if "sleep 60" in " ".join(p.cmdline())]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=45) == 143  # the watcher acts 5 s after the signal; the shell sleeps 60 s
+        assert not Path(folder).exists() and _all_gone([int(child)]) == []
+    finally:
+        proc.kill()
+        for leftover in shell:  # system()'s shell is not torchpace's child: the test ends it
+            with contextlib.suppress(psutil.Error):
+                for process in [*leftover.children(recursive=True), leftover]:
+                    process.kill()
+    assert "while blocked" in proc.stderr.read()
+
+
+def test_a_keeper_reports_the_childs_exit_and_ends_what_it_left_when_stopped(tmp_path):
+    from torchpace.process import start_child, stop_tree
+
+    script = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], " \
+             "start_new_session=True); print(flush=True); sys.exit(3)"
+    proc = start_child([PY, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.wait(timeout=_WAIT_S) == 3  # the child's status, though the daemon it left still runs
+        left = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+        assert len(left) == 1  # adopted by the keeper: still in the tree
+        assert stop_tree(proc, grace_s=1.0) == 1 and _all_gone([left[0].pid]) == []
+        assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        proc.kill()
+
+
+def test_a_command_that_cannot_start_raises_as_popen_does():
+    from torchpace.process import start_child
+
+    with pytest.raises(FileNotFoundError):
+        start_child(["/no/such/program-torchpace"])
