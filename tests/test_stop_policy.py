@@ -214,12 +214,14 @@ def test_a_keeper_reports_the_childs_exit_and_ends_what_it_left_when_stopped(tmp
     proc = start_child([PY, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.wait(timeout=_WAIT_S) == 3  # the child's status, though the daemon it left still runs
-        left = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-        assert len(left) == 1  # adopted by the keeper: still in the tree
+        left = [p for p in proc.adopted() if p.status() != psutil.STATUS_ZOMBIE]
+        assert len(left) == 1  # adopted by the keeper: still in the tree, though in a session of its own
         assert stop_tree(proc, grace_s=1.0) == 1 and _all_gone([left[0].pid]) == []
-        assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+        assert _all_gone([proc.keeper_pid]) == []  # and the keeper collected
     finally:
         proc.kill()
+        for leftover in proc.adopted():
+            leftover.kill()
 
 
 def test_a_command_that_cannot_start_raises_as_popen_does():

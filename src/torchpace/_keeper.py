@@ -7,18 +7,19 @@ environment the child gets). It
 1. makes itself a child subreaper (`PR_SET_CHILD_SUBREAPER`): every process of the tree whose parent
    dies (a DataLoader worker left behind, a process in a session of its own, a daemon) is adopted by
    the keeper instead of init, so the whole tree stays findable below it;
-2. starts the child in its own process group (the keeper's session), with the child's parent-death
-   signal asked for before exec, and tells torchpace on the status pipe `started PID` (or `failed ERRNO`
-   when exec failed);
+2. starts the child in a session of its own (it leads its process group; the keeper stays outside it,
+   so signals to the child's group and a group stopped with SIGSTOP leave the keeper alone), with the
+   child's parent-death signal asked for before exec, and tells torchpace on the status pipe `started
+   PID` (or `failed ERRNO` when exec failed);
 3. reaps every process that ends below it; when the child ends it writes `exited STATUS` (the raw wait
    status), then stays while anything else of the tree runs (torchpace's `stop_tree` ends it), and exits;
 4. when torchpace dies (even by SIGKILL: the keeper's parent-death signal, SIGTERM, with the parent
    pid changed), sends the child's death signal to every process of the tree, SIGKILL to what is left
    `grace_s` later, and exits. So a killed torchpace leaves nothing running, grandchildren included.
 
-Signals sent to the group (SIGINT, SIGTERM, SIGHUP forwarded by torchpace) reach the child; the keeper
-ignores them (its handlers are reset to the defaults in the child by exec). A signal torchpace itself
-was told to ignore (SIGINT under `nohup`/`&`) stays ignored in the child.
+A signal the keeper itself receives while torchpace lives is ignored (its handlers are reset to the
+defaults in the child by exec). A signal torchpace itself was told to ignore (SIGINT under `nohup`/`&`)
+stays ignored in the child.
 """
 
 import ctypes
@@ -126,9 +127,10 @@ class Keeper:
         env = dict(os.environ)
         read_end, write_end = os.pipe()  # exec failure reports; both ends close on exec
         pid = os.fork()
-        if pid == 0:  # the child: defaults back, its death signal, then exec
-            try:
+        if pid == 0:  # the child: a session of its own (it leads its group; the keeper stays out), defaults back,
+            try:        # its death signal, then exec
                 os.close(read_end)
+                os.setsid()
                 for name in _PYTHON_IGNORES:
                     signal.signal(getattr(signal, name), signal.SIG_DFL)
                 self.libc.prctl(_PR_SET_PDEATHSIG, self.death_signal, 0, 0, 0)

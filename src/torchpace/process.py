@@ -72,14 +72,14 @@ def exit_code(returncode: int) -> int:
 
 def start_child(argv: Sequence[str], death_signal: int | None = signal.SIGKILL, nofile: int | None = None,
                 grace_s: float = _ORPHAN_GRACE_S, **popen: Any) -> subprocess.Popen:
-    """Start `argv` in a new session under a keeper (`torchpace._keeper`), so its whole tree ends with us.
+    """Start `argv` in a new session (its own process group) under a keeper (`torchpace._keeper`), so its
+    whole tree ends with us.
 
-    The returned process is the keeper: it leads the child's process group (signals to the group
-    reach the child, and the keeper ignores them), every process of the tree that loses its parent is
-    adopted by it (so `tree_members` finds them all), and its `wait()`, `poll()` and `returncode` are the
-    child's. When this process dies, even by SIGKILL, the keeper sends `death_signal` to every process
-    of the tree and SIGKILL to what is left `grace_s` later. It costs one small interpreter (about
-    0.1 s to start, 10 MB) per child.
+    The returned `KeptChild` is the child as Popen shows a child (`pid` leads the child's group). Every
+    process of the tree that loses its parent is adopted by the keeper (`KeptChild.adopted`, so
+    `stop_tree` finds them all, also in sessions of their own). When this process dies, even by SIGKILL,
+    the keeper sends `death_signal` to every process of the tree and SIGKILL to what is left `grace_s`
+    later. It costs one small interpreter (about 0.1 s to start, 10 MB) per child.
 
     Args:
         argv: the command, no shell.
@@ -103,36 +103,41 @@ def start_child(argv: Sequence[str], death_signal: int | None = signal.SIGKILL, 
                          preexec_fn=child_setup(signal.SIGTERM, nofile), **popen)
     finally:
         os.close(write_end)
-    proc.attach_status(read_end, list(argv))
+    proc.attach_status(read_end, list(argv))  # from here on, `proc.pid` is the child's
     proc.args = list(argv)
     _LIVE_CHILDREN.add(proc)
     return proc
 
 
 class KeptChild(subprocess.Popen):
-    """A child under its keeper: `pid` is the keeper's (it leads the child's process group); `wait`,
-    `poll` and `returncode` follow the child itself, as the keeper reports them on its status pipe;
-    `send_signal` (and so `terminate`, `kill`) signals the group."""
+    """A child under its keeper, as `start_child` returns it. `pid` is the child's own: it leads its session
+    and process group, so signals to the group and `psutil.Process(pid)` are the child's, as for any
+    child; the keeper (`keeper_pid`) stays outside that group. `wait`, `poll` and `returncode` follow the
+    child, as the keeper reports them on its status pipe; `send_signal` (and so `terminate`, `kill`)
+    signals the child's group; `adopted()` lists what the keeper took in (the tree's orphans)."""
 
     _status_fd: int | None = None
     _status_buffer = b""
-    child_pid: int | None = None
+    keeper_pid: int | None = None
+
+    @property
+    def child_pid(self) -> int:
+        return self.pid
 
     def attach_status(self, fd: int, argv: list[str]) -> None:
-        """Read the keeper's first word: the child started, or exec failed (raised as OSError here)."""
-        self._status_fd = fd
+        """Read the keeper's first word: the child started (its pid becomes `pid`), or exec failed
+        (raised as OSError here, as Popen raises it)."""
+        self._status_fd, self.keeper_pid = fd, self.pid
         try:
             line = self._read_status_line(None)
         except BaseException:  # interrupted while the keeper starts: leave nothing behind
-            kill_tree(self.pid)
-            super()._wait(None)
+            self._kill_keeper_tree()
             raise
         word, _, value = (line or "").partition(" ")
         if word == "started":
-            self.child_pid = int(value)
+            self.pid = int(value)
             return
-        super()._wait(None)
-        self._close_status()
+        self._collect_keeper_exit()
         code = int(value) if word == "failed" and value.isdigit() else errno.ECHILD
         raise OSError(code, os.strerror(code), argv[0])
 
@@ -161,7 +166,7 @@ class KeptChild(subprocess.Popen):
             self._status_fd = None
 
     def _child_status(self, timeout: float | None) -> int | None:
-        """The child's return code once the keeper reports it (or the keeper's, when it died first)."""
+        """The child's return code once the keeper reports it (or the keeper's own, when it died first)."""
         while self.returncode is None:
             line = self._read_status_line(timeout)
             if line is None:
@@ -170,14 +175,21 @@ class KeptChild(subprocess.Popen):
                 self.returncode = os.waitstatus_to_exitcode(int(line.split()[1]))
                 _UNREAPED_KEEPERS.append(self)
             elif line == "":  # the keeper ended without a word on the child (killed with it): its own code
-                super()._wait(None)
+                self.returncode = self._collect_keeper_exit()
         return self.returncode
 
+    def _collect_keeper_exit(self) -> int:
+        """Wait for the keeper to exit; its return code."""
+        self._close_status()
+        try:
+            _, status = os.waitpid(self.keeper_pid, 0)
+        except ChildProcessError:  # collected already
+            return -signal.SIGKILL
+        return os.waitstatus_to_exitcode(status)
+
     def _internal_poll(self, _deadstate=None, **_):
-        if self.returncode is None and self._status_fd is not None:
+        if self.returncode is None:
             self._child_status(0)
-        if self.returncode is None and self._status_fd is None:
-            return super()._internal_poll(_deadstate=_deadstate)
         return self.returncode
 
     def _wait(self, timeout):
@@ -189,20 +201,40 @@ class KeptChild(subprocess.Popen):
         if self.poll() is None:
             signal_group(self.pid, sig)
 
+    def adopted(self) -> list[psutil.Process]:
+        """Every live process below the keeper (the child's tree, and the orphans it adopted)."""
+        import psutil
+
+        try:
+            return psutil.Process(self.keeper_pid).children(recursive=True)
+        except psutil.Error:
+            return []
+
     def reap_keeper(self, timeout: float | None = 0) -> bool:
         """Collect the keeper's own exit (it stays while anything of the tree runs); True once it is gone."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
-                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+                pid, _ = os.waitpid(self.keeper_pid, os.WNOHANG)
             except ChildProcessError:  # already collected
-                pid = self.pid
-            if pid == self.pid:
+                pid = self.keeper_pid
+            if pid == self.keeper_pid:
                 self._close_status()
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             time.sleep(0.02)
+
+    def _kill_keeper_tree(self) -> None:
+        """SIGKILL the keeper's whole tree and the keeper, and collect it."""
+        import psutil
+
+        for process in self.adopted():
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.keeper_pid, signal.SIGKILL)
+        self.reap_keeper(None)
 
 
 def _reap_keepers() -> None:
@@ -335,9 +367,9 @@ def stop_tree(proc: subprocess.Popen, grace_s: float, known: Iterable[psutil.Pro
     """
     import psutil
 
-    members = tree_members(proc.pid, known)
-    child = getattr(proc, "child_pid", None)
-    left = sum(1 for member in members if member.pid != child)
+    adopted = proc.adopted() if isinstance(proc, KeptChild) else []  # orphans of the tree, in other sessions too
+    members = tree_members(proc.pid, [*known, *adopted])
+    left = len(members)
     if proc.poll() is not None and not members:
         _collect_keeper(proc, grace_s)
         return 0
@@ -360,8 +392,7 @@ def _collect_keeper(proc: subprocess.Popen, grace_s: float) -> None:
     """A keeper leaves once its tree is empty; one that stays longer than `grace_s` (something was
     started after the tree was listed) is killed with whatever is left."""
     if isinstance(proc, KeptChild) and not proc.reap_keeper(grace_s):
-        kill_tree(proc.pid)
-        proc.reap_keeper(None)
+        proc._kill_keeper_tree()
 
 
 # --------------------------------------------------------------------------- forwarding signals
@@ -658,5 +689,5 @@ class _Watcher:
 def kill_live_children() -> None:
     """SIGKILL the tree of every child started here that is still running."""
     for proc in list(_LIVE_CHILDREN):
-        if proc.returncode is None or (isinstance(proc, KeptChild) and not proc.reap_keeper(0)):
-            kill_tree(proc.pid)
+        if proc.returncode is None or not proc.reap_keeper(0):
+            kill_tree(proc.pid, tree_members(proc.pid, proc.adopted()))

@@ -93,7 +93,8 @@ def _arms_taking_turns(pid: int, within_s: float) -> list[psutil.Process]:
     """The two trial processes of `pid` once one of them has been stopped for its turn."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        arms = [p for p in psutil.Process(pid).children() if "torchpace.trial" in " ".join(p.cmdline())]
+        trial = [p for p in psutil.Process(pid).children(recursive=True) if "torchpace.trial" in " ".join(p.cmdline())]
+        arms = [p for p in trial if p.ppid() not in {t.pid for t in trial}]  # each under its keeper, workers aside
         if len(arms) == 2 and any(p.status() == psutil.STATUS_STOPPED for p in arms):
             return arms
         time.sleep(0.1)

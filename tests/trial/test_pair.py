@@ -115,7 +115,8 @@ def test_sigkill_of_the_parent_leaves_no_stopped_arm(tmp_path):
         # the snapshot catches both arms with their worker and one arm stopped, waiting its turn
         for _ in range(100):
             tree = psutil.Process(driver.pid).children(recursive=True)
-            arms = [p for p in tree if p.ppid() == driver.pid and "torchpace.trial" in " ".join(p.cmdline())]
+            trial = [p for p in tree if "torchpace.trial" in " ".join(p.cmdline())]  # arms, and their forked workers
+            arms = [p for p in trial if p.ppid() not in {t.pid for t in trial}]  # each under its keeper
             workers = [p for p in tree if p.ppid() in {arm.pid for arm in arms}]
             stopped = [p for p in arms if p.status() == psutil.STATUS_STOPPED]
             if len(arms) == 2 and len(workers) >= 2 and stopped:

@@ -461,7 +461,7 @@ def _run_started(options: MonitorOptions, view: View, clock: Clock, gpu: GpuSamp
         forwarder.attach(proc.pid)
         pump = OutputPump([proc.stdout, proc.stderr], view)
         try:
-            host = HostSampler(proc.pid, clock=clock, skip_root=True)  # the root is CMD's keeper, not CMD
+            host = HostSampler(proc.pid, clock=clock)
             thread = SamplerThread(Sampler(host, gpu, t0), options.interval_s, supervisor.samples, clock)
             thread.start()
             view.start()

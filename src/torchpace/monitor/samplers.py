@@ -288,17 +288,14 @@ class HostSampler:
 
     Args:
         root_pid: CMD's process id; its tree is every descendant.
-        skip_root: the root is not CMD itself but its keeper (`torchpace.process.start_child`): its
-            descendants are measured, the keeper is not.
         clock: monotonic seconds; injectable so tests control time stamps.
         proc_root: where /proc is (tests pass a fixture tree for the tree walk and PSI files).
         sys_root: where /sys is (for telling physical disks and NICs from virtual ones).
     """
 
     def __init__(self, root_pid: int, clock: Clock = time.monotonic,
-                 proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys"), skip_root: bool = False):
+                 proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys")):
         self.root_pid = root_pid
-        self.skip_root = skip_root
         self._clock = clock
         self._proc_root = proc_root
         self._walk_children = has_children_files(proc_root)
@@ -363,8 +360,6 @@ class HostSampler:
     def _read_tree(self) -> tuple[ProcReading, ...]:
         readings = []
         for pid, tids in self._tree():
-            if self.skip_root and pid == self.root_pid:
-                continue
             proc = self._process(pid)
             reading = _read_process(proc) if proc is not None else None
             if reading is not None:
