@@ -80,6 +80,8 @@ def test_tree_usage_sums_processes_and_counts_newcomers_from_zero():
     reused = (ProcReading(2, 999.0, 0.3, 1, 1, None, None),)  # same pid, new process
     assert build_tree_usage(before, reused, dt_s=1.0).cpu_pct == pytest.approx(30.0)
     assert build_tree_usage(before, reused, dt_s=1.0).write_bytes_per_s is None
+    ended = build_tree_usage(before, (), dt_s=1.0)  # CMD ended between two samples: its tree did nothing
+    assert (ended.procs, ended.cpu_pct, ended.read_bytes_per_s, ended.write_bytes_per_s) == (0, 0.0, 0.0, 0.0)
 
 
 def test_counter_reset_reads_as_zero_not_negative():

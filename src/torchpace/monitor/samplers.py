@@ -163,7 +163,7 @@ def build_tree_usage(before: tuple[ProcReading, ...], after: tuple[ProcReading, 
     wait_s: float | None = None
     busy = 0
     io: dict[str, float] = {"read": 0.0, "write": 0.0}
-    io_known = False
+    io_known = not after  # a tree with no process left (CMD just ended) did no I/O: 0, not unknown
     for proc in after:
         prev = old.get((proc.pid, proc.create_time))
         used = max(0.0, proc.cpu_s - (prev.cpu_s if prev else 0.0))
