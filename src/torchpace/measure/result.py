@@ -121,8 +121,9 @@ class ThroughputFigures:
     warmup_converged: bool
     stopped_by: str = field(metadata=spec(
         "ci: the CI target was met; time: the time cap; script-ended: the script finished before either; "
+        "script-stalled: the script stopped stepping (no step for 30 s, or past the time cap), its windows so far; "
         "pair: one arm of a paired comparison (`torchpace compare`, tune), ended by the comparison",
-        enum=["ci", "time", "script-ended", "pair"]))
+        enum=["ci", "time", "script-ended", "script-stalled", "pair"]))
     steps_per_s: float | None = None
     steps_per_s_ci_low: float | None = None
     steps_per_s_ci_high: float | None = None

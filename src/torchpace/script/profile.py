@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from torchpace.files import write_atomic
+from torchpace.measure.result import ScriptInfo
+from torchpace.records import from_json
 from torchpace.script.probe import ScriptProbe, end_process, write_result
 from torchpace.script.spec import ScriptMeasure
 from torchpace.trial.protocol import CRASH, OK, TIMEOUT, TrialResult
@@ -133,8 +135,9 @@ class ScriptProfiler(ScriptProbe):
 
         self.document[METADATA_KEY] = self._metadata()
         write_atomic(self.spec.profile["trace_path"], json.dumps(self.document, separators=(",", ":")))
-        # what the hook did (which knobs reached the script), as a script bench's result carries it
-        return TrialResult(OK, bench={"script": REPORT.to_dict()}, wall_time_s=wall_s)
+        # what the hook changed (which knobs reached the script), as a script bench's result carries it
+        script = from_json(ScriptInfo, {"command": list(self.spec.command), "steps_seen": self.steps, **REPORT.to_dict()})
+        return TrialResult(OK, wall_time_s=wall_s, script=script)
 
     def _metadata(self) -> dict[str, Any]:
         import torch

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchpace.measure.result import AccuracyReport, BenchResult
+from torchpace.measure.result import AccuracyReport, BenchResult, ScriptInfo
+from torchpace.records import from_json, to_json
 
 # Failure classes (docs/design.md#trials-one-process-each). "ok" is a finished measurement.
 OK = "ok"
@@ -96,6 +97,7 @@ class TrialResult:
     verdict: str | None = None
     accuracy: AccuracyReport | None = None  # inference: outputs vs the fp32 eager reference
     failed_rank: int | None = None  # multi-process trials: the rank that failed first
+    script: ScriptInfo | None = None  # a script-mode trial without a bench (a profile): what the launch hook changed
 
     @property
     def ok(self) -> bool:
@@ -105,6 +107,7 @@ class TrialResult:
         data = asdict(self)
         data["bench"] = self.bench.to_dict() if self.bench is not None else None
         data["accuracy"] = self.accuracy.to_dict() if self.accuracy is not None else None
+        data["script"] = to_json(self.script) if self.script is not None else None
         return data
 
     @classmethod
@@ -114,6 +117,8 @@ class TrialResult:
             fields["bench"] = BenchResult.from_dict(fields["bench"])
         if fields.get("accuracy") is not None:
             fields["accuracy"] = AccuracyReport.from_dict(fields["accuracy"])
+        if fields.get("script") is not None:
+            fields["script"] = from_json(ScriptInfo, fields["script"])
         return cls(**fields)
 
 

@@ -60,7 +60,7 @@ def read_script_result(spec: TrialSpec, result_path: Path, returncode: int, stde
         result = TrialResult.from_dict(json.loads(result_path.read_text()))
         bench = replace(result.bench, config=RunConfig(spec.config).non_default()) if result.bench else None
         result = replace(result, bench=bench, stderr_tail=stderr_tail, returncode=0)
-        script = bench.script if bench is not None else None
+        script = bench.script if bench is not None else result.script  # a profile has no bench: the hook's report
         unreached = unreached_knobs(spec.config, script.reached if script else (), script.not_applied if script else {})
         if result.ok and unreached:
             return replace(result, status=INVALID, error="; ".join(f"{k}: {why}" for k, why in unreached.items()))
