@@ -224,6 +224,27 @@ def test_a_keeper_reports_the_childs_exit_and_ends_what_it_left_when_stopped(tmp
             leftover.kill()
 
 
+def test_a_kept_childs_pid_is_its_own_leading_a_session_the_keeper_stays_out_of():
+    from torchpace.process import start_child
+
+    script = "import os; print(os.getpid(), os.getpgid(0), os.getsid(0), flush=True); input()"
+    proc = start_child([PY, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        pid, pgid, sid = map(int, proc.stdout.readline().split())
+        assert pid == pgid == sid == proc.pid  # as Popen shows a child: signals to its group are the child's
+        assert psutil.Process(proc.pid).ppid() == proc.keeper_pid != proc.pid
+        assert os.getpgid(proc.keeper_pid) != proc.pid and os.getsid(proc.keeper_pid) != proc.pid
+        proc.send_signal(signal.SIGSTOP)  # a group stopped for its turn (paired trials) leaves the keeper running
+        assert psutil.Process(proc.keeper_pid).status() != psutil.STATUS_STOPPED
+        proc.send_signal(signal.SIGCONT)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=_WAIT_S) == 0 and proc.returncode == 0
+        assert proc.reap_keeper(_WAIT_S)
+    finally:
+        proc.kill()
+
+
 def test_a_command_that_cannot_start_raises_as_popen_does():
     from torchpace.process import start_child
 

@@ -5,8 +5,8 @@ every command.
 One toolkit for every child torchpace starts (trials, `launch`, `monitor`, doctor's probes):
 
 - `start_child` starts argv in a new session under a *keeper* (`torchpace._keeper`), a small
-  stdlib-only process that leads the child's process group, adopts every process of the tree whose
-  parent dies (a child subreaper, so nothing of the tree is lost: daemons in sessions of their own
+  stdlib-only process that stays outside that session (the child leads its own session and process
+  group, so `KeptChild.pid` is the child's), adopts every process of the tree whose parent dies (a child subreaper, so nothing of the tree is lost: daemons in sessions of their own
   included), reports the child's start and exit on a pipe (the returned `KeptChild` waits for the child,
   not for the keeper), and, when we die, even by SIGKILL (its parent-death signal), sends the child's
   `death_signal` to the whole tree and SIGKILL to what is left 3 s later. `die_with_parent` asks for
