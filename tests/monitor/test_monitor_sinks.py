@@ -62,3 +62,51 @@ def test_tensorboard_writes_scalars(tmp_path, make_sample):
     tree = events.Scalars("tree/cpu_pct")
     assert [(e.step, e.value, e.wall_time) for e in tree] == [(0, 100.0, 1001.0), (1, 200.0, 1002.0)]
     assert "gpu0/util_pct" in events.Tags()["scalars"]
+
+
+# ---- a full disk ---------------------------------------------------------------------------------------
+
+
+def test_a_csv_on_a_full_disk_is_one_error_naming_the_free_space_before_cmd_starts(full_disk, tmp_path, cli_run):
+    from torchpace.files import OutputWriteFailed
+
+    with pytest.raises(OutputWriteFailed) as failed:
+        open_sinks(full_disk / "run.csv", None, build_column_names(n_cores=2, n_gpus=0))
+    assert "no space left on device" in str(failed.value) and "free on its filesystem" in str(failed.value)
+    assert not (full_disk / "run.csv").exists()
+    started = tmp_path / "started"
+    done = cli_run("monitor", "--csv", str(full_disk / "m.csv"), "--", sys.executable, "-c",
+                   f"open({str(started)!r}, 'w')")
+    errors = [line for line in done.stderr.splitlines() if line.startswith("torchpace: error:")]
+    assert done.returncode == 1 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert str(full_disk / "m.csv") in errors[0] and "free on its filesystem" in errors[0]
+    assert not started.exists()  # CMD never ran
+
+
+def test_a_disk_that_fills_mid_run_ends_the_log_not_cmd_and_says_so(small_disk, make_sample):
+    import io
+
+    from rich.console import Console
+
+    from _support import fill_disk
+    from torchpace.monitor.live import PlainView
+    from torchpace.monitor.run import _Supervisor
+    from torchpace.monitor.symptoms import SymptomContext, SymptomTracker
+
+    path = small_disk / "run.csv"
+    sinks = open_sinks(path, None, build_column_names(n_cores=4, n_gpus=1))
+    supervisor = _Supervisor(PlainView(Console(file=io.StringIO(), width=200)), sinks,
+                             SymptomTracker(SymptomContext(4)), 1000.0)
+    supervisor.handle(make_sample(t_s=1.0))
+    fill_disk(small_disk)
+    # rows fill what is left of the file's last block, then one cannot be written: no exception reaches the loop
+    for t in range(2, 200):
+        supervisor.handle(make_sample(t_s=float(t)))
+        if not supervisor.sinks:
+            break
+    supervisor.handle(make_sample(t_s=500.0))  # the run goes on without the log
+    assert supervisor.sinks == [] and supervisor.sample_count == t + 1
+    [note] = supervisor.notes
+    assert note.id == "monitor.sink_failed" and str(path) in note.evidence and "no space left on device" in note.evidence
+    written = [row["t_s"] for row in csv.DictReader(path.open())]
+    assert written[0] == "1.0" and "500.0" not in written

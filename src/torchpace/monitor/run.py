@@ -395,8 +395,9 @@ class _Supervisor:
             sink.write(row)
         except OSError as err:  # a full disk ends the log, never CMD: said in the summary, with the free space
             self.sinks.remove(sink)
-            where = getattr(sink, "path", None) or getattr(sink, "log_dir", None)
-            evidence = describe_write_error(Path(where), err) if where is not None else str(err)
+            with contextlib.suppress(OSError):  # what it still buffers cannot be written either
+                sink.close()
+            evidence = describe_write_error(_sink_path(sink), err)
             self.notes.append(Finding("monitor.sink_failed", Severity.WARN, "A log stopped being written",
                                       evidence=f"{type(sink).__name__}: {evidence}", area="monitor"))
 
@@ -426,6 +427,7 @@ def run_monitor(options: MonitorOptions, view: View, clock: Clock = time.monoton
 
     Raises:
         UsageError: bad options, an unwritable --csv, TensorBoard missing (exit 2); nothing was started.
+        OutputWriteFailed: --csv or --tensorboard on a full disk (exit 1); nothing was started.
         CommandNotFoundError, CommandNotExecutableError: exit 127 / 126; nothing was started.
     """
     check_options(options)
@@ -443,9 +445,16 @@ def run_monitor(options: MonitorOptions, view: View, clock: Clock = time.monoton
                             usable_cores or probe_cores())
     finally:
         for sink in sinks:
-            sink.close()
+            try:
+                sink.close()
+            except OSError as err:  # its last lines met a full disk: CMD's run is over, its exit status stands
+                _log.warning("%s: %s", type(sink).__name__, describe_write_error(_sink_path(sink), err))
         if gpu is not None:
             gpu.close()
+
+
+def _sink_path(sink: Sink) -> Path:
+    return Path(getattr(sink, "path", None) or getattr(sink, "log_dir", None) or ".")
 
 
 def _run_started(options: MonitorOptions, view: View, clock: Clock, gpu: GpuSampler | None,

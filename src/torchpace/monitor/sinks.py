@@ -1,17 +1,21 @@
 """Sinks: where samples are logged besides the screen — a CSV file and TensorBoard scalars.
 
 Both are opened before CMD starts, so a path that cannot be written (or TensorBoard not being
-installed) stops `torchpace monitor` with exit code 2 before anything runs. The CSV columns and
-their units are `torchpace.monitor.samples.HOST_COLUMNS` / `GPU_COLUMNS`.
+installed) stops `torchpace monitor` with exit code 2 before anything runs, and a full disk there with
+exit 1 (`torchpace.files.OutputWriteFailed`: one line naming the path and the space left). The CSV
+columns and their units are `torchpace.monitor.samples.HOST_COLUMNS` / `GPU_COLUMNS`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 from pathlib import Path
 from typing import Any, Protocol
 
-from torchpace.errors import UsageError
+from torchpace.errors import TorchpaceError, UsageError
+from torchpace.files import OutputWriteFailed, describe_write_error
 from torchpace.monitor.samples import Value
 
 _TENSORBOARD_MISSING = (
@@ -50,11 +54,17 @@ class CsvSink:
         try:
             self._file = open(self.path, "w", newline="", encoding="utf-8")
         except OSError as err:
-            raise UsageError(f"cannot write --csv {str(path)!r}: {err.strerror or err}; "
-                             "give a file path in a writable directory") from err
+            raise _open_failed("--csv", self.path, err, "give a file path in a writable directory") from None
         self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore", restval="")
-        self._writer.writeheader()
-        self._file.flush()
+        try:
+            self._writer.writeheader()
+            self._file.flush()
+        except OSError as err:  # created, but not even the header fits: nothing of it is kept
+            with contextlib.suppress(OSError):
+                self._file.close()
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            raise _open_failed("--csv", self.path, err, "give a file path in a writable directory") from None
 
     def write(self, row: dict[str, Value]) -> None:
         self._writer.writerow({name: format_csv_value(value) for name, value in row.items()})
@@ -106,8 +116,7 @@ class TensorBoardSink:
         try:
             self._writer = writer_cls(log_dir=str(log_dir))
         except OSError as err:
-            raise UsageError(f"cannot write --tensorboard {str(log_dir)!r}: {err.strerror or err}; "
-                             "give a writable directory") from err
+            raise _open_failed("--tensorboard", self.log_dir, err, "give a writable directory") from None
 
     def write(self, row: dict[str, Value]) -> None:
         walltime = row.get("unix_time_s")
@@ -122,15 +131,25 @@ class TensorBoardSink:
 
 
 def open_sinks(csv_path: Path | None, tensorboard_dir: Path | None, columns: list[str]) -> list[Sink]:
-    """Open the sinks asked for; raises UsageError (closing any already open) when one cannot be."""
+    """Open the sinks asked for; raises UsageError, or OutputWriteFailed for a full disk (closing any already
+    open), when one cannot be."""
     sinks: list[Sink] = []
     try:
         if csv_path is not None:
             sinks.append(CsvSink(csv_path, columns))
         if tensorboard_dir is not None:
             sinks.append(TensorBoardSink(tensorboard_dir))
-    except UsageError:
+    except TorchpaceError:
         for sink in sinks:
-            sink.close()
+            with contextlib.suppress(OSError):
+                sink.close()
         raise
     return sinks
+
+
+def _open_failed(option: str, path: Path, err: OSError, remedy: str) -> TorchpaceError:
+    """A sink that cannot be opened: a full disk (or quota) is `OutputWriteFailed` (exit 1, naming the
+    space left), anything else a usage error (exit 2)."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OutputWriteFailed(path, f"{option}: {describe_write_error(path, err)}")
+    return UsageError(f"cannot write {option} {str(path)!r}: {err.strerror or err}; {remedy}")
