@@ -1,5 +1,5 @@
 """A database password never reaches an output: not the terminal, `--json`, torchpace.toml, the HTML
-report or an error, whichever URL form carries it (userinfo, percent-encoded, `?password=`) — on a
+report or an error, whichever URL form carries it (userinfo, percent-encoded, `?password=`, all in the query) — on a
 real PostgreSQL server."""
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ def secret_database(postgres):
 def _urls(port: int, password: str) -> dict[str, str]:
     host = f"127.0.0.1:{port}/tp_secret_db"
     return {"user:password@": f"postgresql+psycopg://tp_secret:{quote(password, safe='')}@{host}",
-            "?password=": f"postgresql+psycopg://tp_secret@{host}?password={quote(password, safe='')}"}
+            "?password=": f"postgresql+psycopg://tp_secret@{host}?password={quote(password, safe='')}",
+            "query only": (f"postgresql+psycopg:///tp_secret_db?host=127.0.0.1&port={port}&user=tp_secret"
+                           f"&password={quote(password, safe='')}")}
 
 
 def _spellings(password: str) -> list[str]:
@@ -42,16 +44,19 @@ def _assert_nowhere(password: str, **outputs: str) -> None:
             assert spelling not in text, f"{name} holds the password ({spelling!r}): {text[-2000:]}"
 
 
-@pytest.mark.parametrize("form", ["user:password@", "?password="])
+FORMS = ["user:password@", "?password=", "query only"]
+
+
+@pytest.mark.parametrize("form", FORMS)
 def test_a_tune_and_its_report_never_show_the_password(secret_database, form, cli_run, tmp_path):
     url = _urls(secret_database, PASSWORD)[form]
     out, report = tmp_path / "torchpace.toml", tmp_path / "tune.html"
-    done = cli_run("tune", fixture_workload("tiny_mlp"), "--storage", url, "--study", f"secret-{len(form)}",
+    done = cli_run("tune", fixture_workload("tiny_mlp"), "--storage", url, "--study", f"secret-{FORMS.index(form)}",
                    "--max-trials", "1", "--trial-time", "1", "--guard-steps", "0", "--knob", "data.num_workers",
                    "--json", "--out", str(out), "--report", str(report), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "tp_secret" in out.read_text() and "***" in out.read_text()  # the storage is named, masked
-    again = cli_run("report", "--storage", url, "--study", f"secret-{len(form)}", "-o", str(tmp_path / "again.html"))
+    again = cli_run("report", "--storage", url, "--study", f"secret-{FORMS.index(form)}", "-o", str(tmp_path / "again.html"))
     assert again.returncode == 0, again.stderr[-3000:]
     _assert_nowhere(PASSWORD, stdout=done.stdout, stderr=done.stderr, toml=out.read_text(), report=report.read_text(),
                     report_verb=(tmp_path / "again.html").read_text(), report_stderr=again.stderr)
