@@ -33,6 +33,11 @@ def test_the_plain_postgresql_form_names_the_installed_driver():
     assert "secret" not in str(err.value)
     with pytest.raises(UsageError, match="not a database URL"):
         resolve_storage_url("no scheme here", both)
+    only_3 = lambda name: name == "psycopg"  # noqa: E731
+    with pytest.raises(UsageError) as err:  # the driver named is missing, another is there: not "none is installed"
+        resolve_storage_url("postgresql+psycopg2://u:secret@db/s", only_3)
+    assert "pip install 'psycopg2-binary'" in str(err.value) and "postgresql+psycopg://" in str(err.value)
+    assert "none is installed" not in str(err.value) and "secret" not in str(err.value)
 
 
 def test_every_wait_is_bounded_and_the_url_may_set_it():

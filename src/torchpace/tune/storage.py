@@ -105,6 +105,11 @@ def resolve_storage_url(url: str, installed: Callable[[str], bool] | None = None
     wanted = (driver,) if driver else POSTGRES_DRIVERS
     found = next((name for name in wanted if installed(name)), None)
     if found is None:
+        other = next((name for name in POSTGRES_DRIVERS if name not in wanted and installed(name)), None)
+        if other is not None:  # another driver is there: say so rather than "none is installed"
+            raise UsageError(f"--storage {mask_url(url)} needs the PostgreSQL driver {driver}, which is not installed: "
+                             f"pip install '{_DRIVER_PACKAGES.get(driver, driver)}', or name the installed one "
+                             f"(postgresql+{other}://...)")
         raise UsageError(f"--storage {mask_url(url)} needs a PostgreSQL driver ({' or '.join(wanted)}), and none is "
                          "installed: pip install 'torchpace[postgres]'")
     return parsed.set(drivername=f"postgresql+{found}").render_as_string(hide_password=False)
