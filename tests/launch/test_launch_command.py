@@ -91,3 +91,24 @@ def test_launch_of_a_shell_script_exits_2(capsys):
     assert main(["launch", "--", "bash", "run.sh"]) == 2
     err = capsys.readouterr().err
     assert "'bash' is not a Python program" in err and "torchpace monitor" in err
+
+
+@pytest.mark.parametrize(("module", "refused"), [
+    ("pkg.sub.train", None), ("pkg.mod", None), ("app", None), ("http.server", None),
+    ("pkg", "is a package with no __main__ to run"), ("pkg.sub", "is a package with no __main__ to run"),
+    ("pkg.nope", "package 'pkg' .* has no 'nope'"), ("pkg.mod.x", "'pkg.mod' is a module, not a package"),
+    ("no_such_top_torchpace", "no 'no_such_top_torchpace' in"),
+])
+def test_a_module_python_could_not_run_is_refused_before_it_starts_and_none_is_imported(tmp_path, module, refused):
+    from torchpace.launch.command import check_program_exists
+
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "app").mkdir()
+    for name in ("pkg/__init__.py", "pkg/sub/__init__.py", "pkg/mod.py", "pkg/sub/train.py", "app/__main__.py"):
+        (tmp_path / name).write_text("raise SystemExit('imported')\n")  # finding a module must run none of it
+    program = parse_python_command(["python", "-m", module])
+    if refused is None:
+        check_program_exists(program, cwd=tmp_path)
+        return
+    with pytest.raises(UsageError, match=refused):
+        check_program_exists(program, cwd=tmp_path)

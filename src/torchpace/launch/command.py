@@ -107,9 +107,10 @@ def check_program_exists(program: PythonCommand, cwd: str | os.PathLike | None =
                          pythonpath: str | None = None) -> None:
     """UsageError (exit 2, before anything starts) when the program Python would run is not there: a
     script that is no file, no folder with `__main__.py` (Python runs those, as it runs a zip archive),
-    or a module whose top-level package cannot be found from `cwd`, `pythonpath` and this interpreter's path.
+    or a module that cannot be found from `cwd`, `pythonpath` and this interpreter's path (its top-level
+    package, each part of its dotted name, and the `__main__` of a package run with `-m`).
 
-    Finding a top-level module runs none of its code (`importlib.machinery.PathFinder`)."""
+    Finding a module runs none of its code (`importlib.machinery.PathFinder`)."""
     import importlib.machinery
     import sys
 
@@ -124,9 +125,54 @@ def check_program_exists(program: PythonCommand, cwd: str | os.PathLike | None =
     if top in sys.builtin_module_names or importlib.machinery.FrozenImporter.find_spec(top) is not None:
         return
     search = [cwd, *[p for p in (pythonpath or "").split(os.pathsep) if p], *sys.path[1:]]
-    if importlib.machinery.PathFinder.find_spec(top, search) is None:
+    spec = importlib.machinery.PathFinder.find_spec(top, search) or _meta_path_spec(top)
+    if spec is None:
         raise UsageError(f"module {program.module!r} not found: no {top!r} in {cwd} or on this Python's path "
                          "(is it installed in the environment torchpace runs in?)")
+    _check_submodules(str(program.module), spec)
+
+
+def _meta_path_spec(top: str):
+    """`top` as the other finders of this interpreter find it (an editable install's finder), or None."""
+    import importlib.machinery
+    import sys
+
+    standard = (importlib.machinery.PathFinder, importlib.machinery.BuiltinImporter, importlib.machinery.FrozenImporter)
+    for finder in sys.meta_path:
+        if finder in standard or not hasattr(finder, "find_spec"):
+            continue
+        try:
+            spec = finder.find_spec(top, None)
+        except Exception:  # a third-party finder's own trouble: not a verdict on the module
+            continue
+        if spec is not None:
+            return spec
+    return None
+
+
+def _check_submodules(module: str, spec) -> None:
+    """UsageError when `python -m module` could not run, past its top-level package `spec`: a part of the
+    dotted name that is not in its package's folders, or a package without a `__main__` (what `-m PKG` runs).
+    Found as Python's path finder finds them, importing nothing."""
+    import importlib.machinery
+
+    parts = module.split(".")
+    for index in range(1, len(parts) + 1):
+        name = ".".join(parts[:index])
+        locations = spec.submodule_search_locations
+        if index == len(parts):
+            if locations is not None and importlib.machinery.PathFinder.find_spec(f"{name}.__main__", list(locations)) is None:
+                raise UsageError(f"module {module!r} is a package with no __main__ to run (`python -m {module}` runs "
+                                 f"{module.replace('.', '/')}/__main__.py): name the module to run, e.g. `python -m {module}.train`")
+            return
+        following = f"{name}.{parts[index]}"
+        if locations is None:
+            raise UsageError(f"module {module!r} not found: {name!r} is a module, not a package, so it holds no "
+                             f"{parts[index]!r}")
+        spec = importlib.machinery.PathFinder.find_spec(following, list(locations))
+        if spec is None:
+            raise UsageError(f"module {module!r} not found: package {name!r} ({list(locations)[0]}) has no "
+                             f"{parts[index]!r}")
 
 
 def is_python_interpreter(name: str) -> bool:
