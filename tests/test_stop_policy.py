@@ -75,11 +75,15 @@ def _start(argv, tmp_path, tmp, **kw) -> subprocess.Popen:
 # ---- a script's tree: SIGTERM and SIGINT to the verb running it ------------------------------------------
 
 _SCRIPT_VERBS = {"bench": ["bench", "--max-time", "600"], "profile": ["profile", "--steps", "100"],
-                 "launch": ["launch"]}
+                 "launch": ["launch"], "compare": ["compare", "--set", "threads.intra_op=1", "--max-time", "600"],
+                 "tune": ["tune", "--budget", "30m", "--knob", "threads.intra_op"]}
+# every verb that runs a script under SIGTERM and Ctrl-C; the two that run it in trial processes (compare: two
+# at once, tune: one per trial) under SIGTERM, which takes the same path
+_STOPS = [(verb, stop) for verb in ("bench", "launch", "profile") for stop in (signal.SIGTERM, signal.SIGINT)] + [
+    ("compare", signal.SIGTERM), ("tune", signal.SIGTERM)]
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-@pytest.mark.parametrize("verb", sorted(_SCRIPT_VERBS))
+@pytest.mark.parametrize(("verb", "stop"), _STOPS, ids=[f"{v}-{signal.Signals(s).name}" for v, s in _STOPS])
 def test_a_stop_signal_ends_the_scripts_whole_tree_and_its_folders(verb, stop, tmp_path, tmp):
     pids_file = tmp_path / "pids.json"
     argv = [*_SCRIPT_VERBS[verb], "--", "python", str(SCRIPTS / "spawns_and_trains.py"), str(pids_file)]
