@@ -1,6 +1,9 @@
 """The terminal summary of a tune accounts for the knobs it tried and did not keep, with why, and says
 every figure in its unit."""
 
+from dataclasses import replace
+
+import pytest
 from rich.console import Console
 
 from torchpace.measure.result import BenchResult, Objective, StepShape, ThroughputFigures
@@ -101,3 +104,23 @@ def test_a_paired_study_shows_each_gain_with_its_ci_the_load_note_and_the_speedu
     assert outcome.speedup == 2.9 and outcome.baseline.throughput.value == 1000.0  # the final comparison's arms
     assert outcome.best.throughput.value == 2900.0
     assert outcome.to_dict()["baseline"]["samples_per_s"] == 1000.0 and outcome.to_dict()["best"]["samples_per_s"] == 2900.0
+
+
+@pytest.mark.parametrize("paired", [True, False], ids=["paired", "separate runs"])
+@pytest.mark.parametrize("cut", ["interrupted", "budget", "lost"])
+def test_a_baseline_cut_before_it_finished_is_not_called_failed(cut, paired):
+    from torchpace.tune.outcome import StudyMeta, build_outcome
+    from torchpace.tune.policy import RETRY, Record, plan_greedy
+    from torchpace.tune.space import KnobSpace
+
+    space = [KnobSpace("system", "threads.intra_op", "auto", ("auto", 1))]
+    state = plan_greedy(space, [Record("baseline", {}, state=RETRY, status=cut)], paired=paired)
+    assert state.failed_baseline is None and state.next is not None and state.next.slot == "baseline"  # run again
+    rows = [replace(_row(0, "baseline", {}, 1000.0, status=cut), throughput=None, objective=None, window_rates=())]
+    outcome = build_outcome(rows, state, StudyMeta("s", "sqlite://", "greedy", "tabular"), cut)
+    assert "failed" not in outcome.failed_baseline and f"cut before it finished ({cut})" in outcome.failed_baseline
+    assert "--resume" in outcome.failed_baseline
+    assert "the baseline trial failed" not in _render(outcome)
+    crashed = [Record("baseline", {}, status="crash"), *([] if paired else [Record("baseline#2", {}, status="crash")])]
+    crashed = plan_greedy(space, crashed, paired=paired)  # a verdict on the config
+    assert crashed.failed_baseline == "the baseline trial failed (crash); nothing to compare against"
