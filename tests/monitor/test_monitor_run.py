@@ -19,11 +19,13 @@ from rich.console import Console
 
 from _support import sigint_as_at_a_terminal
 from torchpace.cli import main
+from torchpace.errors import UsageError
 from torchpace.monitor.live import LiveView, PlainView
 from torchpace.monitor.run import (
     CommandNotFoundError,
     MonitorOptions,
     build_summary,
+    check_options,
     resolve_command,
     run_monitor,
     split_output,
@@ -187,12 +189,14 @@ def test_missing_command_exits_127_with_a_clear_message(capsys):
         resolve_command(["./no/such/file"])
 
 
-@pytest.mark.parametrize("interval", ["0", "-1", "0.000001", "nan", "inf"])
-def test_interval_must_be_at_least_the_shortest_sample(capsys, interval, tmp_path):
+@pytest.mark.parametrize("interval", ["0", "-1", "0.000001", "nan", "inf", "3601", "1e300"])
+def test_interval_must_be_between_the_shortest_and_the_longest_sample(capsys, interval, tmp_path):
     marker = tmp_path / "started"
     assert main(["monitor", "--interval", interval, "--", PY, "-c", f"open({str(marker)!r}, 'w')"]) == 2
     err = capsys.readouterr().err
-    assert "--interval" in err and "0.1" in err and not marker.exists()
+    assert "--interval" in err and "0.1" in err and "3600" in err and not marker.exists()
+    with pytest.raises(UsageError, match="from 0.1 to 3600"):  # the library's check says the same
+        check_options(MonitorOptions(command=(PY,), interval_s=float(interval)))
 
 
 def test_unwritable_csv_exits_2_before_cmd_starts(tmp_path, capsys):

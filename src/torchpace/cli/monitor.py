@@ -14,7 +14,7 @@ import click
 
 from torchpace.cli._common import check_outputs, command_files, emit_json, json_option, make_console
 from torchpace.cli._options import FiniteFloat
-from torchpace.monitor import MIN_INTERVAL_S
+from torchpace.monitor import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 
 def plan_view(no_live: bool, stdout_tty: bool, stderr_tty: bool) -> tuple[bool, tuple[bool, bool]]:
@@ -31,8 +31,8 @@ def plan_view(no_live: bool, stdout_tty: bool, stderr_tty: bool) -> tuple[bool, 
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
     short_help="Run a command and watch GPU/CPU/memory/IO live, with symptom alerts.",
 )
-@click.option("--interval", "interval_s", type=FiniteFloat(min=MIN_INTERVAL_S), default=1.0,
-              show_default=True, help=f"Seconds between samples (at least {MIN_INTERVAL_S}).")
+@click.option("--interval", "interval_s", type=FiniteFloat(min=MIN_INTERVAL_S, max=MAX_INTERVAL_S), default=1.0,
+              show_default=True, help=f"Seconds between samples ({MIN_INTERVAL_S} to {MAX_INTERVAL_S:g}).")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), default=None,
               help="Write one row per sample to this CSV file (columns and units: docs/guide/monitor.md).")
 @click.option("--tensorboard", "tensorboard_dir", type=click.Path(path_type=Path), default=None,

@@ -16,3 +16,6 @@ Importing this package imports neither torch nor psutil; the submodules import w
 # the shortest interval between samples: each sample reads every process of CMD's tree and the host's
 # counters (milliseconds of CPU), and its rates are averages over the interval
 MIN_INTERVAL_S = 0.1
+# the longest: a sample an hour is already too rare to see a run's symptoms (and a larger one overflows
+# the clock's arithmetic)
+MAX_INTERVAL_S = 3600.0

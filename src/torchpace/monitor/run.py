@@ -39,7 +39,7 @@ from torchpace.errors import TorchpaceError, UsageError
 from torchpace.findings import Finding, Remedy, Severity
 from torchpace.files import describe_write_error
 from torchpace.host import probe_usable_cores
-from torchpace.monitor import MIN_INTERVAL_S
+from torchpace.monitor import MAX_INTERVAL_S, MIN_INTERVAL_S
 from torchpace.monitor.live import View
 from torchpace.monitor.samplers import Clock, GpuSampler, HostSampler, Sampler
 from torchpace.monitor.samples import MetricsAccumulator, MetricStats, Sample, build_column_names, flatten_sample
@@ -77,7 +77,7 @@ class MonitorOptions:
 
     Attributes:
         command: CMD and its arguments.
-        interval_s: seconds between samples (at least `MIN_INTERVAL_S`).
+        interval_s: seconds between samples (`MIN_INTERVAL_S` to `MAX_INTERVAL_S`).
         csv_path: write one CSV row per sample here.
         tensorboard_dir: write TensorBoard scalars here (needs ``torchpace[tensorboard]``).
         capture_output: pass CMD's (stdout, stderr) through the view, for the live view on a terminal;
@@ -125,8 +125,9 @@ def check_options(options: MonitorOptions) -> None:
     """Raise UsageError for options no run could honour."""
     if not options.command:
         raise UsageError("no CMD given: write it after `--`, e.g. `torchpace monitor -- python train.py`")
-    if not (math.isfinite(options.interval_s) and options.interval_s >= MIN_INTERVAL_S):
-        raise UsageError(f"--interval must be a number of seconds >= {MIN_INTERVAL_S}, got {options.interval_s}")
+    if not (math.isfinite(options.interval_s) and MIN_INTERVAL_S <= options.interval_s <= MAX_INTERVAL_S):
+        raise UsageError(f"--interval must be a number of seconds from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g}, "
+                         f"got {options.interval_s}")
 
 
 def build_child_env(environ: Mapping[str, str], capture_output: tuple[bool, bool]) -> dict[str, str]:
