@@ -210,6 +210,92 @@ def test_a_main_thread_blocked_in_c_cannot_hold_a_stop_signal_back(tmp_path):
     assert "while blocked" in proc.stderr.read()
 
 
+# Python runs a signal's handler at the main thread's next bytecode, wherever that is; in an at-fork
+# callback (logging's, as a DataLoader forks a worker), a __del__, a weakref or gc callback, the stop it
+# raises is only printed as "Exception ignored" and the code goes on. Each place is reached here for sure:
+# `signal.raise_signal` runs the handler before it returns, inside the callback.
+DROPPED_STOP = textwrap.dedent("""
+    import gc, os, signal, sys, weakref
+    from torchpace.process import stop_exit_code, stop_signals_raise
+
+    def stop_here():
+        signal.raise_signal(signal.SIGTERM)
+
+    class Dropper:
+        def __del__(self):
+            stop_here()
+
+    class Target:
+        pass
+
+    def once_from_gc(phase, info):
+        gc.callbacks.remove(once_from_gc)
+        stop_here()
+
+    try:
+        with stop_signals_raise():
+            where = sys.argv[1]
+            if where == "at-fork":
+                os.register_at_fork(after_in_parent=stop_here)
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(0)
+                os.waitpid(pid, 0)
+            elif where == "__del__":
+                Dropper()
+            elif where == "weakref":
+                target = Target()
+                ref = weakref.ref(target, lambda r: stop_here())
+                del target
+            elif where == "gc":
+                gc.callbacks.append(once_from_gc)
+                gc.collect()
+            sys.stdin.readline()  # the test writes nothing and keeps stdin open: only the stop ends this
+    except KeyboardInterrupt as stop:
+        sys.exit(stop_exit_code(stop))
+""")
+
+
+@pytest.mark.parametrize("where", ["at-fork", "__del__", "weakref", "gc"])
+def test_a_stop_raised_where_python_ignores_exceptions_is_not_lost(where):
+    proc = subprocess.Popen([PY, "-c", DROPPED_STOP, where], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        proc.wait(timeout=_WAIT_S)  # stdin stays open: lost, the stop would leave it reading for ever
+        err = proc.stderr.read()
+        assert proc.returncode == 143, err[-3000:]
+        assert "Exception ignored" not in err  # taken back and acted on, not printed as dropped
+    finally:
+        proc.kill()
+        proc.stdin.close()
+
+
+# A child forked under the policy (a DataLoader worker, fork-started multiprocessing) is sent SIGTERM by its
+# own parent (DataLoader ends a worker that does not stop so). With `_STUCK_S` 0 the watcher ends the process
+# at once for any stop it reads and the handler has not run: leaving the policy closes the pipe, and the
+# watcher reads all that was written to it before it sees the end.
+FORKED_CHILDS_STOP = textwrap.dedent("""
+    import os, signal, sys
+    import torchpace.process
+    from torchpace.process import stop_signals_raise
+    torchpace.process._STUCK_S = 0.0
+    with stop_signals_raise():
+        pid = os.fork()
+        if pid == 0:
+            try:
+                signal.raise_signal(signal.SIGTERM)  # the child's own stop
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+    print("ran on", flush=True)
+""")
+
+
+def test_a_stop_signal_to_a_forked_child_is_not_taken_for_the_parents():
+    proc = subprocess.run([PY, "-c", FORKED_CHILDS_STOP], capture_output=True, text=True, timeout=_WAIT_S)
+    assert (proc.returncode, proc.stdout) == (0, "ran on\n"), proc.stderr[-3000:]
+
+
 def test_a_keeper_reports_the_childs_exit_and_ends_what_it_left_when_stopped(tmp_path):
     from torchpace.process import start_child, stop_tree
 

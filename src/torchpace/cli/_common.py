@@ -28,10 +28,11 @@ def run_cli(group: click.Group, argv: list[str] | None) -> int:
     def say_emergency(line: str) -> None:
         click.echo(f"torchpace: {line}", err=True)
 
-    with redacting_streams(), stop_signals_raise(say_emergency):
+    with redacting_streams():
         try:
-            return _run_group(group, argv)
-        except KeyboardInterrupt as stop:  # a stop signal outside click's own handling (rare)
+            with stop_signals_raise(say_emergency):
+                return _run_group(group, argv)
+        except KeyboardInterrupt as stop:  # outside click's own handling (rare), or as the policy ended
             click.echo(f"torchpace: {stop_reason(stop)}", err=True)
             return stop_exit_code(stop)
 
