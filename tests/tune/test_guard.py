@@ -1,5 +1,6 @@
 """The convergence guard: seeded guard steps in real torch, and the pure verdicts over stored trials."""
 
+import pytest
 import torch
 
 from torchpace.tune.attrs import Assignment, TrialRecord
@@ -64,3 +65,22 @@ def test_the_baseline_guard_drops_the_curve_when_it_cannot_judge():
     assert base.guard_losses == () and "cannot judge" in base.cannot_judge
     assert baseline_guard([records[0], _trial("noise", list(falling))]).guard_losses == tuple(falling)
     assert baseline_guard([_trial("baseline", falling, status="crash")]).guard_losses == ()  # no finished baseline
+
+
+@pytest.mark.parametrize("steps", ["-1", "1001", "1000000000000"])
+def test_guard_steps_are_from_0_to_the_most_a_trial_runs_before_anything_starts(capsys, tmp_path, monkeypatch, host,
+                                                                                 steps):
+    from torchpace.cli import main
+    from torchpace.errors import UsageError
+    from torchpace.tune.guard import MAX_GUARD_STEPS
+    from torchpace.tune.tuner import TuneOptions, Tuner
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", "tabular", "--guard-steps", steps]) == 2
+    err = capsys.readouterr().err
+    assert "--guard-steps" in err and f"0<=x<={MAX_GUARD_STEPS}" in err  # click names the valid values
+    assert list(tmp_path.iterdir()) == []  # no study, no config: nothing started
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    with pytest.raises(UsageError, match=f"from 0 \\(no guard\\) to {MAX_GUARD_STEPS}, got {steps}"):
+        Tuner(TuneOptions(workload="tabular", storage=storage, guard_steps=int(steps)), host)  # the library says the same
+    assert list(tmp_path.iterdir()) == []

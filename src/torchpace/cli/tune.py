@@ -13,6 +13,7 @@ from torchpace.cli._options import SECONDS, FiniteFloat, workload_argument, work
 from torchpace.cli._script import ScriptVerb, samples_per_step_option, script_command, script_inputs
 from torchpace.errors import UsageError
 from torchpace.process import stop_exit_code, stop_reason
+from torchpace.tune.guard import MAX_GUARD_STEPS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 
@@ -34,8 +35,8 @@ def parse_duration_s(text: str) -> float:
 @click.option("--study", "study_name", default=None, help="Study name (default: torchpace-WORKLOAD).")
 @click.option("--resume", is_flag=True, help="Continue an existing study; finished trials are never re-run.")
 @click.option("--out", "out_path", default="torchpace.toml", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--guard-steps", type=click.IntRange(min=0), default=30, show_default=True,
-              help="Seeded steps compared against the baseline's loss curve (0: no guard).")
+@click.option("--guard-steps", type=click.IntRange(0, MAX_GUARD_STEPS), default=30, show_default=True,
+              help=f"Seeded steps compared against the baseline's loss curve (0: no guard; at most {MAX_GUARD_STEPS}).")
 @click.option("--trial-time", type=SECONDS, default=20.0, show_default=True, help="Measurement cap per trial, seconds.")
 @click.option("--knob", "knob_names", multiple=True, help="Tune only these knobs (repeatable).")
 @click.option("--objective", type=click.Choice(["throughput", "latency"]), default="throughput", show_default=True,

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from torchpace.errors import UsageError
+
 # The guard's defaults: a candidate's smoothed loss may sit at most 10% (and 0.05 absolute) above the
 # baseline's over the second half of the guard steps; bf16 and reordered reductions move curves a
 # few percent, real divergence moves them far more.
@@ -17,6 +19,16 @@ GUARD_REL_TOLERANCE = 0.10
 GUARD_ABS_TOLERANCE = 0.05
 _EMA_ALPHA = 0.3  # smoothing of per-step losses before comparing curves
 GUARD_METRIC_TOLERANCE = 0.02  # evaluate() may drop at most 2% (relative) below the baseline's
+# The most guard steps a trial runs (`tune --guard-steps`): a curve of a thousand steps is plenty to compare,
+# and every trial runs them before it is measured, within its time limit.
+MAX_GUARD_STEPS = 1000
+
+
+def check_guard_steps(steps: int) -> None:
+    """Raise UsageError unless `steps` is a number of guard steps a trial can run (0: no guard)."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_GUARD_STEPS:
+        raise UsageError(f"--guard-steps must be a whole number of steps from 0 (no guard) to {MAX_GUARD_STEPS}, "
+                         f"got {steps!r}")
 
 
 @dataclass(frozen=True)

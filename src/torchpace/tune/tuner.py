@@ -18,6 +18,7 @@ from torchpace.redact import redact_url
 from torchpace.tune.attrs import ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord, interrupted_attrs, stored_bench
 from torchpace.trial.pair import PARTNER, PairOptions, PairResult, run_pair
 from torchpace.trial.protocol import TIMEOUT, TrialResult
+from torchpace.tune.guard import check_guard_steps
 from torchpace.tune.objective import check_objective, objective_value
 from torchpace.tune.outcome import ExportOutcome, StudyMeta, TuneOutcome, build_guard_note, build_outcome, trial_rows
 from torchpace.tune.policy import ACCEPT_FLOOR
@@ -129,6 +130,7 @@ class Tuner:
 
         if options.strategy not in STRATEGIES:
             raise UsageError(f"--strategy {options.strategy!r} is not valid; valid strategies: {', '.join(STRATEGIES)}")
+        check_guard_steps(options.guard_steps)
         self.options, self.host = options, host
         self.write_failure: OutputWriteFailed | None = None  # --out could not be written (the outcome is still reported)
         self.on_event = on_event or (lambda kind, **data: None)
