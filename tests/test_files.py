@@ -72,6 +72,10 @@ _WRITERS = {
     "tune --out": (["tune", fixture_workload("tiny_mlp"), "--max-trials", "1", "--trial-time", "1", "--guard-steps", "0",
                     "--knob", "data.num_workers", "--json", "--storage", "sqlite:///STUDY", "--out", "OUT/t.toml"], "trials"),
     "shard --out": (["shard", "IMAGES", "--out", "OUT/shards"], ""),
+    "bench-data --out": (["bench-data", "IMAGES", "--max-time", "0.2", "--shards", "none", "--cold", "none",
+                          "--num-workers", "0", "--json", "--out", "OUT/d.json"], "decode_images"),
+    "compare --out": (["compare", fixture_workload("tiny_mlp"), "--set", "threads.intra_op=1", "--max-time", "2", "--json",
+                       "--out", "OUT/c.json"], "verdict"),
 }
 
 
@@ -79,7 +83,7 @@ _WRITERS = {
 def test_every_writer_on_a_full_disk_exits_1_with_one_line_keeping_the_figures(verb, full_disk, tmp_path, cli_run,
                                                                               short_tmpdir):
     argv, shown = _WRITERS[verb]
-    images = _folder(tmp_path) if verb.startswith("shard") else None
+    images = _folder(tmp_path) if verb.startswith(("shard", "bench-data")) else None
     argv = [a.replace("OUT", str(full_disk)).replace("STUDY", str(tmp_path / "s.db")).replace("IMAGES", str(images))
             for a in argv]
     done = cli_run(*argv, env_extra={"TMPDIR": str(short_tmpdir)}, timeout=600)
