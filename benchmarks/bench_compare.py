@@ -26,7 +26,7 @@ from pathlib import Path
 
 from torchpace.host import probe_host
 from torchpace.trial.pair import PairOptions, run_pair
-from torchpace.trial.protocol import TrialSpec
+from torchpace.protocol import TrialSpec
 from torchpace.trial.runner import run_trial
 
 from _args import BusyLoops, busy, count, seconds

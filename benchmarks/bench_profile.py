@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from torchpace.runtime.loader import LoaderCycle
+from torchpace.engine.loader import LoaderCycle
 from torchpace.profile.capture import profiler_activities
 from torchpace.runtime import prepare
 from torchpace.workload import load_workload

@@ -16,7 +16,7 @@ TORCH_FREE = (
     "torchpace.doctor.checks", "torchpace.doctor.probes", "torchpace.launch.plan", "torchpace.launch.execute",
     "torchpace.launch.torchrun", "torchpace.measure.stats", "torchpace.measure.timing", "torchpace.monitor.run",
     "torchpace.profile.trace", "torchpace.profile.analyzers", "torchpace.profile.verdict",
-    "torchpace.report.load", "torchpace.trial.protocol", "torchpace.trial.runner",
+    "torchpace.report.load", "torchpace.protocol", "torchpace.trial.runner",
     "torchpace.tune.guard", "torchpace.tune.outcome", "torchpace.tune.policy", "torchpace.tune.study",
     "torchpace.tune.sampler", "torchpace.tune.space", "torchpace.tune.tuner",
 )

@@ -9,7 +9,7 @@ import torch
 from torchpace.host import HostFacts
 from torchpace.launch.plan import LaunchFacts
 from torchpace.launch.torchrun import parse_failures
-from torchpace.runtime.distributed import RankEnv, RankSliceBatchSampler
+from torchpace.engine.distributed import RankEnv, RankSliceBatchSampler
 from torchpace.trial.ranks import read_rank_failure
 from torchpace.trial.runner import plan_trial
 

@@ -68,7 +68,7 @@ def test_knob_reference_lists_every_knob_with_its_default_and_point():
 def test_schema_reference_lists_every_bench_and_doctor_field():
     from torchpace.doctor.schema import DOCTOR_JSON_SCHEMA
     from torchpace.measure.schema import BENCH_RESULT_SCHEMA
-    from torchpace.trial.protocol import TrialResult
+    from torchpace.protocol import TrialResult
 
     page = plan_docs(REPO)[Path("docs/reference/schemas.md")]
     for name in [*BENCH_RESULT_SCHEMA["properties"], *DOCTOR_JSON_SCHEMA["properties"], "findings[].remedy.command",
@@ -103,7 +103,7 @@ def test_source_readers_follow_helpers_and_read_comments(tmp_path, monkeypatch):
 
 
 def test_field_notes_prefer_the_docstring_then_the_line_comment():
-    from torchpace.trial.protocol import TrialResult, TrialSpec
+    from torchpace.protocol import TrialResult, TrialSpec
 
     assert field_notes(TrialSpec)["profile"].startswith("after the bench, profile a few steps")
     assert field_notes(TrialResult)["failed_rank"] == "multi-process trials: the rank that failed first"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from torchpace.inference.capture import ExportFailed, read_artifact_format
-from torchpace.inference.export import export_workload
+from torchpace.tune.export import export_workload
 from torchpace.runtime import prepare
 
 from inference_planted import branchy, wide_mlp
@@ -52,7 +52,7 @@ def test_exported_artifact_reproduces_the_prepared_outputs_in_a_fresh_process(co
 
 def test_channels_last_is_listed_for_the_servers_inputs_and_quantization_is_not():
     from torchpace.config import RunConfig
-    from torchpace.inference.export import runtime_settings
+    from torchpace.tune.export import runtime_settings
 
     assert runtime_settings(RunConfig({"model.channels_last": True, "inference.quantize": "dynamic_int8"})) == {
         "model.channels_last": True}

@@ -18,7 +18,7 @@ from torchpace.knobs import REGISTRY, Point, Reach
 from torchpace.knobs.child import ChildDraft, ChildRequest
 from torchpace.launch.plan import LaunchFacts
 from torchpace.runtime import prepare
-from torchpace.runtime.checkpointing import CheckpointedBlock
+from torchpace.engine.checkpointing import CheckpointedBlock
 from torchpace.trial.runner import plan_trial
 
 from _support import FAKED_HOSTS, faked_host, hosts_where_verdicts_differ

@@ -14,7 +14,7 @@ import pytest
 from _support import FAKED_HOSTS, faked_host, faked_host_env
 from launch_helpers import WORKERS, run_launch
 from torchpace.knobs import get_knob
-from torchpace.launch.inprocess import loader_overrides
+from torchpace.script.inprocess import loader_overrides
 from torchpace.launch.plan import CONFIG_ENV
 from torchpace.launch.probe import HOOK_DIR
 

@@ -16,7 +16,7 @@ import pytest
 from _support import FIXTURES
 from torchpace.host import probe_host
 from torchpace.trial.pair import ALTERNATING, PARTNER, SEQUENTIAL, PairOptions, run_pair, sequential_reason
-from torchpace.trial.protocol import TrialSpec
+from torchpace.protocol import TrialSpec
 
 PAIR_WORKLOADS = FIXTURES / "pair_workloads.py"
 SCRIPTS = Path(__file__).parents[1] / "script" / "scripts"
@@ -96,7 +96,7 @@ _DRIVER = """
 import sys
 from torchpace.host import probe_host
 from torchpace.trial.pair import PairOptions, run_pair
-from torchpace.trial.protocol import TrialSpec
+from torchpace.protocol import TrialSpec
 
 spec = TrialSpec(workload=sys.argv[1], config={"data.num_workers": 1}, max_time_s=4.0)
 run_pair(spec, spec, probe_host(), timeout_s=300, options=PairOptions(rounds_s=120, target_ci_rel=0.0, max_rounds=10**6),

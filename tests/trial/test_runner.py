@@ -72,7 +72,7 @@ def test_a_hang_after_a_process_of_the_trial_died_is_a_crash_not_a_timeout(host,
 
 
 def test_a_worker_death_reported_but_not_acted_on_is_a_crash():
-    from torchpace.trial.protocol import classify_timeout
+    from torchpace.protocol import classify_timeout
 
     swallowed = ("W1130 profiler.py:858] Unexpected error importing torch.profiler._cupti_monitor\n"
                  "RuntimeError: DataLoader worker (pid 7400) exited unexpectedly with exit code 139.\n")

@@ -8,7 +8,7 @@ import jsonschema
 from _support import FIXTURES
 from torchpace.measure.result import BenchResult, ScriptInfo
 from torchpace.measure.schema import BENCH_RESULT_SCHEMA
-from torchpace.trial.protocol import INVALID, OK, TrialResult, TrialSpec
+from torchpace.protocol import INVALID, OK, TrialResult, TrialSpec
 from torchpace.trial.script import read_script_result
 
 SPEC = TrialSpec(workload="python train.py", command=["python", "train.py"], config={"data.num_workers": 2},

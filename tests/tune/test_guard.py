@@ -5,7 +5,7 @@ import torch
 
 from torchpace.tune.attrs import Assignment, TrialRecord
 from torchpace.tune.guard import check_trial_guard
-from torchpace.tune.guard_steps import run_guard_steps
+from torchpace.trial.guard_steps import run_guard_steps
 
 from fixtures.workloads import tiny_mlp
 

@@ -4,7 +4,7 @@ A pair record holds the candidate (B) and the config it was compared with in alt
 incumbent), with each round's ratio B / A."""
 
 from torchpace.trial.pair import ALTERNATING, PARTNER, PairResult
-from torchpace.trial.protocol import TIMEOUT, TrialResult
+from torchpace.protocol import TIMEOUT, TrialResult
 from torchpace.tune.policy import RETRY, RUNNING, Record, plan_greedy
 from torchpace.tune.space import KnobSpace
 from torchpace.tune.tuner import candidate_result

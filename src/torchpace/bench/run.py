@@ -1,7 +1,7 @@
 """The `torchpace bench WORKLOAD` flow: in this process, or in a trial process when the config has
 process-level knobs (allocator, NUMA, thread env vars) this process is not already running with; the
 measurement itself is `torchpace.trial.bench.run_bench` either way. (`bench -- CMD` is
-`torchpace.script.run.bench_script`.)"""
+`torchpace.bench.script.bench_script`.)"""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def _bench_in_trial(spec, config: RunConfig, options: BenchOptions, host: HostFa
 
 def nonfinite_loss_message(losses: list[float]) -> str | None:
     """Why a bench's figures measure a run that diverged (a NaN or infinite loss), or None."""
-    from torchpace.trial.protocol import is_nonfinite
+    from torchpace.protocol import is_nonfinite
 
     if not is_nonfinite(losses):
         return None

@@ -38,7 +38,7 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     config = build_config(config_path, assignments)
     host = probe_host()
     if command_argv:
-        from torchpace.script.run import bench_script
+        from torchpace.bench.script import bench_script
 
         result = bench_script(command_argv, config, max_time_s, host, samples_per_step=samples_per_step,
                               show_progress=not as_json)

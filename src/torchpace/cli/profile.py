@@ -47,7 +47,7 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
     if command_argv:
         return _profile_script(command_argv, config, steps, python_steps, trace_path, as_json)
     from torchpace.knobs.distributed import nproc_of
-    from torchpace.runtime.distributed import RankEnv
+    from torchpace.engine.distributed import RankEnv
 
     ranks, nproc = RankEnv.from_env(), nproc_of(config.values)
     if nproc > 1 and not ranks.under_torchrun:  # every rank must step (their collectives are in the trace)
@@ -95,7 +95,7 @@ def _report(payload: dict, as_json: bool) -> int:
 def _profile_script(command_argv: list[str], config, steps: int, python_steps: int, trace_path: str, as_json: bool) -> int:
     from torchpace.host import probe_host
     from torchpace.profile.capture import CaptureOptions
-    from torchpace.script.run import profile_script
+    from torchpace.bench.script import profile_script
 
     options = CaptureOptions(steps=steps, python_steps=python_steps)
     with _figures_before_a_write_failure(as_json):

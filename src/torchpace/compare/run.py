@@ -30,7 +30,7 @@ from torchpace.measure.contention import decision_note
 from torchpace.measure.result import SAMPLES_PER_S, STEPS_PER_S
 from torchpace.measure.stats import Summary, summarize
 from torchpace.trial.pair import PairOptions, PairResult, run_pair
-from torchpace.trial.protocol import INVALID, TrialSpec
+from torchpace.protocol import INVALID, TrialSpec
 
 _START_MARGIN_S = 120.0  # start-up, guard steps and compile beyond the measured time
 _WARMUP_SHARE = 0.4  # each arm's warm-up may use this share of --max-time (the bench's own rule)

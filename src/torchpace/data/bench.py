@@ -262,7 +262,7 @@ def build_loader(source: DataSource, fmt: str, decoder: str, workers: int, batch
 
 def measure_loader(source: DataSource, fmt: str, decoder: str, workers: int, options: DataBenchOptions, clock: Clock) -> Rate:
     """images/s through a DataLoader (read + decode) with `workers` worker processes."""
-    from torchpace.runtime.loader import LoaderCycle
+    from torchpace.engine.loader import LoaderCycle
 
     cycle = LoaderCycle(build_loader(source, fmt, decoder, workers, options.batch_size))
     try:

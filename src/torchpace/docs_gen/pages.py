@@ -237,7 +237,7 @@ def render_schemas() -> str:
     from torchpace.measure.schema import BENCH_RESULT_SCHEMA
     from torchpace.profile import result
     from torchpace.profile.verdict import Verdict
-    from torchpace.trial import protocol
+    from torchpace import protocol
 
     schema_headers = ("field", "type", "required", "meaning")
     profile_rows = [(code("kind"), code("str"), f"always {code(result.RESULT_KIND)}"),
@@ -258,7 +258,7 @@ def render_schemas() -> str:
                  ["## profile", "", "`torchpace profile --json`: `torchpace.profile.result.ProfileResult.to_dict`; "
                   "`verdict.remedies[]` are findings too:", "", *table(("field", "type", "meaning"), profile_rows)],
                  ["## trial", "", "A trial process (`python -m torchpace.trial SPEC.json RESULT.json`) reads a "
-                  "`TrialSpec` and writes a `TrialResult` (`torchpace.trial.protocol`). `status` is one of "
+                  "`TrialSpec` and writes a `TrialResult` (`torchpace.protocol`). `status` is one of "
                   + ", ".join(code(s) for s in protocol.STATUSES) + "; `bench` is a bench result (above) when ok.",
                   "", "### SPEC.json", "", *table(("field", "type", "meaning"), dataclass_rows(protocol.TrialSpec)),
                   "", "### RESULT.json", "", *table(("field", "type", "meaning"), dataclass_rows(protocol.TrialResult))])

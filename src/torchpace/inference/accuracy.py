@@ -134,7 +134,7 @@ def _call_model(workload: Any, model: Any, batch: Any) -> Any:
 
 def reference_outputs(workload: Any, batches: list[Any]) -> list[list[torch.Tensor]]:
     """The workload's own model as built (fp32, eager, eval mode, `no_grad`) on `batches`."""
-    from torchpace.runtime.batch import to_device
+    from torchpace.engine.batch import to_device
 
     model = workload.model
     device = next(model.parameters(), torch.empty(0)).device
@@ -175,7 +175,7 @@ class AccuracyGuard:
 
     def __call__(self, run: Any) -> AccuracyReport:
         """The report for prepared run `run`; AccuracyRejected when enforced and beyond tolerance."""
-        from torchpace.runtime.batch import batch_len
+        from torchpace.engine.batch import batch_len
 
         samples = sum(batch_len(b) for b in self.batches)
         report = compare_outputs(self.reference, candidate_outputs(run, self.batches), samples, self.tolerance)

@@ -53,7 +53,7 @@ def example_input(workload: Any, dataset: Any, device: torch.device, channels_la
     Raises:
         ExportFailed: the workload has a custom `forward`, or its model input is not one tensor.
     """
-    from torchpace.runtime.batch import to_device
+    from torchpace.engine.batch import to_device
 
     if workload.forward is not None:
         raise ExportFailed("the workload has a custom forward(model, batch): cannot tell which tensors the model takes")

@@ -152,7 +152,7 @@ class ScriptSubject:
 
 class ScriptHook(Protocol):
     """What the launch hook offers a knob inside an unmodified script's process (`Knob.apply_in_script`;
-    `torchpace.launch.inprocess` implements it)."""
+    `torchpace.script.inprocess` implements it)."""
 
     def enter_global(self, knob: "Knob", value: "KnobValue") -> None:
         """Apply a GLOBAL knob's set-and-restore context for the rest of the process."""
@@ -179,7 +179,7 @@ class ApplyContext:
     workload: "Workload"
     device: Any
     values: dict[str, KnobValue]
-    dist: Any = None  # the process group of a distributed config (torchpace.runtime.distributed.Dist)
+    dist: Any = None  # the process group of a distributed config (torchpace.engine.distributed.Dist)
 
 
 class Knob:

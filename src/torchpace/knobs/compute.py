@@ -72,7 +72,7 @@ class MatmulPrecisionKnob(Knob):
         return None
 
     def apply(self, value, target, ctx):
-        from torchpace.runtime.state import matmul_precision
+        from torchpace.engine.state import matmul_precision
 
         target.enter_context(matmul_precision(str(value)))
         return target
@@ -95,7 +95,7 @@ class CudnnBenchmarkKnob(Knob):
         return None
 
     def apply(self, value, target, ctx):
-        from torchpace.runtime.state import cudnn_benchmark
+        from torchpace.engine.state import cudnn_benchmark
 
         target.enter_context(cudnn_benchmark(bool(value)))
         return target

@@ -121,7 +121,7 @@ class NprocPerNodeKnob(IntKnob):
         return ChildPart([Setting(self.name, "1", Source.DEFAULT, "one process per node")])
 
     def in_effect(self, value, host):
-        from torchpace.runtime.distributed import RankEnv
+        from torchpace.engine.distributed import RankEnv
 
         return RankEnv.from_env().local_world_size == value
 
@@ -144,7 +144,7 @@ class StrategyKnob(Knob):
 
     def value_applies(self, value, host, workload):
         if value == "fsdp":
-            from torchpace.runtime.distributed import fsdp_flavour
+            from torchpace.engine.distributed import fsdp_flavour
 
             if fsdp_flavour() is None:
                 return "this torch version has neither fully_shard nor FullyShardedDataParallel"
@@ -159,7 +159,7 @@ class StrategyKnob(Knob):
     def apply(self, value, target, ctx):
         if value == "none" or ctx.dist is None:
             return target
-        from torchpace.runtime.distributed import wrap_model
+        from torchpace.engine.distributed import wrap_model
 
         return wrap_model(target, data_parallel(ctx.values).wrapper_options, ctx.dist, ctx.device)
 
@@ -195,7 +195,7 @@ class BackendKnob(Knob):
 
 class _WrapperOption(Knob):
     """A keyword argument of the DDP or FSDP wrapper: `wrapper` (ddp/fsdp) and the `argument` the
-    knob's value is passed as (`torchpace.runtime.distributed.wrap_model`)."""
+    knob's value is passed as (`torchpace.engine.distributed.wrap_model`)."""
 
     wrapper: ClassVar[str]
     argument: ClassVar[str]

@@ -5,20 +5,6 @@ from __future__ import annotations
 from torchpace.knobs.base import IntKnob, Knob, Point
 
 
-def find_block_container(model):
-    """The ModuleList/Sequential with the most parameterised children (the model's repeated blocks),
-    or None when no container holds at least two of them."""
-    import torch.nn as nn
-
-    best, best_count = None, 1
-    for module in model.modules():
-        if isinstance(module, (nn.ModuleList, nn.Sequential)):
-            count = sum(1 for child in module if any(True for _ in child.parameters()))
-            if count > best_count:
-                best, best_count = module, count
-    return best
-
-
 class ActivationCheckpointingKnob(Knob):
     name = "model.activation_checkpointing"
     stage = "memory"
@@ -30,13 +16,17 @@ class ActivationCheckpointingKnob(Knob):
 
     def applies(self, host, workload):
         reason = super().applies(host, workload)
-        if reason is None and find_block_container(workload.model) is None:
+        if reason is not None:
+            return reason
+        from torchpace.engine.checkpointing import find_block_container  # torch: imports it (the model is one already)
+
+        if find_block_container(workload.model) is None:
             return "no ModuleList/Sequential of two or more parameterised blocks to checkpoint"
-        return reason
+        return None
 
     def apply(self, value, target, ctx):
         if value:
-            from torchpace.runtime.checkpointing import wrap_blocks
+            from torchpace.engine.checkpointing import find_block_container, wrap_blocks  # torch: imports it
 
             wrap_blocks(find_block_container(target))
         return target

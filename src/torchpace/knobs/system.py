@@ -56,7 +56,7 @@ class IntraOpThreadsKnob(IntKnob):
 
     def apply(self, value, target, ctx):
         if value != "auto":
-            from torchpace.runtime.state import torch_threads
+            from torchpace.engine.state import torch_threads
 
             target.enter_context(torch_threads(int(value)))
         return target

@@ -225,7 +225,7 @@ class AccuracyReport:
 
 @dataclass(frozen=True)
 class ScriptOverride:
-    """One argument of a script's DataLoader or optimizer that the config changed (`launch.inprocess`)."""
+    """One argument of a script's DataLoader or optimizer that the config changed (`script.inprocess`)."""
 
     knob: str
     object: str

@@ -34,7 +34,7 @@ from torchpace.config import RunConfig, resolve_config
 from torchpace.errors import TorchpaceError, UsageError, UserCodeError
 from torchpace.files import write_atomic
 from torchpace.host import HostFacts, probe_host
-from torchpace.runtime.loader import LoaderCycle
+from torchpace.engine.loader import LoaderCycle
 from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_memory
 from torchpace.profile.trace import MAX_PROFILED_STEPS, METADATA_KEY
 from torchpace.process import temporary_folder

@@ -7,7 +7,7 @@ checkpointing, then the DDP/FSDP wrapper, then torch.compile), OPTIMIZER (built 
 parameters: FSDP replaces them with shards), DATASET, LOADER, STEP.
 A distributed config (`distributed.strategy` ddp or fsdp) first joins the process group (torchrun's,
 or a one-process group, joined once for the process) and puts each rank on its own device; the loader then reads this rank's
-`DistributedSampler` shard of `batch_size` samples per step (see `torchpace.runtime.distributed`).
+`DistributedSampler` shard of `batch_size` samples per step (see `torchpace.engine.distributed`).
 ENV knobs (allocator, NUMA, thread env vars) cannot change a running process: `prepare()` records
 them in `Prepared.needs_launch`, and trials and `torchpace launch` put them in the child's env.
 """
@@ -27,7 +27,7 @@ from torchpace.errors import UsageError
 from torchpace.host import HostFacts, probe_host
 from torchpace.knobs import REGISTRY, ApplyContext, Point
 from torchpace.knobs.distributed import data_parallel
-from torchpace.runtime.batch import batch_len, split_batch, to_device
+from torchpace.engine.batch import batch_len, split_batch, to_device
 from torchpace.workload import Workload, check_workload
 
 _log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class Prepared:
     options: StepOptions
     needs_launch: list[str] = field(default_factory=list)
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
-    dist: Any = None  # torchpace.runtime.distributed.Dist for a distributed config
+    dist: Any = None  # torchpace.engine.distributed.Dist for a distributed config
     _scaler: Any = field(default=None, repr=False)
     _closed: bool = field(default=False, repr=False)
 
@@ -192,7 +192,7 @@ def _build_loader(workload: Workload, dataset: Any, kwargs: dict[str, Any], dist
     batch_size = kwargs.pop("batch_size", workload.batch_size)  # a LOADER knob may set it (inference.batch_size)
     sampler = None
     if dist is not None:
-        from torchpace.runtime.distributed import distributed_sampler
+        from torchpace.engine.distributed import distributed_sampler
 
         sampler = distributed_sampler(dataset, dist, workload.shuffle, workload.seed)
     return torch.utils.data.DataLoader(
@@ -241,7 +241,7 @@ def prepare(
     dist = None
     parallel = data_parallel(values)
     if parallel.enabled and workload.is_training:
-        from torchpace.runtime.distributed import setup_distributed
+        from torchpace.engine.distributed import setup_distributed
 
         dist, device = setup_distributed(parallel.strategy, parallel.backend, device, host.cuda_available)
     device = device or _default_device(host)

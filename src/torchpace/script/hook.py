@@ -1,7 +1,7 @@
 """Inside an unmodified script's process: count its steps, measure them, write the result, end it.
 
 Installed by the launch hook when the script imports torch and `MEASURE_ENV` is set (after the
-config's knobs are applied by `torchpace.launch.inprocess`). What it observes, with torch's own hooks:
+config's knobs are applied by `torchpace.script.inprocess`). What it observes, with torch's own hooks:
 
 - **a step** is one optimizer step (`torch.optim.optimizer.register_optimizer_step_post_hook`; with
   several optimizers, the steps of the first one that steps) when the script built a `torch.optim`
@@ -142,7 +142,7 @@ def _label_forward_and_optimizer(torch) -> None:
     from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-    from torchpace.launch.autocast import OutermostModule
+    from torchpace.script.autocast import OutermostModule
 
     forward = OutermostModule(lambda module: torch.profiler.record_function("torchpace.forward"))
     register_module_forward_pre_hook(forward.before)

@@ -15,7 +15,7 @@ from typing import Any
 from torchpace.files import write_atomic
 from torchpace.process import owner_pid
 from torchpace.script.spec import STEPS_SUFFIX, ScriptMeasure
-from torchpace.trial.protocol import CRASH, NONFINITE, OK, TIMEOUT, TrialResult, is_nonfinite
+from torchpace.protocol import CRASH, NONFINITE, OK, TIMEOUT, TrialResult, is_nonfinite
 
 _MIN_WINDOWS_IF_ENDED = 2  # a script that ends first must leave at least this many measured windows
 # A script that stops stepping (a deadlock, a hung read, waiting on input) is not waited for without bound:
@@ -78,7 +78,7 @@ class ScriptProbe:
             self.on_step()
 
     def on_batch(self, batch: Any, waited_s: float) -> None:
-        from torchpace.runtime.batch import batch_len
+        from torchpace.engine.batch import batch_len
 
         self.wait_s += waited_s
         try:
@@ -220,7 +220,7 @@ class ScriptProbe:
 
     def build_result(self, ended_early: bool) -> TrialResult:
         """The trial result of what was measured (a failure when nothing usable was)."""
-        from torchpace.launch.inprocess import REPORT
+        from torchpace.script.inprocess import REPORT
 
         wall_s = self.clock() - self.started_s
         losses = _read_losses(self.losses)

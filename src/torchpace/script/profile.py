@@ -22,7 +22,7 @@ from torchpace.measure.result import ScriptInfo
 from torchpace.records import from_json
 from torchpace.script.probe import ScriptProbe, end_process, write_result
 from torchpace.script.spec import ScriptMeasure
-from torchpace.trial.protocol import CRASH, OK, TIMEOUT, TrialResult
+from torchpace.protocol import CRASH, OK, TIMEOUT, TrialResult
 
 
 class ScriptProfiler(ScriptProbe):
@@ -123,7 +123,7 @@ class ScriptProfiler(ScriptProbe):
         end_process()
 
     def build_result(self, ended_early: bool) -> TrialResult:
-        from torchpace.launch.inprocess import REPORT
+        from torchpace.script.inprocess import REPORT
 
         wall_s = self.clock() - self.started_s
         if self.document is None:

@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 
 from torchpace.knobs.distributed import data_parallel
-from torchpace.trial.protocol import (CRASH, GUARD, INVALID, NONFINITE, OK, OOM, STACK_DUMP_SIGNAL, TrialResult, TrialSpec,
+from torchpace.protocol import (CRASH, GUARD, INVALID, NONFINITE, OK, OOM, STACK_DUMP_SIGNAL, TrialResult, TrialSpec,
                                       is_nonfinite)
 
 
@@ -37,7 +37,7 @@ def run_spec(spec: TrialSpec) -> TrialResult:
         guard_losses: list[float] = []
         guard_metric = None
         if spec.guard_steps:
-            from torchpace.tune.guard_steps import GUARD_SEED, run_guard_steps
+            from torchpace.trial.guard_steps import GUARD_SEED, run_guard_steps
 
             torch.manual_seed(GUARD_SEED)  # same initial weights for every trial, even unseeded workloads
             guard_losses, guard_metric = run_guard_steps(load_workload(spec.workload), spec.config, spec.guard_steps, device=spec.device)
@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
     spec, result_path = TrialSpec.load(Path(argv[0])), Path(argv[1])
     # at the cap the parent asks for every thread's stack (where a stuck trial was, in its stderr tail)
     faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)
-    from torchpace.runtime.distributed import RankEnv
+    from torchpace.engine.distributed import RankEnv
 
     ranks = RankEnv.from_env()
     if not ranks.under_torchrun:
@@ -119,7 +119,7 @@ def _run_rank(spec: TrialSpec) -> TrialResult:
     the bench (each `prepare()` reuses it)."""
     import torch
 
-    from torchpace.runtime.distributed import setup_distributed
+    from torchpace.engine.distributed import setup_distributed
 
     parallel = data_parallel(spec.config)
     try:

@@ -34,8 +34,8 @@ from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_m
 from torchpace.measure.result import AccuracyReport, BenchResult, StepShape
 from torchpace.measure.timing import Clock, Throughput, measure_throughput
 from torchpace.runtime import Prepared, prepare
-from torchpace.runtime.batch import batch_len
-from torchpace.runtime.loader import LoaderCycle
+from torchpace.engine.batch import batch_len
+from torchpace.engine.loader import LoaderCycle
 from torchpace.workload import Workload
 
 _MAIN_SHARE = 0.8  # the real-step measurement ends by this share; compute-only gets the rest
@@ -137,7 +137,7 @@ def run_bench(
     losses: list[torch.Tensor] = []
     with prepare(workload, config, device=device, host=host) as run:
         if run.world_size > 1:  # every rank reads the same clock: the same windows, the same decisions
-            from torchpace.runtime.distributed import CollectiveClock
+            from torchpace.engine.distributed import CollectiveClock
 
             clock = CollectiveClock(clock, run.dist)
             start = clock()

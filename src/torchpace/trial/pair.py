@@ -52,7 +52,7 @@ from torchpace.measure.gate import END, GO, LOADED, READY, WINDOW
 from torchpace.measure.result import BenchResult, pool_throughput
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
-from torchpace.trial.protocol import INVALID, OOM, TIMEOUT, TrialResult, TrialSpec, classify_timeout
+from torchpace.protocol import INVALID, OOM, TIMEOUT, TrialResult, TrialSpec, classify_timeout
 from torchpace.trial.runner import plan_trial_child, read_trial_result, remove_orphan_trial_dirs, trial_dir, trial_paths
 
 _log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from torchpace.trial.protocol import CRASH, TrialResult, classify_exit
+from torchpace.protocol import CRASH, TrialResult, classify_exit
 
 RECORDED_EXIT = 3  # a rank whose workload raised: its result file says why
 _STOPPED_BY_TORCHRUN = (-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL)

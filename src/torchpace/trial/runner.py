@@ -25,7 +25,7 @@ from torchpace.launch.command import PythonCommand
 from torchpace.launch.plan import ChildOptions, LaunchFacts, LaunchPlan, plan_child
 from torchpace.process import start_child, stop_tree, temporary_folder
 from torchpace.trial.script import plan_script_trial, read_script_result
-from torchpace.trial.protocol import (CRASH, INVALID, STACK_DUMP_SIGNAL, TrialResult, TrialSpec, classify_exit,
+from torchpace.protocol import (CRASH, INVALID, STACK_DUMP_SIGNAL, TrialResult, TrialSpec, classify_exit,
                                       classify_timeout)
 from torchpace.trial.ranks import all_ranks_stderr, read_rank_failure
 

@@ -16,7 +16,7 @@ from torchpace.config import RunConfig
 from torchpace.host import HostFacts
 from torchpace.script.knobs import unreached_knobs
 from torchpace.script.spec import MEASURE_ENV, STEPS_SUFFIX, ScriptMeasure
-from torchpace.trial.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit
+from torchpace.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit
 
 _NO_STEP_MARGIN_S = 10.0  # the hook's "no step" verdict comes this long before the parent's timeout
 

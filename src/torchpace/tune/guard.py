@@ -1,7 +1,7 @@
 """Convergence guard, comparing side (pure, no torch): does a candidate's loss curve, and its
 `evaluate()` figure, stay with the baseline's over the same seeded steps?
 
-The measuring side, which runs those steps, is `guard_steps.py`.
+The measuring side, which runs those steps in the trial process, is `torchpace.trial.guard_steps`.
 """
 
 from __future__ import annotations

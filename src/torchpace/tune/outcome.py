@@ -177,7 +177,7 @@ class AcceptedChange:
 
 @dataclass(frozen=True)
 class ExportOutcome:
-    """What `tune --export` wrote (`torchpace.inference.export.ExportInfo`), or why it could not.
+    """What `tune --export` wrote (`torchpace.tune.export.ExportInfo`), or why it could not.
 
     Attributes:
         error: why no format worked (the other fields are then unset).

@@ -17,7 +17,7 @@ from torchpace.files import OutputWriteFailed
 from torchpace.redact import redact_url
 from torchpace.tune.attrs import ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord, interrupted_attrs, stored_bench
 from torchpace.trial.pair import PARTNER, PairOptions, PairResult, run_pair
-from torchpace.trial.protocol import TIMEOUT, TrialResult
+from torchpace.protocol import TIMEOUT, TrialResult
 from torchpace.tune.guard import check_guard_steps
 from torchpace.tune.objective import check_objective, objective_value
 from torchpace.tune.outcome import ExportOutcome, StudyMeta, TuneOutcome, build_guard_note, build_outcome, trial_rows
@@ -378,7 +378,7 @@ class Tuner:
 
     def _export(self, config: dict[str, Any]):
         """Write the chosen model to --export (what was written, or why no format works)."""
-        from torchpace.inference.export import ExportFailed, export_workload
+        from torchpace.tune.export import ExportFailed, export_workload
         from torchpace.workload import load_workload
 
         self.on_event("exporting")

@@ -4,7 +4,7 @@
 in TORCHPACE_LAUNCH_CONFIG (JSON). Python imports this module at start-up, before the script. It is
 import-safe and cheap: without that variable it does nothing, and with it it only adds a finder that
 waits for the script's own `import torch`; torch and torchpace are imported by the script's choice,
-never here. Once torch has finished importing, `torchpace.launch.inprocess` applies the knobs. Any
+never here. Once torch has finished importing, `torchpace.script.inprocess` applies the knobs. Any
 `sitecustomize` this one shadows (a distribution's or a virtualenv's) still runs, after it.
 """
 
@@ -25,7 +25,7 @@ def _apply(raw, measure):
     import json
 
     try:
-        from torchpace.launch.inprocess import apply_launch_config
+        from torchpace.script.inprocess import apply_launch_config
     except ImportError as err:
         sys.stderr.write(f"torchpace launch: cannot apply the config in this interpreter ({err})\n")
         return

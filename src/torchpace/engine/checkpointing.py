@@ -28,3 +28,15 @@ def wrap_blocks(container: nn.Module) -> int:
             setattr(container, name, CheckpointedBlock(child))
             wrapped += 1
     return wrapped
+
+
+def find_block_container(model):
+    """The ModuleList/Sequential with the most parameterised children (the model's repeated blocks),
+    or None when no container holds at least two of them."""
+    best, best_count = None, 1
+    for module in model.modules():
+        if isinstance(module, (nn.ModuleList, nn.Sequential)):
+            count = sum(1 for child in module if any(True for _ in child.parameters()))
+            if count > best_count:
+                best, best_count = module, count
+    return best

@@ -15,7 +15,7 @@ its `script_reach` says:
 - `optimizer` (`optimizer.impl`): `foreach=`/`fused=` of every `torch.optim` optimizer built, also over
   the script's own argument, where the class has that implementation and it builds on the parameters'
   device (otherwise the script's arguments stand and `REPORT.not_applied` says why);
-- `autocast` (`precision.amp = bf16`): see `torchpace.launch.autocast`.
+- `autocast` (`precision.amp = bf16`): see `torchpace.script.autocast`.
 
 `process` knobs (threads, allocator, NUMA) reached the process through its env before it started;
 the config's `threads.intra_op` also holds over the script's own `torch.set_num_threads()` calls
@@ -112,7 +112,7 @@ class _InScript:
 
     def autocast_forward(self, knob: Knob, value: KnobValue) -> None:
         if knob.script_reason(value) is None and value != knob.default:
-            from torchpace.launch.autocast import install_outermost_autocast
+            from torchpace.script.autocast import install_outermost_autocast
 
             install_outermost_autocast(str(value), REPORT, knob.name)
 

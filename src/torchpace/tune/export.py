@@ -1,5 +1,5 @@
-"""Exporting a prepared workload: prepare it under a config and write its model as an artifact
-(`capture.py` does the capturing: torch.export or TorchScript trace + freeze).
+"""`tune --export`: prepare the workload under the tuned config and write its model as an artifact
+(`torchpace.inference.capture` does the capturing: torch.export or TorchScript trace + freeze).
 
 The artifact holds the model with its MODEL-point knobs applied (channels_last, dynamic int8
 quantization). Runtime settings are not part of an artifact: `torch.compile`, autocast

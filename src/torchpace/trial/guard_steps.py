@@ -1,7 +1,7 @@
 """Convergence guard, measuring side: the same seeded steps over the same data order.
 
 Baseline and candidate each run `steps` optimizer steps from the same seed, so their loss curves are
-comparable step by step. The comparing side is pure and loads no torch: `guard.py`.
+comparable step by step. The comparing side is pure and loads no torch: `torchpace.tune.guard`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def run_guard_steps(workload: Workload, config: Any, steps: int, device: str | N
     global batch's mean: strategies are compared at equal global batch (every rank returns it).
     """
     from torchpace.runtime import prepare
-    from torchpace.runtime.batch import batch_len
+    from torchpace.engine.batch import batch_len
 
     if not workload.is_training:
         return [], None
@@ -35,7 +35,7 @@ def run_guard_steps(workload: Workload, config: Any, steps: int, device: str | N
     with prepare(workload, config, device=device) as run:
         loader = run.loader
         if run.world_size > 1:
-            from torchpace.runtime.distributed import global_batch_loader, global_mean
+            from torchpace.engine.distributed import global_batch_loader, global_mean
 
             if workload.batch_size < run.world_size:
                 from torchpace.errors import UsageError

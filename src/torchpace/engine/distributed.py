@@ -24,6 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
+
+from torchpace.engine.checkpointing import find_block_container
+
+
 BACKENDS = ("auto", "gloo", "nccl")
 _TIMEOUT = datetime.timedelta(minutes=10)  # a collective that waits longer than this is a hang
 _EXIT_WAIT = datetime.timedelta(seconds=30)  # how long a rank leaving at exit waits for the others
@@ -214,8 +218,6 @@ def wrap_model(model: torch.nn.Module, options: Mapping[str, Any], dist: Dist, d
         strategy = ShardingStrategy.FULL_SHARD if reshard else ShardingStrategy.SHARD_GRAD_OP
         return FullyShardedDataParallel(model, sharding_strategy=strategy,
                                         device_id=device if device.type == "cuda" else None)
-    from torchpace.knobs.memory import find_block_container
-
     blocks = find_block_container(model)
     for block in blocks if blocks is not None else ():
         if any(True for _ in block.parameters()):

@@ -12,7 +12,7 @@ from torchpace.config import RunConfig
 from torchpace.errors import ScriptFailed, UsageError
 from torchpace.host import HostFacts
 from torchpace.script.knobs import check_script_config, script_target
-from torchpace.trial.protocol import INVALID
+from torchpace.protocol import INVALID
 from torchpace.trial.script import script_trial_spec
 
 _BENCH_TIMEOUT_MARGIN_S = 120.0  # start-up (imports, data) beyond the measurement's own cap
