@@ -26,6 +26,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from torchpace.data.cache import cache_root
+from torchpace.data.scan import scan_folder
+from torchpace.data.shards import MANIFEST_NAME, cached_shard_dir, ensure_cached_shards, iter_tar_samples, load_manifest
 from torchpace.errors import UsageError
 from torchpace.measure.timing import Clock, Throughput, TimingOptions, measure_throughput
 
@@ -196,8 +199,6 @@ def measure_file_reads(files: tuple[str, ...], cold: str, options: DataBenchOpti
 
 
 def _shard_stream(shard_paths: tuple[str, ...], cold: str) -> Iterator[dict[str, Any]]:
-    from torchpace.data.shards import iter_tar_samples
-
     while True:
         if cold == "drop-caches":
             drop_page_cache()
@@ -321,10 +322,6 @@ def resolve_source(path: str | os.PathLike, shards: str, cache_dir: Path | None 
     Raises:
         FolderError / ShardError: PATH is neither an image folder nor a shard folder.
     """
-    from torchpace.data.cache import cache_root
-    from torchpace.data.scan import scan_folder
-    from torchpace.data.shards import MANIFEST_NAME, cached_shard_dir, ensure_cached_shards
-
     root = Path(path).expanduser().resolve()
     if (root / MANIFEST_NAME).is_file():
         return _with_shards(DataSource(str(root)), root, made=False)
@@ -340,8 +337,6 @@ def resolve_source(path: str | os.PathLike, shards: str, cache_dir: Path | None 
 
 
 def _with_shards(source: DataSource, shard_dir: Path, made: bool) -> DataSource:
-    from torchpace.data.shards import load_manifest
-
     manifest = load_manifest(shard_dir)
     return replace(source, shards_dir=str(shard_dir), shard_paths=tuple(str(shard_dir / s.name) for s in manifest.shards),
                    shard_samples=manifest.samples, shard_bytes=manifest.size_bytes, shards_made=made)
@@ -368,8 +363,6 @@ def load_decode_set(source: DataSource, count: int) -> tuple[bytes, ...]:
 
 
 def _shard_jpegs(source: DataSource, count: int) -> list[bytes]:
-    from torchpace.data.shards import iter_tar_samples
-
     images: list[bytes] = []
     for path in source.shard_paths:
         images += [s[f] for s in iter_tar_samples(path) for f in ("jpg", "jpeg") if f in s]

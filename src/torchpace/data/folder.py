@@ -15,9 +15,11 @@ from typing import Any, Callable
 
 import torch
 
+from torchpace.data.cache import cache_root
 from torchpace.data.decoders import PILLOW, Decoder
 from torchpace.data.loading import CorruptImageError, check_on_error, decode_image, resolve_decoder, warn_skipped
 from torchpace.data.scan import IMAGE_SUFFIXES, scan_folder
+from torchpace.data.shards import ensure_cached_shards
 from torchpace.errors import UsageError
 
 Transform = Callable[[torch.Tensor], Any]
@@ -125,9 +127,7 @@ class ImageFolderDataset(torch.utils.data.Dataset):
         Returns:
             ShardDataset with this dataset's decoder, transform and on_error.
         """
-        from torchpace.data.cache import cache_root
         from torchpace.data.shard_dataset import ShardDataset
-        from torchpace.data.shards import ensure_cached_shards
 
         shard_dir = ensure_cached_shards(self.index, self.shard_cache_dir or cache_root())
         return ShardDataset(shard_dir, decoder=self.decoder, transform=self.transform, on_error=self.on_error,

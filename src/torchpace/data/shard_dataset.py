@@ -15,6 +15,7 @@ workers (seeded when the DataLoader has a seeded generator, as in `torchpace.pre
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 from dataclasses import dataclass
@@ -106,8 +107,6 @@ class ShardDataset(torch.utils.data.IterableDataset):
 
     def with_decoder(self, decoder: "str | Decoder") -> "ShardDataset":
         """The same shards read with another decoder (this one is unchanged)."""
-        import copy
-
         other = copy.copy(self)
         other.decoder = resolve_decoder(decoder)
         return other

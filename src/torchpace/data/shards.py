@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
+from torchpace.data.cache import build_shard_cache_key, shard_cache_dir
 from torchpace.data.scan import FolderIndex
 from torchpace.errors import TorchpaceError, UsageError
 from torchpace.files import atomic_output, write_atomic
@@ -363,8 +364,6 @@ def cached_shard_dir(index: FolderIndex, cache_dir: Path) -> Path:
     The folder's name carries a key over the source's paths, labels, sizes and mtimes, so a changed
     source gets new shards.
     """
-    from torchpace.data.cache import build_shard_cache_key, shard_cache_dir
-
     shard_size = cache_shard_size(len(index.samples))
     files = ((os.path.relpath(p, index.root), label, *_size_and_mtime(p)) for p, label in index.samples)
     return shard_cache_dir(cache_dir, index.root, build_shard_cache_key(index.root, files, shard_size, _CACHE_SEED))

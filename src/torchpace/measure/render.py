@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torchpace.measure.contention import contention_note
 from torchpace.measure.result import BenchResult, ScriptInfo
 
 
@@ -122,8 +123,6 @@ def noise_warnings(noisy: bool, iqr_frac: float | None, what: str, remedy: str, 
                    usable_cores: int | None) -> list[str]:
     """The warnings beside a measured figure, for bench, profile and the report alike: a spread over 10%
     of the median (`measure.stats`), and other processes' CPU use when material (`measure.contention`)."""
-    from torchpace.measure.contention import contention_note
-
     warnings = []
     if noisy:
         spread = f"{iqr_frac:.0%} of the median (over 10%)" if iqr_frac is not None else "over 10% of the median"

@@ -12,8 +12,12 @@ Importing this package imports nothing heavy; matplotlib and Jinja2 load when a 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
+
+from torchpace.report.load import build_tune_data, mask_url
+from torchpace.report.render import render_html, save_report
 
 if TYPE_CHECKING:
     from torchpace.report.load import ReportData
@@ -26,10 +30,6 @@ def write_report(data: "ReportData", path: str | Path, *, with_doctor: bool = Tr
     Returns:
         The path written.
     """
-    import dataclasses
-
-    from torchpace.report.render import render_html, save_report
-
     if with_doctor:
         from torchpace.report.doctor import collect_doctor_summary
 
@@ -39,8 +39,6 @@ def write_report(data: "ReportData", path: str | Path, *, with_doctor: bool = Tr
 
 def report_data_from_tune(outcome: "TuneOutcome", host: Mapping[str, Any] | None) -> "ReportData":
     """ReportData of a tune that just ran (its outcome and `HostFacts.summary()`)."""
-    from torchpace.report.load import build_tune_data, mask_url
-
     source = f"{mask_url(outcome.storage)} (study {outcome.study!r})"
     return build_tune_data(outcome, host, source)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from torchpace.doctor.checks import run_checks
+from torchpace.doctor.probes import collect_facts
 from torchpace.findings import Finding, Severity
 from torchpace.report.load import DoctorSummary
 
@@ -19,9 +21,6 @@ _SAME_HOST_KEYS = (("cpu_model", "CPU"), ("logical_cpus", "logical CPUs"), ("tor
 
 def collect_doctor_summary(measured_host: Mapping[str, Any] | None) -> DoctorSummary:
     """Run the doctor on this machine and summarise it against the measured host's summary."""
-    from torchpace.doctor.checks import run_checks
-    from torchpace.doctor.probes import collect_facts
-
     facts = collect_facts()
     this_host = {
         "distro": facts.distro.pretty_name or facts.distro.id,

@@ -21,12 +21,18 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from torchpace.errors import UsageError
+from torchpace.knobs import REGISTRY, knobs_in_stage_order
 from torchpace.measure.result import RESULT_KIND as BENCH_KIND
 from torchpace.measure.result import BenchResult
+from torchpace.profile.result import RESULT_KIND as PROFILE_KIND
 from torchpace.records import MissingFields
 from torchpace.tune.attrs import STUDY_SCHEMA_VERSION, StudyAttrs
 from torchpace.tune.outcome import StudyMeta, TrialRow, TuneOutcome, build_guard_note, build_outcome, trial_rows
+from torchpace.tune.policy import plan_greedy
+from torchpace.tune.space import KnobSpace
 from torchpace.tune.storage import mask_url, sqlite_database  # noqa: F401  (mask_url: report/__init__ imports it here)
+from torchpace.tune.storage import STUDY_CORE_TABLES, open_storage, read_table_names
+from torchpace.tune.study import build_records
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _SUPPORTED_RESULT_SCHEMA = 1
@@ -136,8 +142,6 @@ def read_result_json(path: str | Path) -> dict[str, Any]:
 
 def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
     """ReportData of a bench or profile result document (pure; UsageError for other documents)."""
-    from torchpace.profile.result import RESULT_KIND as PROFILE_KIND
-
     kind = doc.get("kind") if isinstance(doc, Mapping) else None
     if kind not in (BENCH_KIND, PROFILE_KIND):
         raise UsageError(f"{source!r} is JSON but not a torchpace result (kind {kind!r}); expected {EXPECTED}")
@@ -164,8 +168,6 @@ def read_bench(doc: Mapping[str, Any], source: str) -> BenchResult:
 
 def check_holds_study(url: str, source: str) -> None:
     """UsageError unless the database holds Optuna's tables (read without writing: never creates them)."""
-    from torchpace.tune.storage import STUDY_CORE_TABLES, read_table_names
-
     if not STUDY_CORE_TABLES <= read_table_names(url):
         kind = "an SQLite database" if sqlite_database(url) else "a database"
         raise UsageError(f"{source} is {kind} but holds no Optuna study; expected {EXPECTED}")
@@ -174,8 +176,6 @@ def check_holds_study(url: str, source: str) -> None:
 def load_study(url: str, name: str | None, source: str) -> ReportData:
     """Read a torchpace study from Optuna storage `url` into ReportData."""
     import optuna
-
-    from torchpace.tune.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = open_storage(url, read_only=True)
@@ -222,9 +222,6 @@ def build_stored_outcome(study, name: str, url: str, meta: StudyAttrs) -> TuneOu
     The greedy policy is replayed over the knobs and values the study tried (`rebuild_space`);
     `stopped` says whether that replay finds the search complete.
     """
-    from torchpace.tune.policy import plan_greedy
-    from torchpace.tune.study import build_records
-
     rows = trial_rows(study, meta.objective)
     base = next((r for r in rows if r.slot == "baseline" and r.status == "ok"), None)
     state, stopped = None, "stored"
@@ -244,9 +241,6 @@ def rebuild_space(rows: Sequence[TrialRow]) -> list:
     reaches the same decisions; knobs that were never tried (an interrupted tune) are simply absent.
     Knobs are in the registry's stage order, as the tuner built them.
     """
-    from torchpace.knobs import REGISTRY, knobs_in_stage_order
-    from torchpace.tune.space import KnobSpace
-
     tried: dict[str, list] = {}
     stages: dict[str, str] = {}
     for row in rows:

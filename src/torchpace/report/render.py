@@ -8,12 +8,15 @@ ticket and opened anywhere. Autoescaping is on for everything but the SVG, which
 from __future__ import annotations
 
 from datetime import datetime
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from torchpace._version import __version__
 from torchpace.files import write_atomic
+from torchpace.report import charts
 from torchpace.report.load import ReportData
+from torchpace.report.view import build_view, guard_curves, tuned_row
 from torchpace.tune.outcome import TuneOutcome
 
 TEMPLATE = "report.html.j2"
@@ -22,8 +25,6 @@ CHART_NAMES = ("speed", "waterfall", "trials", "losses", "windows", "split")
 
 def build_charts(data: ReportData) -> dict[str, str]:
     """Every chart the data supports, name -> SVG (matplotlib is imported here, on first use)."""
-    from torchpace.report import charts
-
     svgs: dict[str, str] = {}
     if data.tune:
         svgs.update(_tune_charts(data.tune))
@@ -39,9 +40,6 @@ def build_charts(data: ReportData) -> dict[str, str]:
 
 
 def _tune_charts(tune: TuneOutcome) -> dict[str, str]:
-    from torchpace.report import charts
-    from torchpace.report.view import guard_curves, tuned_row
-
     svgs: dict[str, str] = {}
     baseline = tune.baseline
     if baseline and baseline.throughput and baseline.throughput.value:
@@ -62,8 +60,6 @@ def render_html(data: ReportData, generated_at: datetime | None = None) -> str:
     import jinja2
     from markupsafe import Markup
 
-    from torchpace.report.view import build_view
-
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     template = env.from_string(_template_text())
     view: dict[str, Any] = build_view(data)
@@ -75,8 +71,6 @@ def render_html(data: ReportData, generated_at: datetime | None = None) -> str:
 
 
 def _template_text() -> str:
-    from importlib.resources import files
-
     return (files("torchpace.report") / "templates" / TEMPLATE).read_text(encoding="utf-8")
 
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from torchpace.measure.render import format_bytes
+from torchpace.config import SCHEMA_VERSION
+from torchpace.knobs import REGISTRY
+from torchpace.measure.render import bench_rows, bench_warnings, format_bytes, noise_warnings
 from torchpace.measure.result import SAMPLES_PER_S, BenchResult, Objective
+from torchpace.profile.render import split_rows, top_op_rows
 from torchpace.report.load import ReportData
 from torchpace.tune.figures import ReportedDecision, speedup
 from torchpace.tune.outcome import AcceptedChange, TrialRow, TuneOutcome
+from torchpace.tune.render import ratio_text
 
 DEFAULT_CONFIG_FILE = "torchpace.toml"
 _SAME_CONFIG_GAP = 0.10  # two measurements of one config 10% apart: worth telling the reader it is noise
@@ -211,8 +215,6 @@ def tune_view(tune: TuneOutcome) -> dict[str, Any]:
 
 def paired_view(tune: TuneOutcome) -> dict[str, Any] | None:
     """A paired study's speedup with its CI and source, and its A/A noise band (None for other studies)."""
-    from torchpace.tune.render import ratio_text
-
     speedup, noise = tune.speedup_figure, tune.noise
     if speedup is None:
         return None
@@ -237,8 +239,6 @@ def same_config_note(baseline: TrialRow | None, tuned: TrialRow | None, best_con
 
 def accepted_row(a: AcceptedChange) -> dict[str, Any]:
     """One row of the accepted-change (waterfall) table; a paired step's gain with its CI."""
-    from torchpace.tune.render import ratio_text
-
     gain = ratio_text(a.step_gain, a.step_gain_ci_low, a.step_gain_ci_high, a.rounds)
     return {"change": f"+ {a.knob} = {format_value(a.value)}", "stage": a.stage or "",
             "sps": format_figure_ci(a.throughput), "step_gain": gain.replace("x", "×", 1), "speedup": f"{a.speedup:.2f}×",
@@ -248,8 +248,6 @@ def accepted_row(a: AcceptedChange) -> dict[str, Any]:
 def decision_row(reported: ReportedDecision) -> dict[str, Any]:
     """One knob the greedy search decided on: accepted value or rejected (or not judged), the deciding
     comparison's ratio with its CI, and why."""
-    from torchpace.tune.render import ratio_text
-
     d = reported.decision
     accepted = d.accepted_value is not None
     outcome = f"accepted = {format_value(d.accepted_value)}" if accepted else "kept default" if d.judged else "not judged"
@@ -284,17 +282,12 @@ def trial_row(t: TrialRow, baseline: Objective | None) -> dict[str, Any]:
 
 def bench_view(bench: BenchResult) -> dict[str, Any]:
     """The bench section: its figures as (label, value) rows and the noise warning."""
-    from torchpace.measure.render import bench_rows, bench_warnings
-
     return {"rows": bench_rows(bench), "noisy": " ".join(bench_warnings(bench)) or None, "device": bench.device,
             "has_windows": bool(bench.throughput.window_rates), "unit": bench.objective.unit}
 
 
 def profile_view(profile: Mapping[str, Any]) -> dict[str, Any]:
     """The profile section: verdict, evidence, remedies, the split table, other findings, top operators."""
-    from torchpace.measure.render import noise_warnings
-    from torchpace.profile.render import split_rows, top_op_rows
-
     verdict = profile.get("verdict") or {}
     shown_elsewhere = ("profile.step_split", "profile.top_ops")
     warnings = noise_warnings(bool(profile.get("noise_warning")), profile.get("step_time_iqr_frac"), "profiled steps' times",
@@ -314,8 +307,6 @@ def profile_view(profile: Mapping[str, Any]) -> dict[str, Any]:
 
 def config_view(data: ReportData) -> dict[str, Any]:
     """The final config as rows, as TOML, and as copy-ready snippets."""
-    from torchpace.knobs import REGISTRY
-
     config = dict(data.config)
     rows = [{"knob": name, "value": format_value(value),
              "default": format_value(REGISTRY[name].default) if name in REGISTRY else "?",
@@ -330,8 +321,6 @@ def config_view(data: ReportData) -> dict[str, Any]:
 def config_toml(config: Mapping[str, Any]) -> str:
     """`config` as the torchpace.toml that `--config` and `prepare()` read."""
     import tomli_w
-
-    from torchpace.config import SCHEMA_VERSION
 
     return tomli_w.dumps({"schema_version": SCHEMA_VERSION, "knobs": dict(sorted(config.items()))})
 

@@ -16,7 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchpace.config import RunConfig, resolve_config
 from torchpace.inference.capture import ExportFailed, example_input, load_exported, save_artifact
+from torchpace.knobs import REGISTRY, Point
 
 _NOT_IN_ARTIFACT = ("inference.export", "compile.mode")  # the format is decided here; compile happens at serve time
 
@@ -54,8 +56,6 @@ _ALSO_AT_SERVE_TIME = ("compile.mode", "model.channels_last")  # compile is not 
 def runtime_settings(config: Any) -> dict[str, Any]:
     """The non-default knobs a server must apply itself: threads, env, autocast, inference mode,
     compile, and channels_last (the file holds NHWC weights; the server converts its 4-D inputs)."""
-    from torchpace.knobs import REGISTRY, Point
-
     return {name: value for name, value in config.non_default().items()
             if REGISTRY[name].point in (Point.ENV, Point.GLOBAL, Point.STEP) or name in _ALSO_AT_SERVE_TIME}
 
@@ -70,7 +70,6 @@ def export_workload(workload: Any, config: Any, path: str | Path, *, host: Any =
     Raises:
         ExportFailed: no format could capture this model (the message carries the exporter's error).
     """
-    from torchpace.config import RunConfig, resolve_config
     from torchpace.runtime import prepare
 
     config = resolve_config(config)

@@ -36,7 +36,8 @@ import statistics
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol, Sequence
 
-from torchpace.measure.contention import is_material
+from torchpace.knobs import REGISTRY
+from torchpace.measure.contention import decision_note, is_material
 from torchpace.measure.result import SAMPLES_PER_S, Objective
 from torchpace.measure.stats import summarize
 from torchpace.tune.attrs import PairRecord
@@ -178,9 +179,6 @@ def comparison(pair: PairRecord | None) -> ComparisonFigure | None:
 def load_note(other_load_cores: float | None, usable_cores: int | float, knobs: Sequence[str]) -> str | None:
     """The note beside a decision taken while other processes' load was material (None otherwise), naming
     those of `knobs` whose gains depend on free cores."""
-    from torchpace.knobs import REGISTRY
-    from torchpace.measure.contention import decision_note
-
     core_knobs = [name for name in knobs if name in REGISTRY and REGISTRY[name].shares_cores]
     return decision_note(other_load_cores, usable_cores, core_knobs)
 

@@ -20,6 +20,7 @@ from torchpace.tune.figures import (ComparisonFigure, OtherLoad, ReportedDecisio
                                     paired_speedup)
 from torchpace.tune.figures import speedup as figure_speedup
 from torchpace.tune.guard import check_trial_guard
+from torchpace.tune.study import baseline_guard, trial_records
 
 GUARD_NOTE = ("The convergence guard compares each candidate's loss over the first {n} seeded steps (same "
               "initial weights, same data order) with the baseline's. It catches divergence, NaNs and broken "
@@ -280,8 +281,6 @@ class StudyMeta:
 
 def trial_rows(study, objective: str = THROUGHPUT) -> list[TrialRow]:
     """One row per torchpace trial of an Optuna study: slot, config, status, figures, guard verdict, error."""
-    from torchpace.tune.study import baseline_guard, trial_records
-
     records = trial_records(study.get_trials(deepcopy=False))
     base = baseline_guard(records)
     return [TrialRow.from_record(r, base, objective) for r in records]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from torchpace.knobs import knobs_in_stage_order
+from torchpace.knobs import Point, knobs_in_stage_order
 
 TUNED_STAGES = ("system", "data", "compute", "memory", "distributed", "inference")  # inference knobs apply to loss=None workloads only
 
@@ -34,8 +34,6 @@ def build_space(host, workload, stages: tuple[str, ...] = TUNED_STAGES, only: se
     sample, so they cannot change it. For an unmodified script (`script`), only knobs that reach it
     (`Knob.script_reach`) and their values that can (`Knob.script_reason`) are tried.
     """
-    from torchpace.knobs import Point
-
     space = []
     for knob in knobs_in_stage_order():
         if knob.stage not in stages or (only is not None and knob.name not in only):

@@ -25,11 +25,13 @@ import importlib.util
 import logging
 import sqlite3
 import time
-from contextlib import contextmanager
+import warnings
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from torchpace.errors import TorchpaceError, UsageError
+from torchpace.redact import redact, redact_url, remember_secrets
 
 _log = logging.getLogger(__name__)
 
@@ -53,8 +55,6 @@ class StorageFailed(TorchpaceError):
 
 def mask_url(url: str) -> str:
     """`url` with its secrets masked, for messages and reports (`torchpace.redact`: every form)."""
-    from torchpace.redact import redact_url
-
     return redact_url(url)
 
 
@@ -205,8 +205,6 @@ def read_table_names(url: str) -> frozenset[str]:
 
 
 def _sqlite_tables(path: str, timeout_s: float) -> frozenset[str]:
-    from contextlib import closing
-
     uri = f"{Path(path).resolve().as_uri()}?mode=ro"
     try:
         with closing(sqlite3.connect(uri, uri=True, timeout=timeout_s)) as conn:
@@ -265,8 +263,6 @@ def say_if_locked(path: str, url: str, on_wait: Callable[[str], None] | None) ->
 
 def _sqlite_write_locked(path: str) -> bool:
     """True while another connection holds a write lock on the SQLite file (answered at once)."""
-    from contextlib import closing
-
     try:
         with closing(sqlite3.connect(path, timeout=0, isolation_level=None)) as conn:
             conn.execute("BEGIN IMMEDIATE")
@@ -289,8 +285,6 @@ def open_storage(url: str, read_only: bool = False):
     Raises:
         UsageError: the URL is not a usable Optuna database (unreachable, refused, not Optuna's).
     """
-    import warnings
-
     import optuna
     import sqlalchemy.exc
 
@@ -359,8 +353,6 @@ def root_cause_line(err: BaseException, url: str) -> str:
     """The innermost cause of a (chained) database error, on one line, with the URL's secrets masked
     (in any spelling a driver quotes them: `torchpace.redact`)."""
     from sqlalchemy.exc import DBAPIError
-
-    from torchpace.redact import redact, remember_secrets
 
     while err.__cause__ is not None:
         err = err.__cause__

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -106,8 +107,6 @@ def _process_start(process) -> str:
 def fail_stale_trials(study) -> None:
     """Fail the running trials no live tuner runs: those whose tuner sent no heartbeat within the grace
     (Optuna's check, for any host), and at once those of a tuner on this machine whose process is gone."""
-    import warnings
-
     import optuna
     import psutil
 

@@ -7,23 +7,32 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from torchpace.config import RunConfig, save_config
 from torchpace.errors import UsageError
 from torchpace.files import OutputWriteFailed
-from torchpace.redact import redact_url
-from torchpace.tune.attrs import ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord, interrupted_attrs, stored_bench
-from torchpace.trial.pair import PARTNER, PairOptions, PairResult, run_pair
+from torchpace.knobs import REGISTRY
+from torchpace.launch.command import parse_python_command
 from torchpace.protocol import TIMEOUT, TrialResult
+from torchpace.redact import redact_url
+from torchpace.script.knobs import script_target
+from torchpace.trial import TrialSpec, run_trial
+from torchpace.trial.pair import PARTNER, PairOptions, PairResult, run_pair, sequential_reason
+from torchpace.tune.attrs import ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord, interrupted_attrs, stored_bench
+from torchpace.tune.figures import result_table
 from torchpace.tune.guard import check_guard_steps
 from torchpace.tune.objective import check_objective, objective_value
 from torchpace.tune.outcome import ExportOutcome, StudyMeta, TuneOutcome, build_guard_note, build_outcome, trial_rows
 from torchpace.tune.policy import ACCEPT_FLOOR
 from torchpace.tune.space import KnobSpace, build_space
+from torchpace.tune.storage import StorageFailed, check_storage, default_storage_url, open_storage, storage_failures
 from torchpace.tune.study import fail_stale_trials, open_study, study_metadata, trial_records, tuner_process
+from torchpace.workload import DEFAULT_WORKLOAD, load_workload
 
 _log = logging.getLogger(__name__)
 
@@ -65,8 +74,6 @@ class TuneOptions:
 
 def _worker_id() -> str:
     """host:pid of this tuner process, stored on each trial (several tuners may share a study)."""
-    import socket
-
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -77,9 +84,6 @@ class _TrialFailed(Exception):
 def make_conflicts(space: list[KnobSpace]) -> Callable[[dict], str | None]:
     """A function: config -> why the tuner must not run it (a knob conflict, e.g. prefetch without
     workers, or a config that cannot gain, e.g. DDP in one process), or None."""
-    from torchpace.config import RunConfig
-    from torchpace.knobs import REGISTRY
-
     def conflicts(config: dict) -> str | None:
         values = RunConfig(config).full_values()
         for knob_space in space:
@@ -123,9 +127,6 @@ class Tuner:
     def __init__(self, options: TuneOptions, host, on_event: Callable[..., None] | None = None):
         import optuna
 
-        from torchpace.tune.storage import check_storage, default_storage_url, open_storage, storage_failures
-        from torchpace.workload import DEFAULT_WORKLOAD
-
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # torchpace renders its own progress
 
         if options.strategy not in STRATEGIES:
@@ -163,12 +164,8 @@ class Tuner:
 
     def _target(self):
         """The Workload to tune, or for script mode what the knobs can know of the script before it runs."""
-        from torchpace.workload import load_workload
-
         if not self.options.command:
             return load_workload(self.spec)
-        from torchpace.launch.command import parse_python_command
-        from torchpace.script.knobs import script_target
 
         program = parse_python_command(self.options.command)
         return script_target(Path(program.script).name if program.script else str(program.module))
@@ -176,8 +173,6 @@ class Tuner:
     # ---- the loop -------------------------------------------------------------------------------
     def run(self) -> TuneOutcome:
         """Run trials until the strategy is done, the budget or trial cap is reached, or Ctrl-C."""
-        from torchpace.tune.storage import StorageFailed, storage_failures
-
         stopped = "done"
         try:
             with storage_failures(self.storage_url):
@@ -200,8 +195,6 @@ class Tuner:
     def _finish_after(self, stopped: str) -> TuneOutcome | None:
         """`_finish`, its storage failure as one message; after a storage failure already raised, the best
         so far only if the storage can still be read (else None: a second message would only repeat it)."""
-        from torchpace.tune.storage import StorageFailed, storage_failures
-
         try:
             with storage_failures(self.storage_url):
                 return self._finish(stopped)
@@ -276,7 +269,6 @@ class Tuner:
 
     def _run_one(self, number: int, assignment):
         """Run one trial process; returns its `TrialRecord` (what is stored on the Optuna trial)."""
-        from torchpace.trial import TrialSpec, run_trial
         reason = self.conflicts(dict(assignment.config))
         if reason:
             _log.info("trial %d (%s) not run: %s", number, assignment.slot, reason)
@@ -341,8 +333,6 @@ class Tuner:
     def _hold_both_reason(self, reference, candidate) -> str | None:
         """Why the two arms cannot be held at once (`torchpace.trial.pair.sequential_reason`), judged by the
         baseline's peak memory against the memory free now on its device; None when they can."""
-        from torchpace.trial.pair import sequential_reason
-
         records = trial_records(self.study.get_trials(deepcopy=False))
         baseline = next((r.bench for r in records if r.slot == "baseline" and r.status == "ok" and r.bench), None)
         peak = baseline.peak_memory_bytes if baseline else None
@@ -379,7 +369,6 @@ class Tuner:
     def _export(self, config: dict[str, Any]):
         """Write the chosen model to --export (what was written, or why no format works)."""
         from torchpace.tune.export import ExportFailed, export_workload
-        from torchpace.workload import load_workload
 
         self.on_event("exporting")
         try:
@@ -390,10 +379,6 @@ class Tuner:
 
     def _save(self, outcome: TuneOutcome) -> bool:
         """Write --out; False when it could not be written (`write_failure`, raised once the outcome is reported)."""
-        from torchpace.config import RunConfig, save_config
-
-        from torchpace.tune.figures import result_table
-
         script = {"command": list(self.options.command)} if self.options.command else {}
         result = {"workload": self.spec, **script, "study": self.study_name, "storage": redact_url(self.storage_url),
                   **result_table(outcome), **_inference_result(outcome)}
