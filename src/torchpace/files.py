@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from torchpace.errors import TorchpaceError
+from torchpace.redact import redact
 
 TMP_MARK = ".tmp-"  # a temporary file is `.NAME.tmp-PID` beside NAME
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -75,8 +76,6 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
     Raises:
         OutputWriteFailed: as `atomic_output`.
     """
-    from torchpace.redact import redact
-
     if isinstance(data, str):
         data = redact(data).encode("utf-8")
     with atomic_output(path, "wb") as stream:

@@ -15,13 +15,16 @@ NUMA node can be planned for, not used). `override_host_facts` is the same chang
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import platform
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from torchpace.errors import UsageError
 
 _log = logging.getLogger(__name__)
 
@@ -384,10 +387,6 @@ def override_host_facts(facts: HostFacts, overrides: Mapping[str, Any], source: 
     Raises:
         UsageError: an unknown fact, or a value of the wrong type or range.
     """
-    from dataclasses import replace
-
-    from torchpace.errors import UsageError
-
     def count(name: str, least: int) -> int:
         value = overrides[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -417,10 +416,6 @@ def override_host_facts(facts: HostFacts, overrides: Mapping[str, Any], source: 
 
 def host_overrides_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The facts `TORCHPACE_HOST_FACTS` overrides (empty when it is unset); UsageError when it is not a JSON object."""
-    import json
-
-    from torchpace.errors import UsageError
-
     raw = (os.environ if env is None else env).get(HOST_FACTS_ENV, "").strip()
     if not raw:
         return {}

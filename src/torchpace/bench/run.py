@@ -17,8 +17,11 @@ from torchpace.errors import UsageError, UserCodeError
 from torchpace.host import HostFacts
 from torchpace.measure.bench import BenchOptions
 from torchpace.measure.result import BenchResult
+from torchpace.protocol import is_nonfinite
 from torchpace.runtime import pending_env_knobs
+from torchpace.trial import TrialSpec, run_trial
 from torchpace.trial.bench import run_bench
+from torchpace.workload import exits_as_errors, load_workload
 
 _log = logging.getLogger(__name__)
 
@@ -61,8 +64,6 @@ def bench_workload(spec: str | None, config: RunConfig, options: BenchOptions, *
         accuracy_batches: for inference workloads, also report the outputs' distance from the fp32
             eager reference on this many batches (reported, never rejected; 0 skips it).
     """
-    from torchpace.workload import exits_as_errors, load_workload
-
     workload = load_workload(spec)
     pending = pending_env_knobs(config, host)
     _log.info("bench in %s", f"a trial process: {pending} take effect only in a new process" if pending else "this process")
@@ -89,8 +90,6 @@ def _accuracy_report(workload, batches: int):
 
 
 def _bench_in_trial(spec, config: RunConfig, options: BenchOptions, host: HostFacts, device, accuracy_batches: int = 0) -> BenchResult:
-    from torchpace.trial import TrialSpec, run_trial
-
     trial = TrialSpec(workload=spec or "tabular", config=dict(config.values), max_time_s=options.max_time_s,
                       compute_only=options.compute_only, device=device, sys_path=[os.getcwd()],
                       accuracy_batches=accuracy_batches, accuracy_enforce=False)
@@ -106,8 +105,6 @@ def _bench_in_trial(spec, config: RunConfig, options: BenchOptions, host: HostFa
 
 def nonfinite_loss_message(losses: list[float]) -> str | None:
     """Why a bench's figures measure a run that diverged (a NaN or infinite loss), or None."""
-    from torchpace.protocol import is_nonfinite
-
     if not is_nonfinite(losses):
         return None
     first = next(i for i, value in enumerate(losses) if not math.isfinite(value))

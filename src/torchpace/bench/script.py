@@ -5,15 +5,23 @@ its own process, as a script-mode trial (`torchpace.trial.script`), with a spinn
 from __future__ import annotations
 
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
 from torchpace.config import RunConfig
 from torchpace.errors import ScriptFailed, UsageError
 from torchpace.host import HostFacts
-from torchpace.script.knobs import check_script_config, script_target
+from torchpace.launch.command import parse_python_command
+from torchpace.process import temporary_folder
+from torchpace.profile.result import build_profile_result
+from torchpace.profile.trace import METADATA_KEY, parse_trace
 from torchpace.protocol import INVALID
+from torchpace.script.knobs import check_script_config, script_target
+from torchpace.trial import run_trial
 from torchpace.trial.script import script_trial_spec
+from torchpace.tune.space import build_space
 
 _BENCH_TIMEOUT_MARGIN_S = 120.0  # start-up (imports, data) beyond the measurement's own cap
 
@@ -26,9 +34,6 @@ def bench_script(command: Sequence[str], config: RunConfig, max_time_s: float, h
         UsageError: the command is not a Python program, or a knob cannot reach it here.
         ScriptFailed: the script failed, never stepped, or ended before enough windows.
     """
-    from torchpace.launch.command import parse_python_command
-    from torchpace.trial import run_trial
-
     label = parse_python_command(command).label
     check_script_config(config, host, label)
     spec = script_trial_spec(command, config, max_time_s, samples_per_step=samples_per_step)
@@ -46,8 +51,6 @@ class waiting_bar:
     """A Rich spinner with the elapsed time on stderr while a child runs (nothing when disabled or not a tty)."""
 
     def __init__(self, enabled: bool, label: str, cap_s: float):
-        import sys
-
         self.enabled = enabled and sys.stderr.isatty()
         self.label, self.cap_s = label, cap_s
 
@@ -81,15 +84,7 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
         UsageError: the command is not a Python program, or a knob cannot reach it here.
         ScriptFailed: the script failed or ended before the profile's steps.
     """
-    import time
-
-    from torchpace.launch.command import parse_python_command
-    from torchpace.profile.result import build_profile_result
     from torchpace.profile.run import save_trace_keeping_figures
-    from torchpace.process import temporary_folder
-    from torchpace.profile.trace import METADATA_KEY, parse_trace
-    from torchpace.trial import run_trial
-    from torchpace.tune.space import build_space
 
     start = time.perf_counter()
     label = parse_python_command(command).label

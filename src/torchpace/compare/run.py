@@ -26,11 +26,13 @@ from torchpace.compare.result import RESULT_KIND, RESULT_SCHEMA_VERSION, Compari
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts
+from torchpace.knobs import REGISTRY
 from torchpace.measure.contention import decision_note
 from torchpace.measure.result import SAMPLES_PER_S, STEPS_PER_S
 from torchpace.measure.stats import Summary, summarize
-from torchpace.trial.pair import PairOptions, PairResult, run_pair
 from torchpace.protocol import INVALID, TrialSpec
+from torchpace.trial.pair import PairOptions, PairResult, run_pair
+from torchpace.workload import DEFAULT_WORKLOAD, load_workload
 
 _START_MARGIN_S = 120.0  # start-up, guard steps and compile beyond the measured time
 _WARMUP_SHARE = 0.4  # each arm's warm-up may use this share of --max-time (the bench's own rule)
@@ -58,7 +60,6 @@ def arm_specs(target: str | None, command: Sequence[str] | None, config_a: RunCo
 
         return tuple(script_trial_spec(command, config, options.max_time_s, samples_per_step=options.samples_per_step)
                      for config in (config_a, config_b))
-    from torchpace.workload import DEFAULT_WORKLOAD
 
     return tuple(TrialSpec(workload=target or DEFAULT_WORKLOAD, config=dict(config.values), max_time_s=options.max_time_s,
                            device=options.device, sys_path=[os.getcwd()]) for config in (config_a, config_b))
@@ -94,7 +95,6 @@ def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, ho
             check_script_config(config, host, label)
         return label
     from torchpace.runtime.prepare import check_config
-    from torchpace.workload import load_workload
 
     workload = load_workload(target)
     for config in (config_a, config_b):
@@ -104,8 +104,6 @@ def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, ho
 
 def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b: RunConfig) -> Comparison:
     """The comparison's figures (see the module docstring) from a `PairResult` (pure)."""
-    from torchpace.knobs import REGISTRY
-
     summary = pair.summary
     unit = STEPS_PER_S if any(arm.bench and not arm.bench.throughput.samples_known for arm in (pair.a, pair.b)) \
         else SAMPLES_PER_S

@@ -12,6 +12,7 @@ facts even when the smoke test that follows hangs and is killed:
     {"kind": "smoke", ...}   whether the DataLoader produced its batches
 """
 
+import ctypes
 import json
 import sys
 import time
@@ -41,8 +42,6 @@ def _mapped_libraries():
 
 def _cudart_version(paths):
     """``major.minor`` of the libcudart mapped into this process, asked of the library itself."""
-    import ctypes
-
     for path in paths:
         if "/libcudart.so" in path:
             version = ctypes.c_int()

@@ -5,6 +5,7 @@ Stages run system -> data -> compute -> memory -> distributed (inference knobs p
 
 from __future__ import annotations
 
+from torchpace.errors import UsageError
 from torchpace.knobs import compute, data, distributed, inference, memory, system
 from torchpace.knobs import input as input_knobs
 from torchpace.knobs.base import STAGES, ApplyContext, Knob, KnobSubject, KnobValue, Point, Reach, ScriptHook, ScriptSubject
@@ -26,11 +27,9 @@ for _module in (system, data, input_knobs, compute, memory, distributed, inferen
 
 def get_knob(name: str) -> Knob:
     """The knob named `name`; UsageError listing the known names otherwise."""
-    from difflib import get_close_matches
-
-    from torchpace.errors import UsageError
-
     if name not in REGISTRY:
+        from difflib import get_close_matches  # lazy: only a misspelt name needs it; the registry loads on CLI paths
+
         close = get_close_matches(name, REGISTRY, n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise UsageError(f"unknown knob {name!r}{hint}; known knobs: {', '.join(REGISTRY)}")

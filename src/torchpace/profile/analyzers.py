@@ -13,6 +13,7 @@ the user's loop spends its time.
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from collections import Counter, defaultdict
 from typing import Any, ClassVar, Iterable
@@ -104,8 +105,6 @@ def phase_times_us(trace: Trace, step: StepSpan) -> dict[str, float]:
 def innermost_segments(spans: Iterable[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
     """Split `(start, end, name)` spans into disjoint segments, each named after the innermost span
     covering it: the one that started last (of two that started together, the shorter)."""
-    import heapq
-
     ordered = sorted(spans, key=lambda s: (s[0], -s[1]))
     cuts = sorted({t for start, end, _ in ordered for t in (start, end)})
     segments: list[tuple[float, float, str]] = []

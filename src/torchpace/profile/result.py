@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from torchpace.findings import Finding
+from torchpace.measure.stats import summarize
 from torchpace.profile.analyzers import run_analyzers
 from torchpace.profile.trace import Trace
 from torchpace.profile.verdict import Verdict, build_verdict
@@ -71,8 +72,6 @@ def build_profile_result(trace: Trace, *, workload_spec: str = "WORKLOAD",
                          trace_path: str | None = None, wall_time_s: float | None = None,
                          other_load_cores: float | None = None, usable_cores: int | None = None) -> ProfileResult:
     """A ProfileResult for `trace` (workload, device and config read from its torchpace metadata)."""
-    from torchpace.measure.stats import summarize
-
     spread = summarize([s.dur_us for s in trace.steps]) if trace.steps else None
     findings, verdict = analyze_trace(trace, workload_spec=workload_spec, knobs_by_stage=knobs_by_stage,
                                       candidates=candidates)

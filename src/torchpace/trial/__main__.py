@@ -8,28 +8,31 @@ except a hard crash (segfault, SIGKILL), which the parent classifies from the ex
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
 
+from torchpace.errors import UsageError, UserCodeError
+from torchpace.files import write_atomic
 from torchpace.knobs.distributed import data_parallel
+from torchpace.measure.gate import Gate
+from torchpace.process import owner_pid
 from torchpace.protocol import (CRASH, GUARD, INVALID, NONFINITE, OK, OOM, STACK_DUMP_SIGNAL, TrialResult, TrialSpec,
                                       is_nonfinite)
+from torchpace.trial.ranks import enter_rank, record_rank_failure
+from torchpace.workload import load_workload
 
 
 def run_spec(spec: TrialSpec) -> TrialResult:
     """Run one trial in this process and return its result (never raises for workload errors)."""
     import torch
 
-    from torchpace.errors import UsageError, UserCodeError
     from torchpace.inference.accuracy import AccuracyRejected
     from torchpace.measure.bench import BenchOptions
-    from torchpace.measure.gate import Gate
-    from torchpace.process import owner_pid
     from torchpace.trial.bench import run_bench
-    from torchpace.workload import load_workload
 
     start = time.perf_counter()
     sys.path[:0] = spec.sys_path
@@ -105,7 +108,6 @@ def main(argv: list[str]) -> int:
     if not ranks.under_torchrun:
         _write(run_spec(spec), result_path)
         return 0
-    from torchpace.trial.ranks import enter_rank, record_rank_failure
 
     enter_rank(result_path, ranks.rank)
     result = _run_rank(spec)
@@ -134,8 +136,6 @@ def _run_rank(spec: TrialSpec) -> TrialResult:
 def end_rank(result: TrialResult, result_path: Path | None) -> None:
     """Wait for every rank, write the result (rank 0), and end at once: tearing the group down at
     interpreter exit can abort ("terminate called without an active exception") when a peer left first."""
-    import os
-
     import torch
 
     if torch.distributed.is_initialized():
@@ -148,10 +148,6 @@ def end_rank(result: TrialResult, result_path: Path | None) -> None:
 
 
 def _write(result: TrialResult, path: Path) -> None:
-    import json
-
-    from torchpace.files import write_atomic
-
     write_atomic(path, json.dumps(result.to_dict()))
 
 

@@ -39,6 +39,7 @@ import logging
 import os
 import select
 import signal
+import statistics
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -48,12 +49,14 @@ from typing import Any, Callable, Mapping, Sequence
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
+from torchpace.measure.contention import other_load_cores, probe_cpu_times
 from torchpace.measure.gate import END, GO, LOADED, READY, WINDOW
 from torchpace.measure.result import BenchResult, pool_throughput
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
 from torchpace.protocol import INVALID, OOM, TIMEOUT, TrialResult, TrialSpec, classify_timeout
 from torchpace.trial.runner import plan_trial_child, read_trial_result, remove_orphan_trial_dirs, trial_dir, trial_paths
+from torchpace.trial.runner import run_trial
 
 _log = logging.getLogger(__name__)
 
@@ -295,15 +298,11 @@ class _LoadMeter:
     """Other processes' CPU seconds between turns, read while both arms are stopped."""
 
     def __init__(self):
-        from torchpace.measure.contention import probe_cpu_times
-
         self._probe = probe_cpu_times
         self._last = probe_cpu_times()
 
     def charge(self, arm: _Arm) -> None:
         """The load since the last reading counts for `arm`, whose turn it was."""
-        from torchpace.measure.contention import other_load_cores
-
         now = self._probe()
         cores = other_load_cores(self._last, now)
         if cores is not None:
@@ -458,8 +457,6 @@ def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeo
                     reason: str, base_env, workdir, figure, on_round) -> PairResult:
     """Separate runs A B A ... B A (`options.sequential_rounds` B runs, each framed by two A runs), each
     measuring its share of the arms' time caps; a round's ratio is `paired_ratios`' of their figures."""
-    from torchpace.trial.runner import run_trial
-
     started = time.perf_counter()
     figure = figure or _throughput
     rounds = max(1, options.sequential_rounds)
@@ -498,7 +495,5 @@ def _throughput(bench: BenchResult | None) -> float | None:
 
 
 def _median_load(runs: Sequence[TrialResult]) -> float | None:
-    import statistics
-
     loads = [r.bench.other_load_cores for r in runs if r.bench and r.bench.other_load_cores is not None]
     return statistics.median(loads) if loads else None

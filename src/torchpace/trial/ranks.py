@@ -24,6 +24,8 @@ import signal
 import sys
 import time
 from pathlib import Path
+from torchpace.launch.torchrun import parse_failures
+from torchpace.process import die_with_parent
 from torchpace.protocol import CRASH, TrialResult, classify_exit
 
 RECORDED_EXIT = 3  # a rank whose workload raised: its result file says why
@@ -39,8 +41,6 @@ def rank_file(result_path: Path, rank: int, kind: str) -> Path:
 # ---- child side ---------------------------------------------------------------------------------
 def enter_rank(result_path: Path, rank: int) -> None:
     """In a rank process: die with torchrun (even on its SIGKILL), and write stderr to this rank's file."""
-    from torchpace.process import die_with_parent
-
     die_with_parent()
     err = os.open(rank_file(result_path, rank, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stderr.flush()
@@ -59,8 +59,6 @@ def record_rank_failure(result: TrialResult, result_path: Path, rank: int) -> No
 # ---- parent side --------------------------------------------------------------------------------
 def read_rank_failure(result_path: Path, torchrun_stderr: str, returncode: int, wall_s: float) -> TrialResult:
     """The result of a multi-process trial that failed: the first failing rank's, with its stderr."""
-    from torchpace.launch.torchrun import parse_failures
-
     exits = parse_failures(torchrun_stderr)  # rank -> exit code (negative: signal)
     recorded = {}
     for path in result_path.parent.glob("result.rank*.json"):

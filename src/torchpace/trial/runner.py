@@ -7,6 +7,7 @@ process group, enforce the timeout, and kill the whole group and every process i
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -23,6 +24,7 @@ from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.launch.command import PythonCommand
 from torchpace.launch.plan import ChildOptions, LaunchFacts, LaunchPlan, plan_child
+from torchpace.launch.probe import probe_launch_facts
 from torchpace.process import start_child, stop_tree, temporary_folder
 from torchpace.trial.script import plan_script_trial, read_script_result
 from torchpace.protocol import (CRASH, INVALID, STACK_DUMP_SIGNAL, TrialResult, TrialSpec, classify_exit,
@@ -57,8 +59,6 @@ def plan_trial(config: Mapping[str, object], host: HostFacts, base_env: Mapping[
     Raises:
         UsageError: the config needs a tool this host lacks (numactl, an allocator).
     """
-    from torchpace.launch.probe import probe_launch_facts
-
     command = PythonCommand(module="torchpace.trial", args=(str(spec_path), str(result_path)))
     options = ChildOptions(command, facts or probe_launch_facts(), "the trial's config", config_over_env=True, prepared=True)
     return plan_child(RunConfig(dict(config)), host, base_env, options)
@@ -217,8 +217,6 @@ def _tail(path: Path) -> str:
 
 
 def _read_result(path: Path, returncode: int, stderr_tail: str, wall_s: float) -> TrialResult:
-    import json
-
     if returncode == 0 and path.exists():
         data = json.loads(path.read_text())
         data.update(stderr_tail=stderr_tail, returncode=returncode)

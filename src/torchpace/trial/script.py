@@ -14,9 +14,12 @@ from typing import Any, Mapping, Sequence
 
 from torchpace.config import RunConfig
 from torchpace.host import HostFacts
+from torchpace.launch.command import parse_python_command
+from torchpace.launch.plan import ChildOptions, plan_child
+from torchpace.launch.probe import probe_launch_facts
+from torchpace.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit
 from torchpace.script.knobs import unreached_knobs
 from torchpace.script.spec import MEASURE_ENV, STEPS_SUFFIX, ScriptMeasure
-from torchpace.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit
 
 _NO_STEP_MARGIN_S = 10.0  # the hook's "no step" verdict comes this long before the parent's timeout
 
@@ -38,10 +41,6 @@ def plan_script_trial(spec: TrialSpec, host: HostFacts, base_env: Mapping[str, s
 def plan_script_launch(command: Sequence[str], config: RunConfig, host: HostFacts, base_env: Mapping[str, str]):
     """The LaunchPlan of one script-mode trial: `launch --config` of the trial's config, with the config
     over the caller's env (a trial runs what it measures) and the hook on the path even for the defaults."""
-    from torchpace.launch.command import parse_python_command
-    from torchpace.launch.plan import ChildOptions, plan_child
-    from torchpace.launch.probe import probe_launch_facts
-
     facts = probe_launch_facts()
     options = ChildOptions(command=parse_python_command(command), facts=facts, config_name="the trial's config",
                            config_over_env=True)
