@@ -50,9 +50,7 @@ class RunConfig(Mapping[str, Any]):
     result: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from torchpace.knobs import get_knob
-
-        validated = {name: get_knob(name).validate(value) for name, value in self.values.items()}
+        validated = {name: _knobs().get_knob(name).validate(value) for name, value in self.values.items()}
         object.__setattr__(self, "values", MappingProxyType(validated))
         object.__setattr__(self, "host", MappingProxyType(dict(self.host)))
         object.__setattr__(self, "result", MappingProxyType(dict(self.result)))
@@ -68,15 +66,11 @@ class RunConfig(Mapping[str, Any]):
 
     def get_value(self, name: str) -> Any:
         """The value of knob `name`: as set here, else the knob's default."""
-        from torchpace.knobs import get_knob
-
-        return self.values.get(name, get_knob(name).default)
+        return self.values.get(name, _knobs().get_knob(name).default)
 
     def full_values(self) -> dict[str, Any]:
         """Every registered knob's effective value."""
-        from torchpace.knobs import REGISTRY
-
-        return {name: self.get_value(name) for name in REGISTRY}
+        return {name: self.get_value(name) for name in _knobs().REGISTRY}
 
     def with_values(self, **changes: Any) -> "RunConfig":
         """A copy with `changes` (knob name -> value) applied; pass names via a dict: **{'a.b': 1}."""
@@ -84,9 +78,7 @@ class RunConfig(Mapping[str, Any]):
 
     def non_default(self) -> dict[str, Any]:
         """Only the knobs whose value differs from their default."""
-        from torchpace.knobs import get_knob
-
-        return {k: v for k, v in self.values.items() if v != get_knob(k).default}
+        return {k: v for k, v in self.values.items() if v != _knobs().get_knob(k).default}
 
     def to_toml_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "knobs": dict(sorted(self.values.items()))}
@@ -101,15 +93,21 @@ def check_on_host(config: RunConfig, host: Any) -> None:
     """UsageError naming knob, value and reason for a set knob this host cannot run, whatever the
     workload: beyond the host's limits (e.g. more DataLoader workers than its cores allow), hardware
     it lacks (fp16 without CUDA), or values that conflict. `prepare()` checks the workload on top."""
-    from torchpace.knobs import get_knob
-
     values = config.full_values()
     for name, value in config.values.items():
-        knob = get_knob(name)
+        knob = _knobs().get_knob(name)
         if value != knob.default:
             reason = knob.host_reason(value, host) or knob.conflicts(values)
             if reason:
                 raise UsageError(f"knob {name!r} = {value!r} does not apply here: {reason}")
+
+
+def _knobs():
+    """`torchpace.knobs`, the registry that validates every value."""
+    # lazy: the knob registry loads when a config is built, not with every command's options
+    import torchpace.knobs
+
+    return torchpace.knobs
 
 
 def _drop_none(table: Mapping[str, Any]) -> dict[str, Any]:
@@ -193,6 +191,7 @@ def save_config(config: RunConfig, path: str | Path) -> Path:
     Raises:
         OutputWriteFailed: the file could not be written (full disk, permissions); nothing is left behind.
     """
+    # lazy: only saving a config writes TOML
     import tomli_w
 
     return write_atomic(path, tomli_w.dumps(config.to_toml_dict()))

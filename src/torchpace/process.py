@@ -204,6 +204,7 @@ class KeptChild(subprocess.Popen):
 
     def adopted(self) -> list[psutil.Process]:
         """Every live process below the keeper (the child's tree, and the orphans it adopted)."""
+        # lazy: every command loads this module at start-up; what else it needs loads where it is used
         import psutil
 
         try:
@@ -228,6 +229,7 @@ class KeptChild(subprocess.Popen):
 
     def _kill_keeper_tree(self) -> None:
         """SIGKILL the keeper's whole tree and the keeper, and collect it."""
+        # lazy: every command loads this module at start-up; what else it needs loads where it is used
         import psutil
 
         for process in self.adopted():
@@ -290,6 +292,7 @@ def die_with_parent(death_signal: int = signal.SIGKILL) -> None:
 
 
 def _libc() -> Any:
+    # lazy: every command loads this module at start-up; what else it needs loads where it is used
     import ctypes
 
     return ctypes.CDLL(None, use_errno=True)
@@ -317,6 +320,7 @@ def tree_members(pid: int, known: Iterable[psutil.Process] = ()) -> list[psutil.
     """The live processes of `pid`'s tree other than `pid`: its descendants, the members of its
     process group `pid` (left behind when their parent exited), and `known` processes still running
     (seen in the tree earlier; a descendant that started a session of its own leaves the group)."""
+    # lazy: every command loads this module at start-up; what else it needs loads where it is used
     import psutil
 
     found: dict[int, psutil.Process] = {}
@@ -332,6 +336,7 @@ def tree_members(pid: int, known: Iterable[psutil.Process] = ()) -> list[psutil.
 
 
 def _is_live(proc: psutil.Process) -> bool:
+    # lazy: every command loads this module at start-up; what else it needs loads where it is used
     import psutil
 
     try:
@@ -342,6 +347,7 @@ def _is_live(proc: psutil.Process) -> bool:
 
 def kill_tree(pid: int, members: Iterable[psutil.Process] | None = None) -> None:
     """SIGKILL process group `pid` and every other member of the tree (default: `tree_members(pid)`)."""
+    # lazy: every command loads this module at start-up; what else it needs loads where it is used
     import psutil
 
     members = tree_members(pid) if members is None else members
@@ -366,6 +372,7 @@ def stop_tree(proc: subprocess.Popen, grace_s: float, known: Iterable[psutil.Pro
     Returns:
         How many processes besides the child itself were found running.
     """
+    # lazy: every command loads this module at start-up; what else it needs loads where it is used
     import psutil
 
     adopted = proc.adopted() if isinstance(proc, KeptChild) else []  # orphans of the tree, in other sessions too
@@ -510,6 +517,7 @@ class StoppedGroupGuard:
     """
 
     def __enter__(self) -> StoppedGroupGuard:
+        # lazy: every command loads this module at start-up; what else it needs loads where it is used
         import sys
 
         self._proc = subprocess.Popen([sys.executable, "-S", "-c", _GUARDIAN], stdin=subprocess.PIPE,
@@ -571,6 +579,7 @@ def stop_reason(stop: BaseException) -> str:
 def temporary_folder(prefix: str, dir: str | os.PathLike | None = None) -> Iterator[Path]:
     """A temporary folder (`tempfile.mkdtemp`) removed when the block ends, and by an emergency stop
     (`stop_signals_raise`) when the main thread cannot get there."""
+    # lazy: every command loads this module at start-up; what else it needs loads where it is used
     import shutil
     import tempfile
 
@@ -773,6 +782,7 @@ class _Watcher:
         return frame is not None and frame.f_code is _StopState.handle.__code__
 
     def emergency(self, signum: int) -> None:
+        # lazy: every command loads this module at start-up; what else it needs loads where it is used
         import shutil
 
         stop = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)

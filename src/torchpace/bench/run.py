@@ -9,8 +9,12 @@ import logging
 import math
 import os
 import sys
+import time
 from contextlib import contextmanager
 from typing import Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError, UserCodeError
@@ -34,12 +38,10 @@ def progress_bar(enabled: bool, total_s: float, label: str) -> Iterator:
     if not enabled or not sys.stderr.isatty():
         yield None
         return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
                   TimeElapsedColumn(), transient=True, console=_stderr_console()) as progress:
         task = progress.add_task(label, total=total_s, status="warming up")
-        import time
 
         start = time.perf_counter()
 
@@ -51,8 +53,6 @@ def progress_bar(enabled: bool, total_s: float, label: str) -> Iterator:
 
 
 def _stderr_console():
-    from rich.console import Console
-
     return Console(stderr=True)
 
 

@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
 from torchpace.config import RunConfig
 from torchpace.errors import ScriptFailed, UsageError
 from torchpace.host import HostFacts
@@ -56,9 +59,6 @@ class waiting_bar:
 
     def __enter__(self):
         if self.enabled:
-            from rich.console import Console
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
             self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                                      console=Console(stderr=True), transient=True)
             self.progress.__enter__()

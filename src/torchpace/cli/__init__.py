@@ -72,6 +72,7 @@ def cli(ctx: click.Context, verbose: bool, quiet: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the process exit code."""
+    # lazy: every command, --help included, loads this module; this loads only when used
     from torchpace.cli._common import run_cli
 
     return run_cli(cli, argv)

@@ -85,6 +85,7 @@ def save_result(payload: dict[str, Any], path: PathLike) -> Path:
 
 def make_console(stderr: bool = False):
     """A Rich console (imported lazily: `--help` must stay light)."""
+    # lazy: every command, --help included, loads this module; this loads only when used
     from rich.console import Console
 
     return Console(stderr=stderr, highlight=False)
@@ -169,6 +170,7 @@ def _check_can_write(name: str, path: Path, is_dir: bool) -> None:
 def check_knob_limit(option: str, knob: str, value: Any, host: Any) -> None:
     """UsageError when an integer `option` sets `knob` beyond what this host allows (the knob's own
     limit, e.g. DataLoader workers per core); None and named values such as "auto" pass."""
+    # lazy: every command, --help included, loads this module; this loads only when used
     from torchpace.knobs import get_knob
 
     reason = isinstance(value, int) and get_knob(knob).host_reason(value, host)
@@ -181,6 +183,7 @@ def workload_file(spec: str | None) -> Path | None:
 
     A built-in name or a module that cannot be found reads no file of the user's (`load_workload`
     reports a spec that does not resolve)."""
+    # lazy: every command, --help included, loads this module; this loads only when used
     from torchpace.workload import BUILTIN_WORKLOADS
 
     if not spec or spec in BUILTIN_WORKLOADS:
@@ -188,6 +191,7 @@ def workload_file(spec: str | None) -> Path | None:
     target = spec.rpartition(":")[0]
     if target.endswith(".py") or "/" in target:
         return Path(target)
+    # lazy: every command, --help included, loads this module; this loads only when used
     import importlib.util
 
     top, *inner = target.split(".")
@@ -206,6 +210,7 @@ def workload_file(spec: str | None) -> Path | None:
 def study_file(storage: str | None) -> Path | None:
     """The SQLite file a study lives in: `--storage`'s, or tune's default file when None (None for a
     server database)."""
+    # lazy: every command, --help included, loads this module; this loads only when used
     from torchpace.tune.storage import DEFAULT_STUDY_FILE, sqlite_database
 
     if storage is None:

@@ -23,6 +23,7 @@ def config_options(func):
 
 def build_config(config_path: str | None, assignments: tuple[str, ...]):
     """The RunConfig from --config and --set (UsageError on a bad file, knob or value)."""
+    # lazy: every command, --help included, loads this module; this loads only when used
     from torchpace.config import RunConfig, load_config, parse_assignments
 
     base = load_config(config_path) if config_path else RunConfig()
@@ -69,6 +70,7 @@ def _check_device(ctx: click.Context, param: click.Parameter, value: str | None)
 
 def workload_inputs(workload: str | None, config_path: str | None = None) -> list[tuple[str, object]]:
     """The files a workload verb reads (the workload's Python file, the config), for `check_outputs`."""
+    # lazy: every command, --help included, loads this module; this loads only when used
     from torchpace.cli._common import workload_file
 
     return [("the workload file", workload_file(workload)), ("the config", config_path)]

@@ -7,6 +7,8 @@ or a `--` with nothing after it, is a UsageError (exit 2).
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from torchpace.errors import UsageError
@@ -37,8 +39,8 @@ def script_command(workload: str | None) -> list[str] | None:
     if workload is not None:
         raise UsageError(f"give either a WORKLOAD ({workload!r}) or a command after `--` "
                          f"({' '.join(command)!r}), not both")
-    import os
 
+    # lazy: every command, --help included, loads this module; this loads only when used
     from torchpace.launch.command import check_program_exists, parse_python_command
 
     program = parse_python_command(command)
@@ -55,6 +57,7 @@ def script_command(workload: str | None) -> list[str] | None:
 def script_inputs(command: list[str], config_path: str | None) -> list[tuple[str, object]]:
     """The files a script-mode run reads (the script, every file its command line names, the config),
     for `check_outputs`."""
+    # lazy: every command, --help included, loads this module; this loads only when used
     from torchpace.cli._common import command_files
     from torchpace.launch.command import parse_python_command
 

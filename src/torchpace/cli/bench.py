@@ -28,6 +28,7 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     vision, language, tabular, inference. A script is measured inside its own process: a step is
     one optimizer step (or one backward() without an optimizer), samples come from its DataLoader.
     """
+    # lazy: `torchpace bench --help` loads this module; the verb's work loads only when it runs
     from torchpace.host import probe_host
     from torchpace.measure.bench import BenchOptions
     from torchpace.bench.run import bench_workload, nonfinite_loss_message
@@ -38,6 +39,7 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     config = build_config(config_path, assignments)
     host = probe_host()
     if command_argv:
+        # lazy: `torchpace bench --help` loads this module; the verb's work loads only when it runs
         from torchpace.bench.script import bench_script
 
         result = bench_script(command_argv, config, max_time_s, host, samples_per_step=samples_per_step,
@@ -45,6 +47,7 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     else:
         result = bench_workload(workload, config, BenchOptions(max_time_s=max_time_s), host=host, device=device,
                                 show_progress=not as_json, accuracy_batches=accuracy_batches)
+    # lazy: `torchpace bench --help` loads this module; the verb's work loads only when it runs
     from torchpace.measure.render import render_bench
 
     output_result(result.to_dict(), out_path, as_json, lambda console, _: render_bench(console, result))

@@ -20,6 +20,7 @@ def _progress_bar(enabled: bool) -> Iterator:
     if not enabled or not sys.stderr.isatty():
         yield None
         return
+    # lazy: `torchpace bench-data --help` loads this module; the verb's work loads only when it runs
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -56,6 +57,7 @@ def command(path, decoders, num_workers, batch_size, max_time_s, shards, cold, o
     Figures: files/s and MB/s from disk cold and warm, decode images/s per decoder, and DataLoader
     images/s per decoder and worker count; the same for the shards.
     """
+    # lazy: `torchpace bench-data --help` loads this module; the verb's work loads only when it runs
     from torchpace.data.bench import DataBenchOptions, run_data_bench
     from torchpace.host import probe_host
 
@@ -68,6 +70,7 @@ def command(path, decoders, num_workers, batch_size, max_time_s, shards, cold, o
                                max_time_s=max_time_s, shards=shards, cold=cold)
     with _progress_bar(not as_json) as on_progress:
         result = run_data_bench(path, options, on_progress=on_progress, host=host.summary())
+    # lazy: `torchpace bench-data --help` loads this module; the verb's work loads only when it runs
     from torchpace.data.render import render_data_bench
 
     output_result(result.to_dict(), out_path, as_json, render_data_bench)

@@ -37,6 +37,7 @@ def command(workload, config_paths, assignments, max_time_s, sequential, device,
     torchpace compare --config torchpace.toml                      # a tuned config vs the defaults
     torchpace compare --config a.toml --config b.toml vision       # two configs
     """
+    # lazy: `torchpace compare --help` loads this module; the verb's work loads only when it runs
     from torchpace.compare.render import render_comparison
     from torchpace.compare.run import CompareOptions, compare
     from torchpace.host import probe_host
@@ -62,6 +63,7 @@ def build_pair(config_paths: tuple[str, ...], assignments: tuple[str, ...]):
     - one config alone: A is PyTorch's defaults and B the config ("is my tuned config faster?");
     - no config: A is the defaults, B the defaults with --set (the defaults against themselves without).
     """
+    # lazy: `torchpace compare --help` loads this module; the verb's work loads only when it runs
     from torchpace.config import RunConfig, load_config, parse_assignments
 
     configs = [load_config(path) for path in config_paths]

@@ -33,6 +33,7 @@ def command(data_dir: str | None, strict: bool, as_json: bool) -> int:
 
     Exit status: 0 when nothing fails, 1 when something fails (--strict: or warns), 2 on bad input.
     """
+    # lazy: `torchpace doctor --help` loads this module; the verb's work loads only when it runs
     from torchpace.doctor.checks import run_checks
     from torchpace.doctor.probes import collect_facts
     from torchpace.doctor.render import build_report, exit_code_for, render_text

@@ -16,6 +16,7 @@ PREPARE_CHANGE = ('run = torchpace.prepare(config="torchpace.toml", model=model,
 
 def plan_knob_table(host, workload) -> list[dict]:
     """One row per registered knob: stage, default, candidates here, or the reason it does not apply."""
+    # lazy: `torchpace knobs --help` loads this module; the verb's work loads only when it runs
     from torchpace.knobs import knobs_in_stage_order
 
     rows = []
@@ -32,6 +33,7 @@ def plan_knob_table(host, workload) -> list[dict]:
 def plan_script_knob_table(host, label: str) -> list[dict]:
     """One row per knob for an unmodified script: how it reaches the script and its candidates here,
     or that it needs `torchpace.prepare()` (with the code change), or why it does not apply here."""
+    # lazy: `torchpace knobs --help` loads this module; the verb's work loads only when it runs
     from torchpace.knobs import knobs_in_stage_order
     from torchpace.script.knobs import script_target
 
@@ -57,12 +59,14 @@ def command(workload, as_json):
     With `-- python train.py ARGS`: which knobs reach that script unchanged (and how), and which need
     `torchpace.prepare()` in it, with the code change.
     """
+    # lazy: `torchpace knobs --help` loads this module; the verb's work loads only when it runs
     from torchpace.host import probe_host
 
     host = probe_host()
     command_argv = script_command(workload)
     if command_argv:
         return _script_knobs(host, command_argv, as_json)
+    # lazy: `torchpace knobs --help` loads this module; the verb's work loads only when it runs
     from torchpace.workload import load_workload
 
     loaded = load_workload(workload)
@@ -79,6 +83,7 @@ def command(workload, as_json):
 
 
 def _script_knobs(host, command_argv: list[str], as_json: bool) -> int:
+    # lazy: `torchpace knobs --help` loads this module; the verb's work loads only when it runs
     from torchpace.launch.command import parse_python_command
 
     label = parse_python_command(command_argv).label
@@ -108,8 +113,10 @@ def _script_knobs(host, command_argv: list[str], as_json: bool) -> int:
 def _knob_table(title: str, columns: tuple[str, ...]):
     """A Rich table whose first column holds whole knob names at any terminal width (never cut to
     `data.persistent_wo…`); the other columns fold long words instead of cutting them."""
+    # lazy: `torchpace knobs --help` loads this module; the verb's work loads only when it runs
     from rich.table import Table
 
+    # lazy: `torchpace knobs --help` loads this module; the verb's work loads only when it runs
     from torchpace.knobs import REGISTRY
 
     table = Table(title=title)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 
 import click
 
@@ -42,6 +43,7 @@ def _omp_threads(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 def check_command(command: tuple[str, ...]):
     """The PythonCommand after `--`; UsageError when it is missing, not Python, or its script is missing."""
+    # lazy: `torchpace launch --help` loads this module; the verb's work loads only when it runs
     from torchpace.launch.command import check_program_exists, parse_python_command
 
     if not command:
@@ -57,6 +59,7 @@ def build_options(command: tuple[str, ...], config_path: str | None, **given: ob
     Without --config, torchpace's own `auto` choices fill what the cli leaves open; with one, what the
     config does not hold is left as the tuner's trials ran it.
     """
+    # lazy: `torchpace launch --help` loads this module; the verb's work loads only when it runs
     from torchpace.config import RunConfig, load_config
     from torchpace.launch.plan import ChildOptions
     from torchpace.launch.probe import probe_launch_facts
@@ -80,6 +83,7 @@ def check_here(config, given: dict, host) -> None:
     """UsageError (exit 2, nothing started) for a config knob this host cannot run, as `bench` checks
     it, or an option that sets a knob (--nproc-per-node, --omp-threads: `Knob.cli_option`) beyond what
     the host allows (the knobs' own limits)."""
+    # lazy: `torchpace launch --help` loads this module; the verb's work loads only when it runs
     from torchpace.config import check_on_host
 
     check_on_host(config, host)
@@ -115,6 +119,7 @@ def command(command, config_path, dry_run, as_json, **given):
     SCRIPT may follow `python` (any Python interpreter's name) or be `-m MODULE`; it runs with the
     interpreter torchpace runs in. Exits with the script's exit code (with torchrun: the first failed rank's).
     """
+    # lazy: `torchpace launch --help` loads this module; the verb's work loads only when it runs
     from torchpace.launch.plan import plan_child
     from torchpace.launch.probe import probe_launch_host
     from torchpace.launch.render import plan_to_dict, render_plan, render_summary
@@ -133,6 +138,7 @@ def command(command, config_path, dry_run, as_json, **given):
         else:
             click.echo(render_plan(plan, base_env), nl=False)
         return 0
+    # lazy: `torchpace launch --help` loads this module; the verb's work loads only when it runs
     from torchpace.launch.execute import execute
 
     click.echo(render_summary(plan, base_env), err=True, nl=False)
@@ -141,8 +147,6 @@ def command(command, config_path, dry_run, as_json, **given):
 
 def _with_interpreter_note(plan, options, base_env):
     """`plan` with a note when the interpreter named after `--` is not the one the script runs with."""
-    from dataclasses import replace
-
     named = options.command.interpreter
     note = interpreter_note(named, named and shutil.which(named, path=base_env.get("PATH")), options.facts.python)
     return plan if note is None else replace(plan, notes=(*plan.notes, note))

@@ -53,6 +53,7 @@ def command(interval_s: float, csv_path: Path | None, tensorboard_dir: Path | No
     126 when it cannot be executed, 2 for bad options (nothing is started then).
     """
     check_outputs({"--csv": csv_path, "--tensorboard": tensorboard_dir}, command_files(cmd), out_dirs=["--tensorboard"])
+    # lazy: `torchpace monitor --help` loads this module; the verb's work loads only when it runs
     from torchpace.monitor.live import LiveView, PlainView, render_summary
     from torchpace.monitor.run import MonitorOptions, build_summary, probe_cores, run_monitor
 

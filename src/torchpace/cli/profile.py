@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import sys
 
 import click
 
@@ -46,6 +48,7 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
     config = build_config(config_path, assignments)
     if command_argv:
         return _profile_script(command_argv, config, steps, python_steps, trace_path, as_json)
+    # lazy: `torchpace profile --help` loads this module; the verb's work loads only when it runs
     from torchpace.knobs.distributed import nproc_of
     from torchpace.engine.distributed import RankEnv
 
@@ -86,6 +89,7 @@ def _report(payload: dict, as_json: bool) -> int:
     if as_json:
         emit_json(payload)
     else:
+        # lazy: `torchpace profile --help` loads this module; the verb's work loads only when it runs
         from torchpace.profile.render import render_profile
 
         render_profile(make_console(), payload)
@@ -93,6 +97,7 @@ def _report(payload: dict, as_json: bool) -> int:
 
 
 def _profile_script(command_argv: list[str], config, steps: int, python_steps: int, trace_path: str, as_json: bool) -> int:
+    # lazy: `torchpace profile --help` loads this module; the verb's work loads only when it runs
     from torchpace.host import probe_host
     from torchpace.profile.capture import CaptureOptions
     from torchpace.bench.script import profile_script
@@ -108,8 +113,7 @@ def _under_torchrun(workload: str | None, config, args: list[str]) -> int:
     is (the config's process-level settings, NUMA binding per rank) and run as `launch` runs a plan;
     rank 0 prints. A knob that does not apply is exit 2 before any rank starts. Returns the exit
     status of the first rank that failed, else 0."""
-    import os
-
+    # lazy: `torchpace profile --help` loads this module; the verb's work loads only when it runs
     from torchpace.host import probe_host
     from torchpace.launch.command import PythonCommand
     from torchpace.launch.execute import execute
@@ -128,9 +132,6 @@ def _under_torchrun(workload: str | None, config, args: list[str]) -> int:
 
 def _status(enabled: bool, message: str):
     """A spinner on stderr while the profile runs (nothing when disabled or not a terminal)."""
-    import contextlib
-    import sys
-
     if not enabled or not sys.stderr.isatty():
         return contextlib.nullcontext()
     return make_console(stderr=True).status(message)

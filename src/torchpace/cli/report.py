@@ -35,6 +35,7 @@ def command(source, out_path, study_name, storage, with_doctor):
     if source is None and storage is None:
         source = _default_study()
     check_outputs({"--out": out_path}, [("the input", source), ("the study storage", storage and study_file(storage))])
+    # lazy: `torchpace report --help` loads this module; the verb's work loads only when it runs
     from torchpace.report import write_report
     from torchpace.report.load import load_report_data
 
@@ -48,6 +49,7 @@ def command(source, out_path, study_name, storage, with_doctor):
 
 def _default_study() -> str | None:
     """The study `torchpace tune` writes in this folder by default, when it is there."""
+    # lazy: `torchpace report --help` loads this module; the verb's work loads only when it runs
     from torchpace.tune.storage import DEFAULT_STUDY_FILE
 
     return str(DEFAULT_STUDY_FILE) if DEFAULT_STUDY_FILE.is_file() else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import click
@@ -17,6 +18,7 @@ def _progress_bar(enabled: bool, total_samples: int) -> Iterator:
     if not enabled or not sys.stderr.isatty():
         yield None
         return
+    # lazy: `torchpace shard --help` loads this module; the verb's work loads only when it runs
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(TextColumn("sharding"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[mb]:,.1f} MB"),
@@ -55,8 +57,7 @@ def command(src_dir, out_dir, shard_size, shuffle, seed, overwrite, as_json):
     leaves no half-written shard under a final name. Afterwards every shard is read back and its
     sample count checked.
     """
-    from pathlib import Path
-
+    # lazy: `torchpace shard --help` loads this module; the verb's work loads only when it runs
     from torchpace.data.scan import scan_folder
     from torchpace.data.shards import check_out_dir, write_shards
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -61,6 +62,7 @@ def command(workload, budget, max_trials, strategy, storage, study_name, resume,
     that reach it unchanged (`torchpace knobs -- CMD` lists them); `torchpace launch --config
     torchpace.toml -- python train.py ARGS` then runs it as it was measured.
     """
+    # lazy: `torchpace tune --help` loads this module; the verb's work loads only when it runs
     from torchpace.host import probe_host
     from torchpace.knobs import get_knob
     from torchpace.tune.tuner import TuneOptions, Tuner
@@ -103,6 +105,7 @@ def _write_html_report(outcome, host, report_path: str | None) -> None:
     """`--report`: the HTML report of this tune; the message goes to stderr so `--json` stays clean."""
     if report_path is None:
         return
+    # lazy: `torchpace tune --help` loads this module; the verb's work loads only when it runs
     from torchpace.report import report_data_from_tune, write_report
 
     path = write_report(report_data_from_tune(outcome, host.summary()), report_path)
@@ -113,6 +116,7 @@ def _report(outcome, as_json: bool) -> None:
     if as_json:
         emit_json(outcome.to_dict())
     else:
+        # lazy: `torchpace tune --help` loads this module; the verb's work loads only when it runs
         from torchpace.tune.render import render_outcome
 
         render_outcome(make_console(), outcome)
@@ -136,8 +140,8 @@ class _progress:
     def __enter__(self):
         if not self.enabled:
             return _say_notices
-        import time
 
+        # lazy: `torchpace tune --help` loads this module; the verb's work loads only when it runs
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -149,8 +153,6 @@ class _progress:
         return self.on_event
 
     def on_event(self, kind, **data):
-        import time
-
         if kind == "notice":
             return _say_notices(kind, **data)
         assignment = data.get("assignment")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from rich.table import Table
+
 from torchpace.compare.result import Comparison
 
 
 def render_comparison(console, r: Comparison) -> None:
-    from rich.table import Table
-
     table = Table(title=f"compare {r.target}  ({_mode(r)})", title_justify="left")
     for column in ("arm", "config", r.unit + " (median of its rounds)", "95% CI", "other load"):
         table.add_column(column)

@@ -22,16 +22,22 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
 from torchpace.compare.result import RESULT_KIND, RESULT_SCHEMA_VERSION, Comparison, ComparisonArm
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts
 from torchpace.knobs import REGISTRY
+from torchpace.launch.command import parse_python_command
 from torchpace.measure.contention import decision_note
 from torchpace.measure.result import SAMPLES_PER_S, STEPS_PER_S
 from torchpace.measure.stats import Summary, summarize
 from torchpace.protocol import INVALID, TrialSpec
+from torchpace.script.knobs import check_script_config
 from torchpace.trial.pair import PairOptions, PairResult, run_pair
+from torchpace.trial.script import script_trial_spec
 from torchpace.workload import DEFAULT_WORKLOAD, load_workload
 
 _START_MARGIN_S = 120.0  # start-up, guard steps and compile beyond the measured time
@@ -56,8 +62,6 @@ def arm_specs(target: str | None, command: Sequence[str] | None, config_a: RunCo
               options: CompareOptions) -> tuple[TrialSpec, TrialSpec]:
     """The two arms' trial specs: the same workload or script, each with its config."""
     if command:
-        from torchpace.trial.script import script_trial_spec
-
         return tuple(script_trial_spec(command, config, options.max_time_s, samples_per_step=options.samples_per_step)
                      for config in (config_a, config_b))
 
@@ -87,9 +91,6 @@ def compare(target: str | None, command: Sequence[str] | None, config_a: RunConf
 def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, host: HostFacts) -> str:
     """The compared thing's label, after checking that every knob of both configs can run here."""
     if command:
-        from torchpace.launch.command import parse_python_command
-        from torchpace.script.knobs import check_script_config
-
         label = parse_python_command(command).label
         for config in (config_a, config_b):
             check_script_config(config, host, label)
@@ -165,8 +166,6 @@ def round_progress(enabled: bool, label: str) -> Iterator:
     if not enabled or not sys.stderr.isatty():
         yield None
         return
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.fields[status]}"),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True) as progress:

@@ -115,6 +115,7 @@ class PillowDecoder(Decoder):
     jpeg_only = False
 
     def decode(self, data: bytes) -> torch.Tensor:
+        # lazy: Pillow loads only when this decoder decodes (`torchpace shard` runs without it)
         from PIL import Image
 
         try:

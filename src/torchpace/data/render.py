@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.table import Table
+
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
 
 _COLD_METHOD_TEXT = {
@@ -44,8 +46,6 @@ def _header(r: dict[str, Any]) -> str:
 
 def render_data_bench(console, r: dict[str, Any]) -> None:
     """Print the figures table and the notes on how they were measured."""
-    from rich.table import Table
-
     table = Table(title=_header(r))
     for column in ("stage", "format", "cache / decoder", "median", "95% CI", "MB/s", "vs pillow"):
         table.add_column(column, justify="right" if column in ("median", "95% CI", "MB/s", "vs pillow") else "left")

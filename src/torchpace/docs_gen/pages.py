@@ -13,7 +13,10 @@ import importlib
 from types import ModuleType
 from typing import Any, Callable, Iterable
 
+import click
+
 from torchpace import protocol
+from torchpace.cli import cli
 from torchpace.compare.schema import COMPARE_RESULT_SCHEMA
 from torchpace.docs_gen.markdown import code, table
 from torchpace.docs_gen.source import (
@@ -301,8 +304,6 @@ def render_where_is() -> str:
 
 def _option_rows(command, context) -> list[tuple[str, str]]:
     """(option, help) of each option of a click command, as its `--help` shows them."""
-    import click
-
     return [(code(record[0]), record[1]) for record in
             (param.get_help_record(context) for param in command.get_params(context)
              if isinstance(param, click.Option)) if record]
@@ -310,8 +311,6 @@ def _option_rows(command, context) -> list[tuple[str, str]]:
 
 def _verb_section(verb: str, module_name: str, summary: str) -> list[str]:
     """One verb's usage line and its options, as `torchpace VERB --help` shows them."""
-    import click
-
     command = importlib.import_module(module_name).command
     # within the group's context, as at run time: the verb inherits its help options (`-h` as well as
     # `--help`), and what click caches on a command after a run through the group reads the same
@@ -323,10 +322,6 @@ def _verb_section(verb: str, module_name: str, summary: str) -> list[str]:
 
 def _group_context():
     """The context `torchpace` itself runs in (`-h` as well as `--help`)."""
-    import click
-
-    from torchpace.cli import cli
-
     return click.Context(cli, info_name="torchpace", **cli.context_settings)
 
 

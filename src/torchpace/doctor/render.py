@@ -8,6 +8,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from rich.text import Text
+
 from torchpace._version import __version__
 from torchpace.doctor.facts import DoctorFacts
 from torchpace.doctor.remedies import package_manager
@@ -73,8 +75,6 @@ def build_report(facts: DoctorFacts, findings: list[Finding], strict: bool, dura
 
 def render_text(console, facts: DoctorFacts, findings: list[Finding], strict: bool, duration_s: float) -> None:
     """Print findings grouped by area: severity, title, evidence, remedy and its command."""
-    from rich.text import Text
-
     torch = facts.torch.version or "torch not importable"
     console.print(Text.assemble(("torchpace doctor", "bold"), f"  {facts.distro.pretty_name or facts.distro.id}"
                                 f" · Python {facts.python.version} · torch {torch}"))
@@ -94,8 +94,6 @@ def render_text(console, facts: DoctorFacts, findings: list[Finding], strict: bo
 
 
 def _render_finding(console, finding: Finding) -> None:
-    from rich.text import Text
-
     badge = f"{finding.severity.value.upper():>4}"
     console.print(Text.assemble("  ", (badge, _STYLE[finding.severity]), "  ", finding.title))
     width = max(40, console.width)
@@ -109,7 +107,5 @@ def _render_finding(console, finding: Finding) -> None:
 
 def _print_wrapped(console, text: str, indent: str, width: int, style: str) -> None:
     """Print `text` wrapped to `width` with every line indented (Rich would not indent wrapped lines)."""
-    from rich.text import Text
-
     for line in textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + "  ") or [indent]:
         console.print(Text(line, style=style), overflow="fold")

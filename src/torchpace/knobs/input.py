@@ -19,6 +19,7 @@ _NOT_OURS = ("only for workloads whose dataset is a torchpace.data.ImageFolderDa
 
 
 def _dataset_type_reason(workload, shards_too: bool) -> str | None:
+    # torch: the datasets import it
     from torchpace.data import ImageFolderDataset, ShardDataset
 
     accepted = (ImageFolderDataset, ShardDataset) if shards_too else (ImageFolderDataset,)

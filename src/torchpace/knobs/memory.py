@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torchpace.errors import UsageError
 from torchpace.knobs.base import IntKnob, Knob, Point
 
 
@@ -55,8 +56,6 @@ class MicroBatchKnob(IntKnob):
     def apply(self, value, target, ctx):
         reason = self.value_applies(value, ctx.host, ctx.workload)
         if reason:
-            from torchpace.errors import UsageError
-
             raise UsageError(f"knob {self.name!r}: {reason}")
         target.micro_batch_size = None if value == "full" else int(value)
         return target

@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
+import psutil
+
 MATERIAL_CORES = 0.5  # half a core: what a neighbour busy half the time takes; below it the noise band covers it
 MATERIAL_FRAC = 0.1  # on a large host, a tenth of its usable cores
 _KTHREADD_PID = 2  # the kernel's threads are its children
@@ -36,8 +38,6 @@ class CpuSnapshot:
 
 def probe_cpu_times(own_root_pid: int | None = None, clock=time.monotonic) -> CpuSnapshot:
     """The CPU seconds of every process outside `own_root_pid`'s tree (default: this process)."""
-    import psutil
-
     root = own_root_pid if own_root_pid is not None else os.getpid()
     try:
         own = {root, *(p.pid for p in psutil.Process(root).children(recursive=True))}

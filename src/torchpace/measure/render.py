@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.table import Table
+
 from torchpace.measure.contention import contention_note
 from torchpace.measure.result import BenchResult, ScriptInfo
 
@@ -100,8 +102,6 @@ def inference_rows(r: BenchResult) -> list[tuple[str, str]]:
 
 
 def render_bench(console, r: BenchResult) -> None:
-    from rich.table import Table
-
     config = ", ".join(f"{k}={v}" for k, v in r.config.items()) or "defaults"
     table = Table(title=f"torchpace bench: {r.workload} on {r.device} ({config})", show_header=False)
     table.add_column(style="bold")

@@ -12,6 +12,7 @@ import time
 from typing import Any, Protocol, Sequence
 
 from rich.console import Console, Group, RenderableType
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
@@ -223,8 +224,6 @@ class LiveView:
     """
 
     def __init__(self, console: Console, title: str, usable_cores: int, history: int = _HISTORY_SAMPLES):
-        from rich.live import Live
-
         self._console = console
         self._title = title
         self._usable_cores = usable_cores

@@ -484,6 +484,7 @@ class GpuSampler:
         """
         if nvml is None:
             try:
+                # lazy: NVML loads only where a GPU is sampled
                 import pynvml as nvml
             except ImportError:
                 return None, build_gpu_note("the nvidia-ml-py package (pynvml) is not installed")

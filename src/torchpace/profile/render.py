@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.panel import Panel
+from rich.table import Table
+
 from torchpace.measure.render import noise_warnings
 
 _PHASES = (("input_wait", "input wait"), ("h2d", "host→device copy"), ("forward", "forward + loss"),
@@ -38,8 +41,6 @@ def top_op_rows(result: dict[str, Any], limit: int = 8) -> list[tuple[str, str, 
 
 def render_profile(console, result: dict[str, Any]) -> None:
     """Print the verdict, the step split, findings, top operators, remedies and the trace path."""
-    from rich.panel import Panel
-
     config = ", ".join(f"{k}={v}" for k, v in result["config"].items()) or "defaults"
     console.print(f"[bold]torchpace profile[/]: {result['workload']} on {result['device']} ({config}), "
                   f"{result['steps']} profiled steps")
@@ -60,8 +61,6 @@ def render_profile(console, result: dict[str, Any]) -> None:
 
 
 def _table(title: str, *columns: str):
-    from rich.table import Table
-
     table = Table(title=title, title_justify="left", show_edge=False)
     for column in columns:
         table.add_column(column, justify="right" if column in ("ms/step", "share", "calls", "self ms/step") else "left")

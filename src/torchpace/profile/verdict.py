@@ -173,6 +173,7 @@ def build_verdict(findings: Sequence[Finding], *, on_gpu: bool = False, workload
 
 def registered_knobs_by_stage() -> dict[str, list[str]]:
     """Every registered knob's name, grouped by stage, in registry order."""
+    # lazy: `profile --help` loads this module; the knob registry loads when a verdict names knobs
     from torchpace.knobs import REGISTRY
 
     grouped: dict[str, list[str]] = {}
@@ -195,6 +196,7 @@ def candidate_values(host: Any, workload: Any) -> dict[str, list[Any]]:
 
 
 def _applicable_knobs(host: Any, workload: Any) -> list:
+    # lazy: `profile --help` loads this module; the knob registry loads when a verdict names knobs
     from torchpace.knobs import REGISTRY
 
     return [knob for knob in REGISTRY.values()

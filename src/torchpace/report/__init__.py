@@ -31,6 +31,7 @@ def write_report(data: "ReportData", path: str | Path, *, with_doctor: bool = Tr
         The path written.
     """
     if with_doctor:
+        # lazy: the host's checks load only when the report includes them
         from torchpace.report.doctor import collect_doctor_summary
 
         data = dataclasses.replace(data, doctor=collect_doctor_summary(data.host))

@@ -56,6 +56,7 @@ def render_figure_svg(name: str, title: str, height_in: float, draw: Callable[[A
         height_in: figure height in inches (width is fixed).
         draw: fills the matplotlib Figure.
     """
+    # lazy: matplotlib loads only when a chart is drawn
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -245,6 +246,7 @@ def _finite(values: Sequence[float]) -> list[float]:
 def render_windows_svg(bench: BenchResult) -> str:
     """A bench's per-window figure (samples/s, or steps/s when the samples per step are unknown), its
     median and the median's 95% CI."""
+    # lazy: matplotlib loads only when a chart is drawn
     from matplotlib.ticker import MaxNLocator
 
     rate, windows = bench.objective, list(bench.throughput.window_rates)

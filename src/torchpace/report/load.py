@@ -175,6 +175,7 @@ def check_holds_study(url: str, source: str) -> None:
 
 def load_study(url: str, name: str | None, source: str) -> ReportData:
     """Read a torchpace study from Optuna storage `url` into ReportData."""
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)

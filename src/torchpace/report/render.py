@@ -16,7 +16,7 @@ from torchpace._version import __version__
 from torchpace.files import write_atomic
 from torchpace.report import charts
 from torchpace.report.load import ReportData
-from torchpace.report.view import build_view, guard_curves, tuned_row
+from torchpace.report.view import build_view, guard_curves, step_split, tuned_row
 from torchpace.tune.outcome import TuneOutcome
 
 TEMPLATE = "report.html.j2"
@@ -31,8 +31,6 @@ def build_charts(data: ReportData) -> dict[str, str]:
     if data.bench and data.bench.throughput.window_rates:
         svgs["windows"] = charts.render_windows_svg(data.bench)
     if data.profile:
-        from torchpace.report.view import step_split
-
         split = step_split(data.profile)
         if split:
             svgs["split"] = charts.render_split_svg(split)
@@ -57,6 +55,7 @@ def _tune_charts(tune: TuneOutcome) -> dict[str, str]:
 
 def render_html(data: ReportData, generated_at: datetime | None = None) -> str:
     """The report's HTML text."""
+    # lazy: the template engine loads only when a page is rendered
     import jinja2
     from markupsafe import Markup
 

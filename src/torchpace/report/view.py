@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
+import tomli_w
+
 from torchpace.config import SCHEMA_VERSION
 from torchpace.knobs import REGISTRY
 from torchpace.measure.render import bench_rows, bench_warnings, format_bytes, noise_warnings
@@ -320,8 +322,6 @@ def config_view(data: ReportData) -> dict[str, Any]:
 
 def config_toml(config: Mapping[str, Any]) -> str:
     """`config` as the torchpace.toml that `--config` and `prepare()` read."""
-    import tomli_w
-
     return tomli_w.dumps({"schema_version": SCHEMA_VERSION, "knobs": dict(sorted(config.items()))})
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from torchpace.errors import UsageError
 from torchpace.workload import Workload
 
 GUARD_SEED = 1234
@@ -38,8 +39,6 @@ def run_guard_steps(workload: Workload, config: Any, steps: int, device: str | N
             from torchpace.engine.distributed import global_batch_loader, global_mean
 
             if workload.batch_size < run.world_size:
-                from torchpace.errors import UsageError
-
                 raise UsageError(f"the convergence guard splits each batch of {workload.batch_size} between "
                                  f"{run.world_size} processes: batch_size must be at least nproc_per_node")
             loader = global_batch_loader(run.loader, workload.batch_size, run.dist)

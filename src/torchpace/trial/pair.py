@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import psutil
+
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
@@ -279,8 +281,6 @@ class _Arm:
 
 def _wait_stopped(proc, deadline: float) -> bool:
     """True once `proc` is stopped (state T); False when it ended or `deadline` passed."""
-    import psutil
-
     try:
         process = psutil.Process(proc.pid)
         while time.monotonic() < deadline:

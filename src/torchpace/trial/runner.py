@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
+import psutil
+
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts
@@ -146,8 +148,6 @@ def dump_stacks(pid: int, stderr_paths: list[Path]) -> None:
     Only at the cap, on a trial that is about to be killed: faulthandler reads other threads' frames
     while they run, which can crash a live process, so a trial that is still working never dumps.
     """
-    import psutil
-
     try:
         tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     except psutil.Error:
@@ -171,8 +171,6 @@ def dump_stacks(pid: int, stderr_paths: list[Path]) -> None:
 def dead_children(pid: int) -> list[int]:
     """Descendants of `pid` that have exited but were not reaped (zombies): a worker whose death its
     parent never noticed."""
-    import psutil
-
     try:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
+from torchpace.profile.verdict import stages_to_try_first
 from torchpace.tune.space import KnobSpace
 
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
@@ -244,8 +245,6 @@ def order_stages(stages: list[str], baseline: Record) -> list[str]:
     waiting on data for >= 25% of its step; otherwise the order given."""
     first: list[str] = []
     if baseline.verdict:
-        from torchpace.profile.verdict import stages_to_try_first
-
         first = stages_to_try_first(baseline.verdict)
     elif baseline.input_bound_frac is not None and baseline.input_bound_frac >= _INPUT_BOUND_FIRST:
         first = ["data"]

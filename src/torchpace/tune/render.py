@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.table import Table
+
 from torchpace.measure.render import format_bytes, format_latency
 from torchpace.measure.result import AccuracyReport, LatencyFigures, Objective
 from torchpace.tune.figures import ReportedDecision
@@ -22,8 +24,6 @@ def figure_text(figure: Objective | None, digits: int = 1) -> str:
 
 
 def render_outcome(console, o: TuneOutcome) -> None:
-    from rich.table import Table
-
     if o.failed_baseline:
         console.print(f"[red]tune stopped:[/] {o.failed_baseline}")
     base = o.baseline
@@ -88,8 +88,6 @@ def best_line(o: TuneOutcome) -> str:
 
 def _render_paired_waterfall(console, o: TuneOutcome) -> None:
     """Greedy by paired comparisons: each accepted change with its comparison's ratio and CI."""
-    from rich.table import Table
-
     base = o.baseline
     table = Table(title=f"torchpace tune: {o.workload} ({o.strategy}, each change compared in alternation with "
                         f"the config before it; {len(o.trials)} comparisons, stopped: {o.stopped})")
@@ -126,8 +124,6 @@ def _accuracy_cell(accuracy: AccuracyReport | None) -> str:
 
 def _render_inference_waterfall(console, o: TuneOutcome) -> None:
     """Inference: batch-1 latency and throughput of the baseline and each accepted change."""
-    from rich.table import Table
-
     base = o.baseline
     table = Table(title=f"torchpace tune: {o.workload} (objective {o.objective}, {o.strategy}, "
                         f"{len(o.trials)} trials, stopped: {o.stopped})")
@@ -160,8 +156,6 @@ def _render_export(console, export: ExportOutcome | None) -> None:
 def _render_not_kept(console, decisions: Sequence[ReportedDecision]) -> None:
     """Greedy: each knob tried and not kept, with the policy's one-line reason (no faster, within the
     noise, every value failed), so the summary accounts for every trial, not only the accepted ones."""
-    from rich.table import Table
-
     rejected = [d for d in decisions if d.decision.accepted_value is None]
     if not rejected:
         return
@@ -179,8 +173,6 @@ def _render_not_kept(console, decisions: Sequence[ReportedDecision]) -> None:
 
 
 def _render_rejected(console, trials: Sequence[TrialRow]) -> None:
-    from rich.table import Table
-
     rows = [t for t in trials if t.status != "ok" or t.guard == "fail"]
     if not rows:
         return

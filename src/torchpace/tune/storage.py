@@ -174,6 +174,7 @@ def sqlite_timeout_s(url: str) -> float:
 
 def optuna_tables() -> frozenset[str]:
     """Every table Optuna's RDB storage creates (its schema, plus alembic's version table)."""
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
     from optuna.storages._rdb import models
 
     return frozenset(models.BaseModel.metadata.tables) | {"alembic_version"}
@@ -285,6 +286,7 @@ def open_storage(url: str, read_only: bool = False):
     Raises:
         UsageError: the URL is not a usable Optuna database (unreachable, refused, not Optuna's).
     """
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
     import optuna
     import sqlalchemy.exc
 
@@ -313,6 +315,7 @@ def _make_sqlite_parent(url: str) -> None:
 def _storage_class():
     """Optuna's RDBStorage whose heartbeat thread keeps a database failure for the main thread instead of
     printing a traceback (the main thread's next write meets the same failure and reports it once)."""
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
     import optuna
     import sqlalchemy.exc
 
@@ -383,6 +386,7 @@ def describe_failure(url: str, err: BaseException) -> str:
 @contextmanager
 def storage_failures(url: str) -> Iterator[None]:
     """Turn a database error inside the block into one `StorageFailed` naming its cause (no chained tracebacks)."""
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
     import optuna
     import sqlalchemy.exc
 
@@ -444,6 +448,7 @@ def copy_study(name: str, from_url: str, to_url: str) -> None:
     Raises:
         UsageError: either storage is unusable, the source has no such study, or the target already has one.
     """
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
     import optuna
 
     check_storage(from_url)

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
+
 from torchpace.errors import UsageError
 from torchpace.tune.attrs import (ATTR, STUDY_KIND, STUDY_SCHEMA_VERSION, PairRecord, StudyAttrs,  # noqa: F401
                                   TrialRecord)
@@ -58,6 +60,7 @@ def _shown(value: Any) -> str:
 
 def open_study(storage, name: str, meta: StudyAttrs, resume: bool, sampler):
     """Create a new study, or (with `resume`) load and check an existing one."""
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
     import optuna
 
     existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
@@ -93,8 +96,6 @@ def tuner_process() -> str | None:
     """This process as `fail_stale_trials` recognises it: this machine, pid and start time (a pid may be
     reused). None where the machine is unreadable: such a tuner's trials are failed after the heartbeat
     grace only."""
-    import psutil
-
     machine = _this_machine()
     return None if machine is None else f"{machine}/{_process_start(psutil.Process())}"
 
@@ -107,8 +108,8 @@ def _process_start(process) -> str:
 def fail_stale_trials(study) -> None:
     """Fail the running trials no live tuner runs: those whose tuner sent no heartbeat within the grace
     (Optuna's check, for any host), and at once those of a tuner on this machine whose process is gone."""
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
     import optuna
-    import psutil
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -171,6 +172,7 @@ _NO_VERDICT = ("budget", "lost", "interrupted", "partner")  # cut by the budget,
 
 def build_records(trials: Iterable[Any]) -> list[Record]:
     """Policy records from Optuna trials, with the guard checked against the baseline's curve."""
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
     import optuna
 
     waiting = (optuna.trial.TrialState.PRUNED.name, optuna.trial.TrialState.WAITING.name)

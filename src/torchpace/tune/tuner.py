@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
+
 from torchpace.config import RunConfig, save_config
 from torchpace.errors import UsageError
 from torchpace.files import OutputWriteFailed
@@ -97,8 +99,10 @@ def make_conflicts(space: list[KnobSpace]) -> Callable[[dict], str | None]:
 
 
 def make_sampler(strategy: str, space: list[KnobSpace], conflicts, seed: int):
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
     import optuna
 
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
     from torchpace.tune.sampler import GreedySampler
 
     if strategy == "greedy":
@@ -125,6 +129,7 @@ class Tuner:
     """Runs one tune session against a study (several sessions may share the study)."""
 
     def __init__(self, options: TuneOptions, host, on_event: Callable[..., None] | None = None):
+        # lazy: optuna (hundreds of ms) loads only when a study is opened
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # torchpace renders its own progress
@@ -225,6 +230,7 @@ class Tuner:
             study.stop()
 
     def _objective(self, trial) -> float:
+        # lazy: optuna (hundreds of ms) loads only when a study is opened
         import optuna
 
         if self.options.strategy == "greedy":
@@ -398,7 +404,6 @@ def _free_memory_bytes(kind: str) -> int | None:
         import torch
 
         return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
-    import psutil
 
     return psutil.virtual_memory().available
 
