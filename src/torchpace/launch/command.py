@@ -17,8 +17,10 @@ Interpreter options that stop the hook from loading (`-E`, `-I`, `-S`) are refus
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -111,9 +113,6 @@ def check_program_exists(program: PythonCommand, cwd: str | os.PathLike | None =
     package, each part of its dotted name, and the `__main__` of a package run with `-m`).
 
     Finding a module runs none of its code (`importlib.machinery.PathFinder`)."""
-    import importlib.machinery
-    import sys
-
     cwd = os.fspath(cwd or os.getcwd())
     if program.script is not None:
         path = os.path.join(cwd, program.script)
@@ -134,9 +133,6 @@ def check_program_exists(program: PythonCommand, cwd: str | os.PathLike | None =
 
 def _meta_path_spec(top: str):
     """`top` as the other finders of this interpreter find it (an editable install's finder), or None."""
-    import importlib.machinery
-    import sys
-
     standard = (importlib.machinery.PathFinder, importlib.machinery.BuiltinImporter, importlib.machinery.FrozenImporter)
     for finder in sys.meta_path:
         if finder in standard or not hasattr(finder, "find_spec"):
@@ -154,8 +150,6 @@ def _check_submodules(module: str, spec) -> None:
     """UsageError when `python -m module` could not run, past its top-level package `spec`: a part of the
     dotted name that is not in its package's folders, or a package without a `__main__` (what `-m PKG` runs).
     Found as Python's path finder finds them, importing nothing."""
-    import importlib.machinery
-
     parts = module.split(".")
     for index in range(1, len(parts) + 1):
         name = ".".join(parts[:index])

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from torchpace.config import RunConfig
+from torchpace.doctor.remedies import install_command as distro_install_command
+from torchpace.doctor.remedies import install_hint
 from torchpace.errors import UsageError
 from torchpace.host import DistroInfo, HostFacts
 from torchpace.knobs import REGISTRY, Point
@@ -306,8 +308,6 @@ def _plan_binding_env(bindings: Sequence[RankBinding], base_env: Mapping[str, st
 
 def install_command(distro: DistroInfo, tool: str, is_root: bool) -> str:
     """The command that installs `tool` (jemalloc, tcmalloc, numactl) here, as doctor gives it."""
-    from torchpace.doctor.remedies import install_command as distro_install_command, install_hint
-
     return distro_install_command(distro, tool, is_root) or f"your package manager ({install_hint(tool)})"
 
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import re
 import sys
 
+from torchpace.process import exit_code
+
 
 def main(argv: list[str]) -> int:
     """Run torchrun with `argv`; return the exit status described in the module docstring."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
-
-    from torchpace.process import exit_code
 
     try:
         torchrun_main(argv)

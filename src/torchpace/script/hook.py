@@ -28,11 +28,15 @@ marked `script-stalled`, or a `timeout` naming the stall.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
+import random
 import sys
 import threading
 
+from torchpace.script.autocast import OutermostModule
 from torchpace.script.probe import ScriptProbe
+from torchpace.script.profile import ScriptProfiler
 from torchpace.script.spec import ScriptMeasure
 
 
@@ -45,8 +49,6 @@ def install(spec: ScriptMeasure) -> ScriptProbe:
     if spec.seed is not None:
         seed_everything(spec.seed)
     if spec.mode == "profile":
-        from torchpace.script.profile import ScriptProfiler
-
         probe = ScriptProfiler(spec)
         _label_forward_and_optimizer(torch)
     else:
@@ -71,8 +73,6 @@ def install_from_json(raw: str) -> ScriptProbe:
 
 def seed_everything(seed: int) -> None:
     """Seed torch, `random` and (when the script already loaded it) numpy."""
-    import random
-
     import torch
 
     torch.manual_seed(seed)
@@ -127,8 +127,6 @@ def _hook_loader(probe) -> None:
 
 def _phase(probe, name: str):
     """A `record_function` label in profile mode, nothing otherwise."""
-    import contextlib
-
     if not probe.label_phases:
         return contextlib.nullcontext()
     import torch
@@ -141,8 +139,6 @@ def _label_forward_and_optimizer(torch) -> None:
     `torchpace.optimizer` around each optimizer step (global module and optimizer hooks)."""
     from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-
-    from torchpace.script.autocast import OutermostModule
 
     forward = OutermostModule(lambda module: torch.profiler.record_function("torchpace.forward"))
     register_module_forward_pre_hook(forward.before)

@@ -35,7 +35,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+import torchpace
 from torchpace.knobs import REGISTRY, Knob, KnobValue, ScriptSubject, get_knob
+from torchpace.script.autocast import install_outermost_autocast
 
 _log = logging.getLogger(__name__)
 
@@ -112,8 +114,6 @@ class _InScript:
 
     def autocast_forward(self, knob: Knob, value: KnobValue) -> None:
         if knob.script_reason(value) is None and value != knob.default:
-            from torchpace.script.autocast import install_outermost_autocast
-
             install_outermost_autocast(str(value), REPORT, knob.name)
 
     def finish(self) -> None:
@@ -291,7 +291,5 @@ def caller_site() -> str:
 
 def _library_modules() -> list:
     import torch
-
-    import torchpace
 
     return [torch, torchpace, functools]

@@ -6,6 +6,7 @@ written for the parent, and the process ends when the measurement is done.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -13,9 +14,13 @@ import time
 from typing import Any
 
 from torchpace.files import write_atomic
+from torchpace.measure.contention import other_load_cores, probe_cpu_times
+from torchpace.measure.gate import Gate
+from torchpace.measure.timing import WindowMeter
 from torchpace.process import owner_pid
-from torchpace.script.spec import STEPS_SUFFIX, ScriptMeasure
 from torchpace.protocol import CRASH, NONFINITE, OK, TIMEOUT, TrialResult, is_nonfinite
+from torchpace.script.inprocess import REPORT
+from torchpace.script.spec import STEPS_SUFFIX, ScriptMeasure
 
 _MIN_WINDOWS_IF_ENDED = 2  # a script that ends first must leave at least this many measured windows
 # A script that stops stepping (a deadlock, a hung read, waiting on input) is not waited for without bound:
@@ -33,8 +38,6 @@ class ScriptProbe:
     label_phases = False  # profile mode: record_function labels around the script's phases
 
     def __init__(self, spec: ScriptMeasure, clock=time.perf_counter):
-        from torchpace.measure.gate import Gate
-
         self.gate = Gate.open(spec.gate)  # a paired comparison: the meter takes turns on the gate's clock
         self.spec, self.clock = spec, self.gate.clock if self.gate else clock
         self.started_s = clock()
@@ -139,8 +142,6 @@ class ScriptProbe:
     def _start_meter(self) -> None:
         """The first step ended: timing starts now (that step held start-up and compile)."""
         from torchpace.measure.bench import WARMUP_SHARE, BenchOptions
-        from torchpace.measure.contention import probe_cpu_times
-        from torchpace.measure.timing import WindowMeter
 
         self.samples_known = bool(self.spec.samples_per_step) or self.batches_seen > 0
         # other processes' CPU time from here to the result; this script's own tree is the parent's
@@ -220,8 +221,6 @@ class ScriptProbe:
 
     def build_result(self, ended_early: bool) -> TrialResult:
         """The trial result of what was measured (a failure when nothing usable was)."""
-        from torchpace.script.inprocess import REPORT
-
         wall_s = self.clock() - self.started_s
         losses = _read_losses(self.losses)
         guard = losses[: self.spec.guard_steps]
@@ -240,7 +239,6 @@ class ScriptProbe:
 
     def _bench(self, losses: list[float], ended_early: bool, wall_s: float, hook: dict) -> dict[str, Any]:
         from torchpace.measure.bench import build_script_bench
-        from torchpace.measure.contention import other_load_cores, probe_cpu_times
 
         load = other_load_cores(self._cpu_before, probe_cpu_times(owner_pid()))
         real = self.meter.result(self.ended_how if ended_early else None)
@@ -281,8 +279,6 @@ def _read_losses(losses: list) -> list[float]:
 
 def write_result(result: TrialResult, path: str) -> None:
     """Write the trial result atomically (the parent reads it after the process ends)."""
-    import json
-
     write_atomic(path, json.dumps(result.to_dict()))
 
 

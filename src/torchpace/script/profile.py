@@ -13,16 +13,22 @@ block, is written to `profile["trace_path"]` and the process ends; the parent an
 
 from __future__ import annotations
 
+import cProfile
 import json
+import pstats
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from torchpace.files import write_atomic
 from torchpace.measure.result import ScriptInfo
+from torchpace.profile.trace import METADATA_KEY
+from torchpace.protocol import CRASH, OK, TIMEOUT, TrialResult
 from torchpace.records import from_json
+from torchpace.script.inprocess import REPORT
 from torchpace.script.probe import ScriptProbe, end_process, write_result
 from torchpace.script.spec import ScriptMeasure
-from torchpace.protocol import CRASH, OK, TIMEOUT, TrialResult
 
 
 class ScriptProfiler(ScriptProbe):
@@ -84,16 +90,12 @@ class ScriptProfiler(ScriptProbe):
             self.document = json.load(fh)
         self._raw.unlink(missing_ok=True)
         if self.python_steps:
-            import cProfile
-
             self.cprofile = cProfile.Profile()
             self.cprofile.enable()
         else:
             self.finish(ended_early=False)
 
     def _stop_python(self) -> None:
-        import pstats
-
         from torchpace.profile.capture import summarize_cprofile
 
         self._sync()  # queued GPU work finishes inside the pass, so its wait is counted
@@ -123,15 +125,12 @@ class ScriptProfiler(ScriptProbe):
         end_process()
 
     def build_result(self, ended_early: bool) -> TrialResult:
-        from torchpace.script.inprocess import REPORT
-
         wall_s = self.clock() - self.started_s
         if self.document is None:
             needed = self.wait + self.warmup + self.active
             return TrialResult(CRASH, wall_time_s=wall_s, error=(
                 f"the script ended after {self.steps} step(s), before the profile's {needed} "
                 f"({self.wait} untraced, {self.warmup} warm-up, {self.active} traced): let it run longer or lower --steps"))
-        from torchpace.profile.trace import METADATA_KEY
 
         self.document[METADATA_KEY] = self._metadata()
         write_atomic(self.spec.profile["trace_path"], json.dumps(self.document, separators=(",", ":")))
@@ -169,6 +168,5 @@ def _capacity_bytes(device) -> int | None:
 
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory)
-    import psutil
 
     return int(psutil.virtual_memory().total)

@@ -10,6 +10,7 @@ never here. Once torch has finished importing, `torchpace.script.inprocess` appl
 
 import os
 import sys
+from importlib.machinery import PathFinder
 
 _CONFIG_ENV = "TORCHPACE_LAUNCH_CONFIG"  # torchpace.launch.plan.CONFIG_ENV
 _MEASURE_ENV = "TORCHPACE_SCRIPT_MEASURE"  # torchpace.script.spec.MEASURE_ENV: a script-mode measurement
@@ -22,9 +23,10 @@ def _apply(raw, measure):
     A failure to apply the config is reported and never breaks the script's import; a measurement that
     cannot start is reported too (the parent then finds no result and says the hook did not run).
     """
-    import json
+    import json  # lazy: every process under the hook runs this module at start-up; only a config needs it
 
     try:
+        # lazy: torchpace loads only once the script imported torch (the config is applied then)
         from torchpace.script.inprocess import apply_launch_config
     except ImportError as err:
         sys.stderr.write(f"torchpace launch: cannot apply the config in this interpreter ({err})\n")
@@ -35,7 +37,7 @@ def _apply(raw, measure):
         sys.stderr.write(f"torchpace launch: the config was not applied: {err!r}\n")
     if measure:
         try:
-            from torchpace.script.hook import install_from_json
+            from torchpace.script.hook import install_from_json  # lazy: only a script-mode measurement needs it
 
             install_from_json(measure)
         except Exception as err:
@@ -67,7 +69,7 @@ class _TorchImportWatcher:
         if fullname != "torch":
             return None
         sys.meta_path.remove(self)
-        import importlib.util
+        import importlib.util  # lazy: only when the script imports torch
 
         spec = importlib.util.find_spec(fullname)
         if spec is not None and spec.loader is not None:
@@ -80,8 +82,6 @@ def _run_shadowed_sitecustomize():
 
     Built by hand rather than with importlib.util, whose imports would double this hook's start-up cost.
     """
-    from importlib.machinery import PathFinder
-
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
     spec = PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
