@@ -21,7 +21,7 @@ from torchpace.knobs.distributed import data_parallel
 from torchpace.measure.gate import Gate
 from torchpace.process import owner_pid
 from torchpace.protocol import (CRASH, GUARD, INVALID, NONFINITE, OK, OOM, STACK_DUMP_SIGNAL, TrialResult, TrialSpec,
-                                      is_nonfinite)
+                                is_nonfinite)
 from torchpace.trial.ranks import enter_rank, record_rank_failure
 from torchpace.workload import load_workload
 

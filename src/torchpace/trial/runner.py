@@ -30,7 +30,7 @@ from torchpace.launch.probe import probe_launch_facts
 from torchpace.process import start_child, stop_tree, temporary_folder
 from torchpace.trial.script import plan_script_trial, read_script_result
 from torchpace.protocol import (CRASH, INVALID, STACK_DUMP_SIGNAL, TrialResult, TrialSpec, classify_exit,
-                                      classify_timeout)
+                                classify_timeout)
 from torchpace.trial.ranks import all_ranks_stderr, read_rank_failure
 
 _log = logging.getLogger(__name__)
