@@ -7,6 +7,7 @@ reader see it."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import re
 import sys
@@ -42,6 +43,7 @@ def _absolute(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
             *(lazy[alias.name] for alias in node.names if alias.name in lazy)]
 
 
+@functools.cache
 def _lazy_names(package: str) -> dict[str, str]:
     """name -> module for a package that imports its names on first use (`_LAZY` or `_SOURCES`, read
     by its `__getattr__`): `from package import name` loads that module."""
@@ -56,6 +58,7 @@ def _lazy_names(package: str) -> dict[str, str]:
     return {}
 
 
+@functools.cache
 def _top_level_imports(module: str) -> list[str]:
     tree = ast.parse(MODULES[module].read_text())
     return [name for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom)) for name in _absolute(module, node)]
