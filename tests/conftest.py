@@ -193,3 +193,20 @@ def short_tmpdir():
     path = Path(tempfile.mkdtemp(prefix="tp-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def latency_tune(tmp_path_factory, host):
+    """A real latency tune (tests/inference, and the report that reads its study back): a planted model whose
+    int8 version is wrong and that torch.export cannot capture; (outcome, folder of its s.db and files)."""
+    from pathlib import Path
+
+    from torchpace.tune.tuner import TuneOptions, Tuner
+
+    tmp = tmp_path_factory.mktemp("latency-tune")
+    planted = Path(__file__).parent / "inference" / "inference_planted.py"
+    options = TuneOptions(workload=f"{planted}:branchy_breaks_under_int8", storage=f"sqlite:///{tmp / 's.db'}",
+                          out=tmp / "torchpace.toml", knobs=frozenset({"inference.quantize", "inference.export"}),
+                          objective="latency", trial_time_s=1.0, budget_s=300, profile_baseline=False,
+                          export_path=tmp / "model.pt2")
+    return Tuner(options, host).run(), tmp

@@ -7,20 +7,8 @@ import torch
 
 from torchpace.config import load_config
 from torchpace.inference.capture import load_exported
-from torchpace.tune.tuner import TuneOptions, Tuner
 
 from inference_planted import branchy_breaks_under_int8, planted
-
-
-@pytest.fixture(scope="module")
-def latency_tune(tmp_path_factory, host):
-    """A latency tune of a model whose int8 version is wrong and that torch.export cannot capture."""
-    tmp = tmp_path_factory.mktemp("tune")
-    options = TuneOptions(workload=planted("branchy_breaks_under_int8"), storage=f"sqlite:///{tmp / 's.db'}",
-                          out=tmp / "torchpace.toml", knobs=frozenset({"inference.quantize", "inference.export"}),
-                          objective="latency", trial_time_s=1.0, budget_s=300, profile_baseline=False,
-                          export_path=tmp / "model.pt2")
-    return Tuner(options, host).run(), tmp
 
 
 def _by_slot(outcome):

@@ -10,7 +10,6 @@ from datetime import datetime
 import optuna
 import pytest
 
-from _support import fixture_workload
 from torchpace.errors import UsageError
 from torchpace.report.load import EXPECTED, build_result_data, load_report_data, mask_url, pick_study, rebuild_space
 from torchpace.tune.attrs import ATTR, StudyAttrs
@@ -140,15 +139,11 @@ def test_a_storage_url_to_a_missing_sqlite_file_creates_nothing(tmp_path):
     assert not (tmp_path / "missing.db").exists()
 
 
-def test_a_latency_study_reads_back_with_its_objective(tmp_path, host):
+def test_a_latency_study_reads_back_with_its_objective(latency_tune):
     """A real inference tune under --objective latency: the stored replay ranks by the same figure."""
-    from torchpace.tune.tuner import TuneOptions, Tuner
-
-    options = TuneOptions(workload=fixture_workload("tiny_inference"), knobs=frozenset({"inference.mode"}), trial_time_s=1,
-                          storage=f"sqlite:///{tmp_path / 's.db'}", profile_baseline=False, objective="latency",
-                          out=tmp_path / "torchpace.toml")
-    live = Tuner(options, host).run().to_dict()
-    stored = load_report_data(str(tmp_path / "s.db")).tune.to_dict()
+    outcome, folder = latency_tune
+    live = outcome.to_dict()
+    stored = load_report_data(str(folder / "s.db")).tune.to_dict()
     assert stored["objective"] == "latency"
     for key in ("best_config", "speedup", "accepted"):
         assert stored[key] == live[key], key
