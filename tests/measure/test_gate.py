@@ -60,6 +60,17 @@ def test_pause_reports_the_event_and_returns_the_command(clock):
         parent.close()
 
 
+def test_a_process_that_measures_after_its_windows_says_so_at_every_gate(clock):
+    parent = ScriptedParent(clock, end_after=0)
+    try:
+        gate = parent.gate()
+        gate.alone_after = True
+        gate.pause("loaded")
+        assert parent.events == [{"event": "loaded", "alone_after": True}]
+    finally:
+        parent.close()
+
+
 def test_the_gate_is_opened_from_the_spec():
     gate = Gate.open("7,9")
     assert (gate.control_fd, gate.event_fd) == (7, 9)

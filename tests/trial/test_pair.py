@@ -179,3 +179,47 @@ def test_a_config_that_cannot_run_here_is_that_arms_invalid_and_nothing_starts(t
     result = run_pair(_spec("logged"), _spec("logged", {"system.numa": "bind"}), host, timeout_s=60, workdir=tmp_path)
     assert result.b.status == "invalid" and "numactl" in result.b.error
     assert result.a.status == PARTNER and not result.ok and result.ratios == []
+
+
+class _RecordedArm:
+    """Stands in for `_Arm` at the end of a comparison: records when it is told to end and waited for."""
+
+    def __init__(self, name: str, log: list, events: list[dict], tmp_path: Path):
+        self.name, self.log, self.events = name, log, events
+        self.spec = _spec("logged")
+        self.result_path, self.err_path = tmp_path / f"{name}.json", tmp_path / f"{name}.err"
+        self.err_path.write_text("")
+        arm = self
+
+        class _Proc:
+            def wait(self, timeout=None):
+                arm.log.append(("waited", arm.name))
+                return 1
+
+        self.proc = _Proc()
+
+    def resume(self, command: str) -> None:
+        self.log.append((command, self.name))
+
+
+@pytest.mark.parametrize("alone_after, expected", [
+    (False, [("end", "a"), ("end", "b"), ("waited", "a"), ("waited", "b")]),
+    (True, [("end", "a"), ("waited", "a"), ("end", "b"), ("waited", "b")]),
+])
+def test_arms_end_at_once_unless_one_measures_after_its_windows(tmp_path, alone_after, expected):
+    from torchpace.trial.pair import _arm_results
+
+    log: list = []
+    ready = [{"event": "ready", **({"alone_after": True} if alone_after else {})}]
+    arms = [_RecordedArm("a", log, [{"event": "loaded"}], tmp_path), _RecordedArm("b", log, ready, tmp_path)]
+    _arm_results(arms, None, time.monotonic() + 5, 5.0)
+    assert log == expected
+
+
+def test_tune_pairs_spend_the_warm_ups_out_of_the_trial_time_but_keep_half_for_the_rounds():
+    from torchpace.trial.pair import rounds_time
+
+    assert rounds_time(PairOptions(rounds_s=8.0), warmups_s=3.0) == 8.0  # compare: the rounds get all of it
+    spent = PairOptions(rounds_s=8.0, warmups_count=True)
+    assert rounds_time(spent, warmups_s=3.0) == 5.0
+    assert rounds_time(spent, warmups_s=30.0) == 4.0  # a compile warm-up longer than the trial time

@@ -12,7 +12,10 @@ workers, compile workers) is stopped. This module is the measured process's part
 - the parent continues it (SIGCONT) when its turn comes, after writing what to do to the control
   pipe: `go` (measure the next window) or `end` (the comparison is over: finish as a plain bench does);
 - `Gate.clock` leaves out the time the process was stopped, so its warm-up deadline, its window
-  timing and its own time cap count only its turns.
+  timing and its own time cap count only its turns;
+- a process that measures something more after its windows (an inference workload's batch-1
+  latency) sets `Gate.alone_after`, and says so at every gate, so the parent ends the arms one at a
+  time; otherwise both end at once.
 
 The pipes are file descriptors the trial process inherits, named in its spec (`TrialSpec.gate`, or
 `ScriptMeasure.gate` in a script), never in the environment, so processes the trial starts never take
@@ -51,6 +54,7 @@ class Gate:
         self.control_fd, self.event_fd = control_fd, event_fd
         self._stop, self._raw_clock = stop, clock
         self.paused_s = 0.0
+        self.alone_after = False  # this process measures more after its windows, and must then run alone
         self._pending = b""
 
     @classmethod
@@ -68,6 +72,8 @@ class Gate:
     def pause(self, event: str, **data: Any) -> str:
         """Report `event` (with `data`), stop until continued, and return the parent's command."""
         started = self._raw_clock()
+        if self.alone_after:
+            data = {**data, "alone_after": True}
         os.write(self.event_fd, (json.dumps({"event": event, **data}) + "\n").encode())
         self._stop()
         command = self._read_command()

@@ -163,6 +163,8 @@ def _measure_all(run: Prepared, clock: Clock, opts: BenchOptions, start: float, 
     """(real step, compute-only or None, batch-1 latency or None), in that order within the time cap."""
     wants_latency = opts.latency if opts.latency is not None else not run.workload.is_training
     phases = _INFERENCE_PHASES if wants_latency else _TRAINING_PHASES
+    if gate is not None:  # what is measured after the windows is measured while the other arm waits
+        gate.alone_after = wants_latency or opts.compute_only
     real = _measure_real_step(run, clock, opts, start, losses, on_window, phases, gate)
     compute = _measure_compute_only(run, clock, opts, start, on_window, phases) if opts.compute_only else None
     latency = _measure_batch1_latency(run, clock, opts, start, phases) if wants_latency else None

@@ -17,9 +17,10 @@ core. `run_pair` measures the two configs (arms A and B) *in alternation* instea
 4. the rounds stop when at least `min_rounds` give a 95% CI of the median ratio within
    ±`target_ci_rel` (`measure.stats.summarize`, the statistics of every other figure), or lie wholly
    on one side of the ratio a decision is taken against (`decide_at`, tune's), or when the rounds'
-   time is spent; each arm in turn is then told to end, and writes its result while the other
-   waits stopped (what a bench measures after its windows, such as an inference workload's batch-1
-   latency, is measured alone too).
+   time is spent (with `warmups_count`, what the warm-ups took of it is spent too); both arms are
+   then told to end and write their results at once, or one at a time while the other waits
+   stopped when an arm measures something after its windows (an inference workload's batch-1
+   latency), which is then measured alone too.
 
 Other processes' CPU use is read between turns, while both arms are stopped, and is reported per arm
 over its own turns. Every arm is ended when the comparison ends for any reason, and a guard process
@@ -83,6 +84,9 @@ class PairOptions:
         decide_at: the ratio a decision is taken against (tune: accept above 1 + its floor): stop once
             the 95% CI lies wholly above or wholly below it, since more rounds would not change that
             decision (None: only the CI's width stops the rounds early).
+        warmups_count: the arms' warm-ups are spent out of `rounds_s`, as a single trial's warm-up is out of
+            its time cap (tune's trial time), but the rounds keep at least half of it; False: the rounds get
+            all of `rounds_s` (compare's --max-time).
     """
 
     rounds_s: float = 20.0
@@ -91,6 +95,7 @@ class PairOptions:
     target_ci_rel: float = 0.02
     sequential_rounds: int = 2
     decide_at: float | None = None
+    warmups_count: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,13 @@ def ratio_fields(summary: Summary | None) -> dict[str, Any]:
         return {"ratio": None, "ratio_ci_low": None, "ratio_ci_high": None, "ratio_ci_coverage": None, "rounds": 0}
     return {"ratio": summary.median, "ratio_ci_low": summary.ci_low, "ratio_ci_high": summary.ci_high,
             "ratio_ci_coverage": summary.ci_coverage, "rounds": summary.n}
+
+
+def rounds_time(options: PairOptions, warmups_s: float) -> float:
+    """Seconds the rounds may take after warm-ups that took `warmups_s` (see `PairOptions.warmups_count`)."""
+    if not options.warmups_count:
+        return options.rounds_s
+    return max(options.rounds_s / 2, options.rounds_s - warmups_s)
 
 
 def sequential_reason(spec_a: TrialSpec, spec_b: TrialSpec, *, peak_bytes: int | None = None,
@@ -356,6 +368,7 @@ class _Rounds:
             if arm.await_gate(LOADED, deadline) is None:
                 return arm
         _log.info("both arms loaded after %.1f s", time.monotonic() - started)
+        warmups_started = time.monotonic()
         for arm in self.arms:  # each warms up alone
             arm.resume(GO)
             ready = arm.await_gate(READY, deadline)
@@ -364,9 +377,10 @@ class _Rounds:
             _log.info("arm %s warmed up in %.1f s of its own (%s), %d steps per window", arm.name.upper(),
                       ready["warmup_s"], "converged" if ready["warmup_converged"] else "not converged",
                       ready["steps_per_window"])
+        warmups_s = time.monotonic() - warmups_started
         _log.info("rounds start %.1f s after the arms did", time.monotonic() - started)
         load = _LoadMeter()
-        rounds_end = time.monotonic() + self.options.rounds_s
+        rounds_end = time.monotonic() + rounds_time(self.options, warmups_s)
         a, b = self.arms
         turns = [a]  # A first, then B A, B A, ...: an A turn frames every B turn
         while True:
@@ -404,7 +418,9 @@ class _Rounds:
 def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_s: float) -> tuple[str, list[TrialResult]]:
     """(why the comparison stopped, when not by its own rule; each arm's result).
 
-    The rounds over, each arm in turn is told to end, and its result is read once it has. An arm that ended by itself
+    The rounds over, the arms are told to end, and each result is read once its arm has: both at once,
+    or one at a time when an arm measures something more after its windows (an inference workload's
+    batch-1 latency: `Gate.alone_after`), which is then measured alone too. An arm that ended by itself
     (`ended`) with a result, a script that finished first, ends the comparison there; one that failed,
     or reached no gate by the deadline, is that config's failure, and the other arm is not judged.
     """
@@ -412,12 +428,19 @@ def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_
     if first is not None and not first.ok:
         return "failed", [first if arm is ended else TrialResult(
             PARTNER, error=f"the comparison ended when the other arm failed; {_label(arm)} was not judged") for arm in arms]
+    live = [arm for arm in arms if arm is not ended]
+    together = not any(event.get("alone_after") for arm in live for event in arm.events)
+    _log.info("the arms end %s", "at once" if together else "one at a time (an arm measures after its windows)")
+    if together:
+        for arm in live:
+            arm.resume(END)
     results = []
-    for arm in arms:  # one at a time: what a bench measures after its windows (an inference workload's
-        if arm is ended:  # batch-1 latency) is then measured alone too
+    for arm in arms:
+        if arm is ended:
             results.append(first)
             continue
-        arm.resume(END)
+        if not together:
+            arm.resume(END)
         try:
             returncode = arm.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:

@@ -317,10 +317,11 @@ class Tuner:
         reference = replace(spec, config=dict(assignment.reference), guard_steps=0, profile=False)
         candidate = replace(spec, profile=False)
         # a candidate's comparison stops once its CI is clear of the gain it must show to be kept (or clearly
-        # under it); the A/A and the final comparison estimate a figure, and run to the CI target or the time
+        # under it); the A/A and the final comparison estimate a figure, and run to the CI target or the time.
+        # The trial time holds the warm-ups and the rounds, as a single trial's holds its warm-up and windows.
         decide_at = 1 + ACCEPT_FLOOR if assignment.kind == "candidate" else None
         pair = run_pair(reference, candidate, self.host, timeout_s,
-                        PairOptions(rounds_s=self.options.trial_time_s, decide_at=decide_at),
+                        PairOptions(rounds_s=self.options.trial_time_s, decide_at=decide_at, warmups_count=True),
                         sequential=self._hold_both_reason(reference, candidate),
                         figure=lambda bench: objective_value(bench, self.options.objective)[0],
                         on_round=lambda rounds, summary: self.on_event("round", number=number, rounds=rounds,
