@@ -83,3 +83,16 @@ def test_separate_runs_pool_their_windows_in_the_runs_unit():
     assert pooled.steps_per_s == pytest.approx(steps_only.steps_per_s, rel=0.05)
     samples = BenchResult.from_dict(recorded("bench_before_steps.json")).throughput
     assert pool_throughput([samples, samples]).window_samples_per_s == samples.window_samples_per_s * 2
+
+
+@pytest.mark.parametrize("name", ["bench_with_steps.json", "bench_script_steps_only.json"])
+def test_a_ci_of_fewer_windows_than_a_95_percent_ci_needs_says_what_the_range_is(name):
+    from dataclasses import replace
+
+    from torchpace.measure.render import throughput_rows
+
+    result = BenchResult.from_dict(recorded(name))
+    one = replace(result, throughput=replace(result.throughput, windows=1))
+    ten = replace(result, throughput=replace(result.throughput, windows=10))
+    assert dict(throughput_rows(one))["95% CI of median"].endswith("(the range of 1 window(s): a 95% CI needs 6)")
+    assert "(±" in dict(throughput_rows(ten))["95% CI of median"]

@@ -6,6 +6,7 @@ from rich.table import Table
 
 from torchpace.measure.contention import contention_note
 from torchpace.measure.result import BenchResult, ScriptInfo
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
 
 
 def format_bytes(n: float | None, missing: str = "-") -> str:
@@ -19,15 +20,23 @@ def format_bytes(n: float | None, missing: str = "-") -> str:
     return f"{n:.1f} TiB"
 
 
+def _ci_text(low: float, high: float, decimals: int, t) -> str:
+    """A CI cell: `[low, high] (±x%)`, or with fewer windows than a 95% CI needs, what the range is."""
+    bounds = f"[{low:,.{decimals}f}, {high:,.{decimals}f}]"
+    if t.windows < MIN_WINDOWS_FOR_CI:
+        return f"{bounds} (the range of {t.windows} window(s): a 95% CI needs {MIN_WINDOWS_FOR_CI})"
+    return f"{bounds} (±{t.ci_rel_halfwidth:.1%})"
+
+
 def throughput_rows(r: BenchResult) -> list[tuple[str, str]]:
     """The measured figure's rows: samples/s, or steps/s when the samples per step are unknown (script mode)."""
     t = r.throughput
     if not t.samples_known:
-        ci = f"[{t.steps_per_s_ci_low:,.2f}, {t.steps_per_s_ci_high:,.2f}] (±{t.ci_rel_halfwidth:.1%})"
+        ci = _ci_text(t.steps_per_s_ci_low, t.steps_per_s_ci_high, 2, t)
         return [("steps/s (median)", f"{t.steps_per_s:,.2f}  (samples per step unknown: no DataLoader batch seen; "
                                      "--samples-per-step N gives samples/s)"),
                 ("95% CI of median", ci)]
-    ci = f"[{t.samples_per_s_ci_low:,.1f}, {t.samples_per_s_ci_high:,.1f}] (±{t.ci_rel_halfwidth:.1%})"
+    ci = _ci_text(t.samples_per_s_ci_low, t.samples_per_s_ci_high, 1, t)
     rows = [("samples/s (median)", f"{t.samples_per_s:,.1f}"), ("95% CI of median", ci),
             ("IQR", f"{t.samples_per_s_iqr:,.1f} ({t.iqr_frac:.1%} of median)")]
     if t.steps_per_s is not None:
