@@ -48,9 +48,10 @@ def _trials(url):
 
 
 def _measured_slots(trials):
-    """Slots of trials that ran to a verdict (a trial lost with its tuner is not a measurement)."""
+    """Slots of trials that ran to a verdict (a trial lost with its tuner, cut by the budget, or a candidate not
+    judged because its comparison's reference arm failed, is not a measurement: its slot is run again)."""
     infos = [{**t.system_attrs.get(ATTR, {}), **t.user_attrs.get(ATTR, {})} for t in trials]
-    return [i["slot"] for i in infos if i.get("status") not in (None, "lost", "budget")]
+    return [i["slot"] for i in infos if i.get("status") not in (None, "lost", "budget", "interrupted", "partner")]
 
 
 def _wait_all(procs):
