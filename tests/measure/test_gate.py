@@ -71,6 +71,27 @@ def test_a_process_that_measures_after_its_windows_says_so_at_every_gate(clock):
         parent.close()
 
 
+def test_the_clock_never_counts_the_time_stopped_even_before_the_pause_has_counted_it(clock):
+    """A watchdog thread continued with the process reads the clock while `pause` is still reading its
+    command: it must read as at the pause, not jump by the other arm's whole turn (a long compile there)."""
+    parent = ScriptedParent(clock, end_after=0, away_s=30.0)
+    gate = parent.gate()
+    seen = []
+    read_command = gate._read_command
+
+    def continued_then_read():  # the other threads run again before the command is read
+        seen.append(gate.clock())
+        return read_command()
+
+    gate._read_command = continued_then_read
+    try:
+        clock.now = 10.0
+        gate.pause("loaded")
+        assert seen == [pytest.approx(10.0)] and gate.clock() == pytest.approx(10.0)
+    finally:
+        parent.close()
+
+
 def test_the_gate_is_opened_from_the_spec():
     gate = Gate.open("7,9")
     assert (gate.control_fd, gate.event_fd) == (7, 9)

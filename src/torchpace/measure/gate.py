@@ -55,6 +55,7 @@ class Gate:
         self._stop, self._raw_clock = stop, clock
         self.paused_s = 0.0
         self.alone_after = False  # this process measures more after its windows, and must then run alone
+        self._frozen: float | None = None  # the clock's reading while stopped, until `pause` counted that time
         self._pending = b""
 
     @classmethod
@@ -66,18 +67,23 @@ class Gate:
         return cls(int(control), int(event))
 
     def clock(self) -> float:
-        """Seconds on the raw clock, less the time this process was stopped at its gates."""
-        return self._raw_clock() - self.paused_s
+        """Seconds on the raw clock, less the time this process was stopped at its gates. From a pause
+        until it has counted the time stopped, it reads as at the pause: another thread of the process
+        (a watchdog) continued with it never sees the time stopped as its own."""
+        frozen = self._frozen
+        return frozen if frozen is not None else self._raw_clock() - self.paused_s
 
     def pause(self, event: str, **data: Any) -> str:
         """Report `event` (with `data`), stop until continued, and return the parent's command."""
         started = self._raw_clock()
+        self._frozen = started - self.paused_s
         if self.alone_after:
             data = {**data, "alone_after": True}
         os.write(self.event_fd, (json.dumps({"event": event, **data}) + "\n").encode())
         self._stop()
         command = self._read_command()
         self.paused_s += self._raw_clock() - started
+        self._frozen = None
         return command
 
     def _read_command(self) -> str:
