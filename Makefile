@@ -7,13 +7,13 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.torchpace-installed
 
-.PHONY: install demo test docs bench bench-compare bench-tune bench-script bench-data bench-inference bench-distributed bench-fleet gpu-check clean
+.PHONY: install demo test docs bench bench-compare bench-tune bench-script bench-frameworks bench-data bench-inference bench-distributed bench-fleet gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[test]" "$(TORCH_SPEC)"  # TORCH_SPEC again: no extra may replace that torch
 	touch $@
 
 install: $(STAMP)
@@ -46,6 +46,10 @@ bench-compare: $(STAMP)  # make bench-compare ARGS="--busy 2 --cases aa,workers"
 
 bench-script: $(STAMP)  # make bench-script ARGS="--workloads tabular --no-tune"
 	$(BIN)/python benchmarks/bench_script.py $(ARGS)
+
+# Lightning and HF Trainer scripts: torchpace's steps/s vs the framework's own clock, and compile's gain
+bench-frameworks: $(STAMP)  # make bench-frameworks ARGS="--clients hf --rounds 5 --threads 1"
+	$(BIN)/python benchmarks/bench_frameworks.py $(ARGS)
 
 bench-tune: $(STAMP)  # make bench-tune ARGS="--keep DIR --workloads vision"
 	$(BIN)/python benchmarks/bench_tune.py $(ARGS)

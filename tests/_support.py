@@ -2,7 +2,14 @@
 
 from pathlib import Path
 
+import pytest
+
 FIXTURES = Path(__file__).parent / "fixtures"
+# Variables the launcher decides on; launch and script-mode tests start children without them, so
+# "auto" (or the config) is what the children see.
+DECIDED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "LD_PRELOAD", "MALLOC_CONF", "GOMP_CPU_AFFINITY", "KMP_AFFINITY",
+               "PYTHONPATH", "TORCHPACE_LAUNCH_CONFIG", "TORCHPACE_LAUNCH_BINDINGS", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+               "TORCHPACE_SCRIPT_MEASURE")
 
 
 def fixture_workload(name: str) -> str:
@@ -64,6 +71,25 @@ def restore_recorded_study(path: Path, url: str, host, workload: str) -> str:
             distributions={k: json_to_distribution(v) for k, v in trial["distributions"].items()},
             user_attrs=trial["user_attrs"], system_attrs=trial["system_attrs"]))
     return doc["study_name"]
+
+
+def assert_windows_match_stamps(bench: dict, stamps_path: Path) -> None:
+    """A script-mode bench's measured windows took as long as the same steps timed by the script's own
+    clock (one timestamp per step, written by the script or its framework's callback, not by torchpace).
+
+    The meter starts at the end of step 1 (the script's stamp 0), then `warmup_steps` steps, then
+    windows of equal size; the hook ends the process inside the last step, so that window has no end
+    stamp and is left out. The windows are compared in sum: a step boundary that the host delays
+    moves time from one window to the next, not out of the sum.
+    """
+    stamps = [float(line) for line in stamps_path.read_text().split()]
+    size = bench["measured_steps"] // bench["windows"]
+    first = bench["warmup_steps"]
+    complete = min(bench["windows"], (len(stamps) - 1 - first) // size)
+    assert complete >= 2, f"{bench['windows']} window(s), stopped by {bench['stopped_by']}, warm-up {bench['warmup_s']:.1f} s"
+    inside_s = sum(size / rate for rate in bench["window_steps_per_s"][:complete])
+    outside_s = stamps[first + complete * size] - stamps[first]
+    assert inside_s == pytest.approx(outside_s, rel=0.05)
 
 
 # The hosts the knob-applicability tests run under (`TORCHPACE_HOST_FACTS`, or `override_host_facts`

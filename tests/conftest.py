@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from _support import apt_install
+from _support import DECIDED_ENV, apt_install
 
 
 # Set by pytest itself, or by torch's lazily imported modules (inductor writes its cache dir into
@@ -59,17 +59,10 @@ def _every_log_record_formats():
     logger.setLevel(logging.NOTSET)
 
 
-# Variables the launcher decides on; launch and script-mode tests start children without them, so
-# "auto" (or the config) is what the children see.
-_DECIDED = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "LD_PRELOAD", "MALLOC_CONF", "GOMP_CPU_AFFINITY", "KMP_AFFINITY",
-            "PYTHONPATH", "TORCHPACE_LAUNCH_CONFIG", "TORCHPACE_LAUNCH_BINDINGS", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-            "TORCHPACE_SCRIPT_MEASURE")
-
-
 @pytest.fixture
 def child_env() -> dict[str, str]:
     """The environment to launch from: ours without the variables the launcher decides on."""
-    return {k: v for k, v in os.environ.items() if k not in _DECIDED}
+    return {k: v for k, v in os.environ.items() if k not in DECIDED_ENV}
 
 
 @pytest.fixture(scope="session")

@@ -108,6 +108,17 @@ def test_a_file_without_a_function_suggests_script_mode(tmp_path):
         load_workload(str(script))
 
 
+@pytest.mark.parametrize("spec, command", [
+    ("python train_pl.py", "python train_pl.py"),  # a script study's command, as the report once offered it
+    ("python3 -m pkg.train --epochs 2", "python3 -m pkg.train --epochs 2"),
+    ("train_pl.py --epochs 2", "python train_pl.py --epochs 2"),
+])
+def test_a_command_given_as_a_workload_points_to_script_mode_with_that_command(spec, command):
+    with pytest.raises(UsageError) as err:
+        load_workload(spec)
+    assert f"`torchpace bench -- {command}`" in str(err.value) and "python python" not in str(err.value)
+
+
 def test_a_function_that_is_not_a_workload_sees_its_own_argv_and_is_pointed_to_script_mode(tmp_path, monkeypatch):
     script = tmp_path / "train.py"
     script.write_text(_TRAIN_PY)

@@ -12,7 +12,7 @@ File format (`torchpace.toml`)::
     fingerprint = "..."
 
     [result]                      # measured figures (written by tune; informational)
-    baseline_samples_per_s = 812.0
+    baseline_samples_per_s = 812.0  # baseline_steps_per_s for a script measured in steps/s
 
 Unknown knobs, bad values and newer schema versions are usage errors that name the key.
 """

@@ -40,9 +40,9 @@ class UserCodeError(TorchpaceError):
 
 class ScriptFailed(UserCodeError):
     """Script mode: the user's own script failed, never stepped, or ended too early. Exit 1, with the
-    tail of its stderr in place of a traceback (it ran in its own process)."""
+    tail of its output (stdout and stderr as they came) in place of a traceback (it ran in its own process)."""
 
     def __init__(self, message: str, stderr_tail: str):
         TorchpaceError.__init__(self, message)
         self.where = message
-        self.user_traceback = stderr_tail or "(the script wrote nothing to stderr)"
+        self.user_traceback = stderr_tail or "(the script printed nothing)"

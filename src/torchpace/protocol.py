@@ -98,6 +98,9 @@ class TrialResult:
     accuracy: AccuracyReport | None = None  # inference: outputs vs the fp32 eager reference
     failed_rank: int | None = None  # multi-process trials: the rank that failed first
     script: ScriptInfo | None = None  # a script-mode trial without a bench (a profile): what the launch hook changed
+    # script mode: a script that ended before the measurement did: {"steps", "seconds" (run after its first
+    # step), "windows" (measured)}, so a trial can be sized to fit it
+    ended_after: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -125,6 +128,16 @@ class TrialResult:
 def is_nonfinite(values: list[float]) -> bool:
     """True when any loss value is NaN or infinite."""
     return any(not math.isfinite(v) for v in values)
+
+
+# torch.compile of a large model on a CPU host takes minutes before the first compiled step: a trial that
+# compiles gets this much longer before its cap (its measurement starts only once compiling is over)
+_COMPILE_ALLOWANCE_S = 300.0
+
+
+def compile_allowance_s(config: dict[str, Any]) -> float:
+    """Seconds a trial of `config` may spend compiling before its measurement starts (0 without compile)."""
+    return _COMPILE_ALLOWANCE_S if config.get("compile.mode", "off") != "off" else 0.0
 
 
 STACK_DUMP_SIGNAL = signal.SIGUSR1  # at the cap, the parent asks each trial process for its threads' stacks

@@ -131,6 +131,14 @@ def _resolve_spec(spec: str) -> tuple[str, str]:
     """Split a spec into (module-or-file, function name), mapping built-in names."""
     spec = BUILTIN_WORKLOADS.get(spec, spec)
     target, sep, func = spec.rpartition(":")
+    words = spec.split()
+    if not sep and len(words) > 1 and (words[0].endswith(".py") or Path(words[0]).name.startswith("python")):
+        script = next((w for w in words if w.endswith(".py")), "train.py")
+        command = spec if Path(words[0]).name.startswith("python") else f"python {spec}"
+        raise UsageError(
+            f"workload spec {spec!r} is a command, not a workload: run it in script mode, `torchpace bench -- "
+            f"{command}` (also tune, profile, and `torchpace launch --config torchpace.toml -- {command}`); to use a "
+            f"function in {script} that returns a torchpace.Workload, give '{script}:FUNCTION'")
     if not sep and (spec.endswith(".py") or Path(spec).is_file()):
         raise UsageError(
             f"workload spec {spec!r} names a file, not a function: to measure that script as it is, run it in "

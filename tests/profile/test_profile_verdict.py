@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
+from torch import nn
 from _profile_traces import RECORDED, cpu_steps, cuda_sync_steps, ddp_steps
 
 from torchpace.findings import Finding, Severity
 from torchpace.knobs import STAGES
+from torchpace.host import HostFacts
 from torchpace.profile import VerdictKind, build_verdict, stages_to_try_first
+from torchpace.profile.verdict import build_offer
 from torchpace.profile.result import analyze_trace, build_profile_result
 from torchpace.profile.trace import parse_trace, read_trace_document
 
@@ -111,7 +115,52 @@ def test_verdict_and_profile_package_do_not_import_torch():
 
 def test_remedy_commands_only_set_values_tune_would_try_here():
     findings = _findings(input_frac=0.1)
-    offered = build_verdict(findings, knobs_by_stage=KNOBS, candidates={"precision.amp": ["off", "bf16"]})
+    offered = build_verdict(findings, knobs_by_stage=KNOBS, offer=build_offer(BF16, MLP, candidates={"precision.amp": ["off", "bf16"]}))
     assert any("--set precision.amp=bf16" in (r.remedy.command or "") for r in offered.remedies)
-    no_bf16 = build_verdict(findings, knobs_by_stage=KNOBS, candidates={"precision.amp": ["off"]})
+    no_bf16 = build_verdict(findings, knobs_by_stage=KNOBS, offer=build_offer(BF16, MLP, candidates={"precision.amp": ["off"]}))
     assert not any("precision.amp" in (r.remedy.command or "") for r in no_bf16.remedies)
+    assert ("precision.amp", "precision.amp=bf16: not a value tune would try here") in no_bf16.not_offered
+
+
+# An AVX2-only CPU (no native bf16) with a C compiler, and one with AVX512-BF16 and none.
+AVX2 = HostFacts(cpu_flags=frozenset({"avx2"}), has_compiler=True)
+BF16 = HostFacts(cpu_flags=frozenset({"avx512_bf16"}), has_compiler=False)
+MLP = SimpleNamespace(name="mlp", model=nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)), dataset=None,
+                      optimizer=None, is_training=True)
+
+
+def _remedy_commands(verdict) -> str:
+    return " ".join(r.remedy.command or "" for r in verdict.remedies)
+
+
+def test_no_advice_for_a_knob_this_host_refuses_and_the_reason_is_said():
+    verdict = build_verdict(_findings(), offer=build_offer(AVX2, MLP, script=True), workload_spec="python train.py")
+    assert "precision.amp" not in _remedy_commands(verdict) and "bf16" not in " ".join(r.remedy.text for r in verdict.remedies)
+    assert "--set compile.mode=default -- python train.py" in _remedy_commands(verdict)  # compile reaches a script now
+    reasons = dict(verdict.not_offered)
+    assert reasons["precision.amp"].startswith("precision.amp=bf16: not on this host: this CPU has no native bf16")
+    no_compiler = build_verdict(_findings(), offer=build_offer(BF16, MLP))
+    assert "compile.mode" not in _remedy_commands(no_compiler) and "C compiler" in dict(no_compiler.not_offered)["compile.mode"]
+    assert "--set precision.amp=bf16" in _remedy_commands(no_compiler)
+
+
+def test_no_advice_for_what_the_run_already_does():
+    in_effect = {"optimizer.impl": "the optimizer already runs fused kernels (aten::_fused_adamw_ in the operators)",
+                 "precision.amp": "the forward already runs under bfloat16 autocast",
+                 "data.num_workers": "the DataLoader already loads in 2 worker process(es)"}
+    offer = build_offer(BF16, MLP, in_effect=in_effect)
+    compute = build_verdict(_findings(), offer=offer)
+    assert "optimizer.impl" not in _remedy_commands(compute) and "precision.amp" not in _remedy_commands(compute)
+    assert "foreach" not in " ".join(r.remedy.text for r in compute.remedies)
+    assert dict(compute.not_offered)["optimizer.impl"] == f"optimizer.impl: already in effect: {in_effect['optimizer.impl']}"
+    assert compute.remedies[-1].id == "profile.remedy.tune"  # nothing else offered: the tuner measures what applies
+    data = build_verdict(_findings(input_frac=0.6), offer=offer)
+    assert [r.id for r in data.remedies] == ["profile.remedy.data_cost", "profile.remedy.tune"]
+    assert "2 worker process(es)" in dict(data.not_offered)["data.num_workers"]
+
+
+def test_a_knob_that_needs_prepare_is_not_offered_to_a_script():
+    verdict = build_verdict(_findings(memory=0.95), offer=build_offer(BF16, MLP, script=True), workload_spec="python train.py")
+    assert "activation_checkpointing" not in _remedy_commands(verdict)
+    assert "does not reach an unmodified script" in dict(verdict.not_offered)["model.activation_checkpointing"]
+    assert "prepare()" in dict(verdict.not_offered)["model.activation_checkpointing"]

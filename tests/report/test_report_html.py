@@ -18,6 +18,7 @@ from _support import FIXTURES, fixture_workload
 from torchpace.config import load_config
 from torchpace.report import write_report
 from torchpace.report.load import ReportData, load_report_data
+from torchpace.report.render import render_html
 from torchpace.report.view import config_view
 
 _REF_ATTRS = ("href", "src", "xlink:href", "action", "poster", "data", "srcset", "formaction")
@@ -201,6 +202,31 @@ def test_the_config_snippets_run_as_printed(tmp_path):
     namespace: dict = {}
     exec(compile(snippet, "<report snippet>", "exec"), namespace)  # the user's copy: 8 real steps of the tiny MLP
     assert float(namespace["loss"]) > 0
+
+
+def test_a_script_study_offers_the_launch_line_of_the_command_that_was_tuned():
+    command = ("python", "train pl.py", "--epochs", "3")  # a path with a space: quoted as a shell needs it
+    data = ReportData("study", "s.db", "python train pl.py --epochs 3", {"compile.mode": "default", "data.num_workers": 2},
+                      command=command)
+    view = config_view(data)
+    assert view["launch"] == "torchpace launch --config torchpace.toml -- python 'train pl.py' --epochs 3"
+    assert view["python"] is None and view["needs_prepare"] == []  # compile reaches a script: no prepare() needed
+    html = render_html(data)
+    assert "load_workload" not in html and "torchpace.prepare()" not in html
+    assert "torchpace launch --config torchpace.toml -- python &#39;train pl.py&#39; --epochs 3" in html
+
+
+def test_a_tuned_script_study_carries_its_command_to_the_report_and_json():
+    from torchpace.report.load import build_tune_data
+    from torchpace.tune.outcome import StudyMeta, build_outcome
+
+    command = ("python", "train.py", "--lr", "0.1")
+    outcome = build_outcome([], None, StudyMeta("s", "sqlite://", "random", "python train.py --lr 0.1", command=command),
+                            "done")
+    assert outcome.command == command and outcome.to_dict()["command"] == list(command)
+    view = config_view(build_tune_data(outcome, None, "s.db"))
+    assert view["launch"] == "torchpace launch --config torchpace.toml -- python train.py --lr 0.1"
+    assert view["python"] is None
 
 
 def test_a_study_whose_baseline_failed_renders_the_failure(tmp_path, host):

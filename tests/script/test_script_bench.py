@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from _support import assert_windows_match_stamps
 from torchpace.config import RunConfig
 from torchpace.trial.script import script_trial_spec
 from torchpace.trial import run_trial
@@ -42,24 +43,6 @@ def _bench_json(cli_run, *args, max_time="4"):
 _STAMPED_MAX_TIME = "20"
 
 
-def _assert_windows_match_stamps(bench: dict, stamps_path: Path) -> None:
-    """The measured windows took as long as the same steps timed by the script's own clock.
-
-    The meter starts at the end of step 1 (the script's stamp 0), then `warmup_steps` steps, then
-    windows of equal size; the hook ends the process inside the last step, so that window has no end
-    stamp and is left out. The windows are compared in sum: a step boundary that the host delays
-    moves time from one window to the next, not out of the sum.
-    """
-    stamps = [float(line) for line in stamps_path.read_text().split()]
-    size = bench["measured_steps"] // bench["windows"]
-    first = bench["warmup_steps"]
-    complete = min(bench["windows"], (len(stamps) - 1 - first) // size)
-    assert complete >= 2, f"{bench['windows']} window(s), stopped by {bench['stopped_by']}, warm-up {bench['warmup_s']:.1f} s"
-    inside_s = sum(size / rate for rate in bench["window_steps_per_s"][:complete])
-    outside_s = stamps[first + complete * size] - stamps[first]
-    assert inside_s == pytest.approx(outside_s, rel=0.05)
-
-
 @pytest.mark.slow
 def test_hand_written_loop_counts_backward_calls_as_steps(cli_run, tmp_path):
     stamps = tmp_path / "stamps.txt"
@@ -67,7 +50,7 @@ def test_hand_written_loop_counts_backward_calls_as_steps(cli_run, tmp_path):
     assert bench["script"]["step_source"] == "backward"
     assert bench["samples_per_s"] is None and bench["script"]["samples_source"] is None  # no DataLoader: steps/s only
     assert bench["input_bound_frac"] is None
-    _assert_windows_match_stamps(bench, stamps)
+    assert_windows_match_stamps(bench, stamps)
     assert bench["steps_per_s"] == pytest.approx(statistics.median(bench["window_steps_per_s"]))
     assert bench["steps_per_s_ci_low"] <= bench["steps_per_s"] <= bench["steps_per_s_ci_high"]
     assert len(bench["loss_values"]) >= bench["measured_steps"] and bench["loss_values"][-1] < bench["loss_values"][0]
@@ -84,7 +67,7 @@ def test_dataloader_and_adamw_loop_counts_optimizer_steps_and_samples(cli_run, t
     assert bench["script"]["step_source"] == "optimizer" and bench["script"]["samples_source"] == "dataloader"
     assert bench["batch_size"] == 32 and bench["grad_accumulation"] == 1
     assert bench["samples_per_s"] == pytest.approx(32 * bench["steps_per_s"], rel=1e-9)  # every batch holds 32
-    _assert_windows_match_stamps(bench, stamps)
+    assert_windows_match_stamps(bench, stamps)
     assert bench["steps_per_s"] == pytest.approx(statistics.median(bench["window_steps_per_s"]))
     assert 0.0 < bench["input_bound_frac"] < 1.0  # the loader does its FFTs in this process
     assert bench["compute_only_samples_per_s"] is None
@@ -98,7 +81,7 @@ def test_gradient_accumulation_counts_optimizer_steps(cli_run, tmp_path):
     assert bench["grad_accumulation"] == 4  # backward() calls per optimizer step
     assert bench["batch_size"] == 32  # 4 batches of 8 per optimizer step
     assert bench["samples_per_s"] == pytest.approx(32 * bench["steps_per_s"], rel=1e-9)
-    _assert_windows_match_stamps(bench, stamps)
+    assert_windows_match_stamps(bench, stamps)
     assert bench["steps_per_s"] == pytest.approx(statistics.median(bench["window_steps_per_s"]))
 
 

@@ -32,6 +32,8 @@ CLAIMS = {
     # bf16 inside the outermost forward only: the loss gets float32, the optimizer step runs outside autocast
     "precision.amp": ({"precision.amp": "bf16"}, {"autocast": True, "inner_dtype": "torch.bfloat16",
                                                   "output_dtype": "torch.float32", "autocast_in_step": False}),
+    # compiled in place after the first backward(): the script's own forward is traced by torch.compile
+    "compile.mode": ({"compile.mode": "default"}, {"compiled": True}),
 }
 SCRIPT_KNOBS = sorted(name for name, knob in REGISTRY.items() if knob.script_reach)
 
@@ -86,6 +88,7 @@ def test_script_knob_changes_what_it_claims_under_launch(name, host_name, tmp_pa
 def test_defaults_leave_the_script_as_it_is(host, tmp_path, child_env):
     seen = _launch({}, tmp_path, child_env)
     assert (seen["num_workers"], seen["fused"], seen["autocast"], seen["output_dtype"]) == (0, False, False, "torch.float32")
+    assert seen["compiled"] is False
 
 
 def test_a_knob_a_host_cannot_run_is_refused_before_the_script_starts(cli_run, tmp_path):

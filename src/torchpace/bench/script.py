@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -17,21 +18,28 @@ from torchpace.config import RunConfig
 from torchpace.errors import ScriptFailed, UsageError
 from torchpace.host import HostFacts
 from torchpace.launch.command import parse_python_command
+from torchpace.measure.result import ScriptInfo
 from torchpace.process import temporary_folder
+from torchpace.profile.effect import settings_in_effect
 from torchpace.profile.result import build_profile_result
 from torchpace.profile.trace import METADATA_KEY, parse_trace
-from torchpace.protocol import INVALID
+from torchpace.profile.verdict import build_offer
+from torchpace.protocol import INVALID, compile_allowance_s
 from torchpace.script.knobs import check_script_config, script_target
 from torchpace.trial import run_trial
-from torchpace.trial.script import script_trial_spec
+from torchpace.trial.output import plan_log_path
+from torchpace.trial.script import fitted_max_time_s, script_trial_spec, too_short_hint
 from torchpace.tune.space import build_space
 
 _BENCH_TIMEOUT_MARGIN_S = 120.0  # start-up (imports, data) beyond the measurement's own cap
 
 
 def bench_script(command: Sequence[str], config: RunConfig, max_time_s: float, host: HostFacts, *,
-                 samples_per_step: int | None = None, show_progress: bool = True):
+                 samples_per_step: int | None = None, show_progress: bool = True, show_output: bool = False):
     """`torchpace bench -- CMD`: the script measured in its own process; returns its BenchResult.
+
+    The script's output is kept in a log file under `.torchpace/logs/` (its path is said on stderr and
+    is `script.output_log` in the result); `show_output` also streams it to stderr as it comes.
 
     Raises:
         UsageError: the command is not a Python program, or a knob cannot reach it here.
@@ -39,15 +47,40 @@ def bench_script(command: Sequence[str], config: RunConfig, max_time_s: float, h
     """
     label = parse_python_command(command).label
     check_script_config(config, host, label)
-    spec = script_trial_spec(command, config, max_time_s, samples_per_step=samples_per_step)
-    with waiting_bar(show_progress, f"bench {label}", max_time_s):
-        result = run_trial(spec, host, timeout_s=max_time_s + _BENCH_TIMEOUT_MARGIN_S)
+    log = plan_log_path("bench", command)
+
+    def measure(cap_s: float):
+        spec = script_trial_spec(command, config, cap_s, samples_per_step=samples_per_step)
+        with waiting_bar(show_progress and not show_output, f"bench {label}", cap_s):
+            return run_trial(spec, host, timeout_s=cap_s + _BENCH_TIMEOUT_MARGIN_S + compile_allowance_s(config.values),
+                             log_path=log, echo=sys.stderr if show_output else None)
+
+    result = measure(max_time_s)
+    fitted = fitted_max_time_s(result, max_time_s)
+    if fitted is not None:  # the script ends sooner than the measurement: measure it again, sized to it
+        sys.stderr.write(f"torchpace: {_ended_early(result)}: measuring it again for {fitted:g} s "
+                         f"(`--max-time {fitted:g}`)\n")
+        result = measure(fitted)
+    say_output_log(log)
     if result.status == INVALID:
         raise UsageError(result.error)
     if not result.ok:
-        raise ScriptFailed(f"the script `{' '.join(command)}` ({result.status}): {result.error}", result.stderr_tail)
-    return result.bench
+        hint = f"; {too_short_hint(result, '--max-time')}" if result.ended_after else ""
+        raise ScriptFailed(f"the script `{' '.join(command)}` ({result.status}): {result.error}{hint}", result.stderr_tail)
+    bench = result.bench
+    return replace(bench, script=replace(bench.script or ScriptInfo(command=tuple(command)), output_log=str(log)))
 
+
+def _ended_early(result) -> str:
+    ended = result.ended_after
+    return (f"the script ended {ended['seconds']:.1f} s after its first step, with {ended['windows']} measured "
+            "window(s)")
+
+
+def say_output_log(log: Path) -> None:
+    """Tell the user (on stderr: stdout may be JSON) where the script's output is."""
+    if log.exists():
+        sys.stderr.write(f"torchpace: the script's output is in {log}\n")
 
 
 class waiting_bar:
@@ -73,12 +106,13 @@ class waiting_bar:
 
 
 def profile_script(command: Sequence[str], config: RunConfig, options, host: HostFacts, *,
-                   trace_path: str | None, show_progress: bool = True):
+                   trace_path: str | None, show_progress: bool = True, show_output: bool = False):
     """`torchpace profile -- CMD`: a few of the script's own steps traced inside its process
     (`torchpace.script.profile`), then the same analyzers and verdict as a Workload's profile.
 
     Args:
         options: a `torchpace.profile.capture.CaptureOptions` (steps, warm-up, cProfile steps).
+        show_output: also stream the script's output to stderr (it is kept in a log file either way).
 
     Raises:
         UsageError: the command is not a Python program, or a knob cannot reach it here.
@@ -94,20 +128,29 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
         schedule = {"trace_path": str(raw), "wait": options.wait_steps, "warmup": options.warmup_steps,
                     "active": options.steps, "python_steps": options.python_steps, "profile_memory": options.profile_memory}
         spec = script_trial_spec(command, config, 60.0, script_mode="profile", script_profile=schedule)
-        with waiting_bar(show_progress, f"profile {label}", 0):
-            result = run_trial(spec, host, timeout_s=_BENCH_TIMEOUT_MARGIN_S * 3)
+        log = plan_log_path("profile", command)
+        with waiting_bar(show_progress and not show_output, f"profile {label}", 0):
+            result = run_trial(spec, host, timeout_s=_BENCH_TIMEOUT_MARGIN_S * 3 + compile_allowance_s(config.values),
+                               log_path=log, echo=sys.stderr if show_output else None)
+        say_output_log(log)
+        if result.status == INVALID:
+            raise UsageError(result.error)
         if not result.ok:
             raise ScriptFailed(f"the script `{' '.join(command)}` under the profiler ({result.status}): {result.error}",
                                result.stderr_tail)
         document = json.loads(raw.read_text())
     document[METADATA_KEY]["config"] = config.non_default()
     written, failure = save_trace_keeping_figures(document, trace_path)
-    space = build_space(host, script_target(label), script=True)
+    target = script_target(label)
+    space = build_space(host, target, script=True)
     knobs_by_stage: dict[str, list[str]] = {}
     for knob in space:
         knobs_by_stage.setdefault(knob.stage, []).append(knob.name)
-    result = build_profile_result(parse_trace(document), workload_spec=" ".join(command), knobs_by_stage=knobs_by_stage,
-                                  candidates={k.name: list(k.values) for k in space}, trace_path=written,
+    trace = parse_trace(document)
+    offer = build_offer(host, target, script=True, candidates={k.name: list(k.values) for k in space},
+                        in_effect=settings_in_effect(trace))
+    result = build_profile_result(trace, workload_spec=" ".join(command), knobs_by_stage=knobs_by_stage,
+                                  offer=offer, command=command, trace_path=written,
                                   wall_time_s=time.perf_counter() - start, usable_cores=host.usable_cores)
     if failure is not None:  # the figures go with the error: the CLI prints them, then the one line
         failure.figures = result

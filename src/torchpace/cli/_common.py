@@ -41,7 +41,8 @@ def _run_group(group: click.Group, argv: list[str] | None) -> int:
     try:
         result = group.main(args=argv, prog_name="torchpace", standalone_mode=False)
     except UserCodeError as err:
-        what = ("stderr of YOUR script (not torchpace)", "end of your script's stderr") if isinstance(err, ScriptFailed) \
+        what = ("output of YOUR script (not torchpace), its last lines", "end of your script's output") \
+            if isinstance(err, ScriptFailed) \
             else ("traceback from YOUR code (not torchpace)", "end of your traceback")
         click.echo(f"torchpace: error: {str(err).rstrip('.')}.", err=True)
         click.echo(f"---- {what[0]} ----", err=True)

@@ -69,3 +69,18 @@ def samples_per_step_option(func):
     return click.option("--samples-per-step", type=click.IntRange(min=1), default=None,
                         help="Script mode: samples in one optimizer step, when the script's DataLoader batches do not "
                              "tell (default: the leading dimension of each batch; else figures are steps/s).")(func)
+
+
+def show_output_option(func):
+    """`--show-output`: stream the script's own output to stderr while it runs (it is kept in a log file
+    under .torchpace/logs/ either way)."""
+    return click.option("--show-output", is_flag=True, default=False,
+                        help="Script mode: also stream the script's own output (its prints, the framework's progress) "
+                             "to stderr as it runs; it is kept in a log file under .torchpace/logs/ either way.")(func)
+
+
+def check_show_output(show_output: bool, command: list[str] | None) -> None:
+    """UsageError for `--show-output` without a script: a Workload runs in torchpace's own process."""
+    if show_output and command is None:
+        raise UsageError("--show-output streams the output of a script given after `--` (`-- python train.py ARGS`); "
+                         "there is no script here")

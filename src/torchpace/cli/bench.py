@@ -6,7 +6,8 @@ import click
 
 from torchpace.cli._common import check_outputs, json_option, output_result
 from torchpace.cli._options import SECONDS, build_config, config_options, device_option, workload_argument, workload_inputs
-from torchpace.cli._script import ScriptVerb, samples_per_step_option, script_command, script_inputs
+from torchpace.cli._script import (ScriptVerb, check_show_output, samples_per_step_option, script_command,
+                                     script_inputs, show_output_option)
 
 
 @click.command("bench", cls=ScriptVerb)
@@ -19,8 +20,10 @@ from torchpace.cli._script import ScriptVerb, samples_per_step_option, script_co
 @click.option("--accuracy-batches", type=click.IntRange(min=0), default=4, show_default=True,
               help="Inference workloads: report the outputs' distance from the fp32 eager reference on this many batches (0: skip).")
 @samples_per_step_option
+@show_output_option
 @json_option
-def command(workload, config_path, assignments, max_time_s, device, out_path, accuracy_batches, samples_per_step, as_json):
+def command(workload, config_path, assignments, max_time_s, device, out_path, accuracy_batches, samples_per_step, show_output,
+            as_json):
     """Measure WORKLOAD's real training step (default: the built-in `tabular`), or an unmodified
     training script given after `--` (`torchpace bench -- python train.py ARGS`).
 
@@ -34,6 +37,7 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     from torchpace.bench.run import bench_workload, nonfinite_loss_message
 
     command_argv = script_command(workload)
+    check_show_output(show_output, command_argv)
     inputs = script_inputs(command_argv, config_path) if command_argv else workload_inputs(workload, config_path)
     check_outputs({"--out": out_path}, inputs)
     config = build_config(config_path, assignments)
@@ -43,7 +47,7 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
         from torchpace.bench.script import bench_script
 
         result = bench_script(command_argv, config, max_time_s, host, samples_per_step=samples_per_step,
-                              show_progress=not as_json)
+                              show_progress=not as_json, show_output=show_output)
     else:
         result = bench_workload(workload, config, BenchOptions(max_time_s=max_time_s), host=host, device=device,
                                 show_progress=not as_json, accuracy_batches=accuracy_batches)

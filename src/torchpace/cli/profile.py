@@ -11,7 +11,7 @@ import click
 
 from torchpace.cli._common import check_outputs, emit_json, json_option, make_console
 from torchpace.cli._options import build_config, config_options, device_option, workload_argument, workload_inputs
-from torchpace.cli._script import ScriptVerb, script_command, script_inputs
+from torchpace.cli._script import ScriptVerb, check_show_output, script_command, script_inputs, show_output_option
 from torchpace.files import OutputWriteFailed
 from torchpace.logs import cli_flags
 from torchpace.profile.trace import MAX_PROFILED_STEPS
@@ -31,8 +31,9 @@ DEFAULT_TRACE = "torchpace-profile.json.gz"
 @click.option("--python-steps", type=click.IntRange(0, MAX_PROFILED_STEPS), default=3, show_default=True,
               help=f"Steps run under cProfile for the Python-overhead analysis (0 skips it; at most {MAX_PROFILED_STEPS}).")
 @device_option
+@show_output_option
 @json_option
-def command(workload, config_path, assignments, steps, trace_path, python_steps, device, as_json):
+def command(workload, config_path, assignments, steps, trace_path, python_steps, device, show_output, as_json):
     """Explain why WORKLOAD is slow (default: the built-in `tabular`).
 
     Runs a few real steps under torch.profiler and reports a verdict (input-bound,
@@ -43,11 +44,12 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
     traced, labelled by torchpace's hook (input wait, forward, backward, optimizer).
     """
     command_argv = script_command(workload)
+    check_show_output(show_output, command_argv)
     inputs = script_inputs(command_argv, config_path) if command_argv else workload_inputs(workload, config_path)
     check_outputs({"--trace": trace_path}, inputs)
     config = build_config(config_path, assignments)
     if command_argv:
-        return _profile_script(command_argv, config, steps, python_steps, trace_path, as_json)
+        return _profile_script(command_argv, config, steps, python_steps, trace_path, as_json, show_output)
     # lazy: `torchpace profile --help` loads this module; the verb's work loads only when it runs
     from torchpace.knobs.distributed import nproc_of
     from torchpace.engine.distributed import RankEnv
@@ -96,7 +98,8 @@ def _report(payload: dict, as_json: bool) -> int:
     return 0
 
 
-def _profile_script(command_argv: list[str], config, steps: int, python_steps: int, trace_path: str, as_json: bool) -> int:
+def _profile_script(command_argv: list[str], config, steps: int, python_steps: int, trace_path: str, as_json: bool,
+                    show_output: bool) -> int:
     # lazy: `torchpace profile --help` loads this module; the verb's work loads only when it runs
     from torchpace.host import probe_host
     from torchpace.profile.capture import CaptureOptions
@@ -104,7 +107,8 @@ def _profile_script(command_argv: list[str], config, steps: int, python_steps: i
 
     options = CaptureOptions(steps=steps, python_steps=python_steps)
     with _figures_before_a_write_failure(as_json):
-        result = profile_script(command_argv, config, options, probe_host(), trace_path=trace_path, show_progress=not as_json)
+        result = profile_script(command_argv, config, options, probe_host(), trace_path=trace_path, show_progress=not as_json,
+                                show_output=show_output)
     return _report(result.to_dict(), as_json)
 
 

@@ -11,7 +11,8 @@ import click
 
 from torchpace.cli._common import check_outputs, emit_json, study_file, json_option, make_console
 from torchpace.cli._options import SECONDS, FiniteFloat, workload_argument, workload_inputs
-from torchpace.cli._script import ScriptVerb, samples_per_step_option, script_command, script_inputs
+from torchpace.cli._script import (ScriptVerb, check_show_output, samples_per_step_option, script_command,
+                                     script_inputs, show_output_option)
 from torchpace.errors import UsageError
 from torchpace.process import stop_exit_code, stop_reason
 from torchpace.tune.guard import MAX_GUARD_STEPS
@@ -51,9 +52,10 @@ def parse_duration_s(text: str) -> float:
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
               help="Also write an HTML report of the tune here (as `torchpace report` does).")
 @samples_per_step_option
+@show_output_option
 @json_option
 def command(workload, budget, max_trials, strategy, storage, study_name, resume, out_path, guard_steps, trial_time,
-            knob_names, objective, accuracy_rtol, min_top1, export_path, report_path, samples_per_step, as_json):
+            knob_names, objective, accuracy_rtol, min_top1, export_path, report_path, samples_per_step, show_output, as_json):
     """Tune WORKLOAD (default: the built-in `tabular`), or an unmodified training script given after
     `--` (`torchpace tune -- python train.py ARGS`): baseline, then one knob at a time.
 
@@ -69,15 +71,17 @@ def command(workload, budget, max_trials, strategy, storage, study_name, resume,
 
     budget_s = parse_duration_s(budget)
     command_argv = script_command(workload)
+    check_show_output(show_output, command_argv)
     inputs = script_inputs(command_argv, None) if command_argv else workload_inputs(workload)
     check_outputs({"--out": out_path, "--export": export_path, "--report": report_path},
                   [*inputs, ("the study storage", study_file(storage))])
     knobs = frozenset(get_knob(name).name for name in knob_names) or None
-    options = TuneOptions(workload=workload, command=tuple(command_argv or ()), samples_per_step=samples_per_step, budget_s=budget_s, max_trials=max_trials, strategy=strategy, storage=storage,
+    options = TuneOptions(workload=workload, command=tuple(command_argv or ()), samples_per_step=samples_per_step,
+                          show_output=show_output, budget_s=budget_s, max_trials=max_trials, strategy=strategy, storage=storage,
                           study=study_name, resume=resume, out=Path(out_path), guard_steps=guard_steps,
                           trial_time_s=trial_time, knobs=knobs, objective=objective, accuracy_rtol=accuracy_rtol,
                           min_top1_agreement=min_top1, export_path=Path(export_path) if export_path else None)
-    with _progress(not as_json, budget_s) as on_event:  # SIGTERM and Ctrl-C raise (run_cli's signal policy)
+    with _progress(not as_json and not show_output, budget_s) as on_event:  # SIGTERM and Ctrl-C raise (run_cli's signal policy)
         tuner = Tuner(options, probe_host(), on_event=on_event)
         try:
             outcome = tuner.run()
@@ -134,7 +138,7 @@ class _progress:
     def __init__(self, enabled: bool, budget_s: float):
         self.enabled = enabled and sys.stderr.isatty()
         self.budget_s = budget_s
-        self.best = None
+        self.best, self.unit = None, "samples/s"
         self.what = ""  # the running trial's stage: knob=value
 
     def __enter__(self):

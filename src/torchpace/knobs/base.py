@@ -23,7 +23,8 @@ Lifecycle, in the order torchpace calls it:
 Script mode (an unmodified `train.py`, see `torchpace.script`): `script_reach` (a `Reach`) says how a
 knob reaches a script it cannot edit — `process` (the child's env/argv), `global` (torch state set at
 import), `loader` (DataLoader arguments), `optimizer` (optimizer constructor arguments), `autocast`
-(around the outermost module's forward) — or None when only `prepare()` can apply it;
+(around the outermost module's forward), `compile` (the outermost module compiled in place after the
+first backward()) — or None when only `prepare()` can apply it;
 `script_reason(value)` says why a particular value cannot reach a script (e.g. fp16 needs a GradScaler
 in the loop); `apply_in_script(value, hook)` is its action inside the script's process, through what
 the launch hook offers (`ScriptHook`), by default the one its reach names.
@@ -76,6 +77,7 @@ class Reach(str, enum.Enum):
     LOADER = "loader"
     OPTIMIZER = "optimizer"
     AUTOCAST = "autocast"
+    COMPILE = "compile"
 
     def __str__(self) -> str:
         return self.value
@@ -115,6 +117,9 @@ _REACH_TEXT: dict[Reach, tuple[str, str, str | None]] = {
     Reach.AUTOCAST: ("autocast around the forward of the outermost module with parameters",
                      "bf16 autocast around the forward of the outermost module with parameters",
                      "it called no module with parameters"),
+    Reach.COMPILE: ("the outermost module with parameters, compiled in place after the first backward()",
+                    "the outermost module with parameters compiled in place after the script's first backward()",
+                    "it called no module with trainable parameters before its first backward()"),
 }
 
 
@@ -170,6 +175,10 @@ class ScriptHook(Protocol):
         """Keep the intra-op thread count the child's env set over the script's own
         `torch.set_num_threads()` calls (each change reported)."""
 
+    def compile_forward(self, knob: "Knob", value: "KnobValue") -> None:
+        """Compile the outermost module in place, with the mode `value` names, after the script's first
+        backward()."""
+
 
 @dataclass(frozen=True)
 class ApplyContext:
@@ -221,6 +230,8 @@ class Knob:
             hook.give_optimizers(self, value)
         elif reach is Reach.AUTOCAST:
             hook.autocast_forward(self, value)
+        elif reach is Reach.COMPILE:
+            hook.compile_forward(self, value)
 
     def validate(self, value: Any) -> KnobValue:
         """Return `value` normalised, or raise UsageError naming the knob and the valid values."""

@@ -127,6 +127,7 @@ class ChannelsLastKnob(Knob):
 
 class CompileKnob(Knob):
     name = "compile.mode"
+    script_reach = Reach.COMPILE
     stage = "compute"
     point = Point.MODEL
     default = "off"

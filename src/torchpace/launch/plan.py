@@ -341,7 +341,7 @@ def _plan_nccl(host: HostFacts, base_env: Mapping[str, str], torchrun: bool) -> 
 
 def _plan_hook(config: RunConfig, base_env: Mapping[str, str], options: ChildOptions) -> ChildPart:
     """The sitecustomize hook: the knobs that reach an unmodified script in-process (`Knob.script_reach`:
-    global, DataLoader, optimizer, autocast); a `prepared` child applies them itself."""
+    global, DataLoader, optimizer, autocast, compile); a `prepared` child applies them itself."""
     values = {name: value for name, value in sorted(config.non_default().items())
               if _hook_applies(name, value) or REGISTRY[name].script_guard}
     if not values:

@@ -84,6 +84,14 @@ def script_rows(script: ScriptInfo | None) -> list[tuple[str, str]]:
     for change in script.overrides:
         rows.append(("changed", f"{change.object} at {change.where}: {change.argument} "
                                 f"{change.old!r} -> {change.new!r} ({change.knob})"))
+    compiled = script.compile
+    if compiled is not None and compiled.modules:
+        breaks = compiled.break_reasons
+        why = f" ({'; '.join(f'{reason} x{n}' for reason, n in breaks.items())})" if breaks else ""
+        rows.append(("compiled", f"{', '.join(compiled.modules)} after the first step ({compiled.mode}): "
+                                 f"{compiled.graphs} graph(s), {compiled.graph_breaks} graph break(s){why}"))
+    if script.output_log:
+        rows.append(("script output", script.output_log))
     return rows
 
 

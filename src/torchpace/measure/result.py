@@ -236,6 +236,29 @@ class ScriptOverride:
 
 
 @dataclass(frozen=True)
+class CompileReport:
+    """Script mode with `compile.mode`: what the hook compiled and what dynamo counted in the process.
+
+    Attributes:
+        mode: the torch.compile mode.
+        modules: the class names of the modules compiled in place (after the script's first backward()).
+        compiled_calls: forward calls that ran compiled code.
+        graphs: the unique graphs dynamo compiled.
+        graph_breaks: the graph breaks dynamo counted.
+        break_reasons: the most frequent graph-break reasons, each with its count.
+        failure: why a module could not be compiled (the trial is then invalid); null when all compiled.
+    """
+
+    mode: str
+    modules: tuple[str, ...] = ()
+    compiled_calls: int = field(default=0, metadata=spec(minimum=0))
+    graphs: int = field(default=0, metadata=spec(minimum=0))
+    graph_breaks: int = field(default=0, metadata=spec(minimum=0))
+    break_reasons: Mapping[str, int] = field(default_factory=dict)
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
 class ScriptInfo:
     """Script mode: the command, how steps and samples were counted, and what the launch hook changed.
 
@@ -244,6 +267,8 @@ class ScriptInfo:
         ended_early: the script ended before the measurement did.
         reached: knobs that took effect in the script.
         not_applied: knob -> why it could not take effect where it was met.
+        output_log: the log file that holds the script's own output (stdout and stderr).
+        compile: with `compile.mode`: what was compiled, its graphs and graph breaks.
         more: what else the hook reported, kept as it was written.
     """
 
@@ -255,6 +280,8 @@ class ScriptInfo:
     overrides: tuple[ScriptOverride, ...] = ()
     reached: tuple[str, ...] = ()
     not_applied: Mapping[str, str] = field(default_factory=dict)
+    output_log: str | None = field(default=None, metadata=spec(required=False))
+    compile: CompileReport | None = field(default=None, metadata=spec(required=False))
     more: Mapping[str, Any] = field(default_factory=dict, metadata=spec(rest=True))
 
 

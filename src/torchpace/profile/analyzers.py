@@ -257,7 +257,7 @@ class GpuIdleAnalyzer(Analyzer):
         evidence = f"the GPU ran nothing for {idle_frac:.0%} of the step time ({_ms(total_us - busy_us)} of {_ms(total_us)})"
         if idle_frac >= _GPU_IDLE_WARN_FRAC:
             remedy = Remedy("The host is not keeping the GPU fed: see the verdict; input loading, host syncs and "
-                            "per-kernel launch overhead (try compile.mode=reduce-overhead) are the usual causes.")
+                            "per-kernel launch overhead are the usual causes.")
             return [self.finding(WARN, "GPU idle during the step", evidence, remedy=remedy, **data)]
         return [self.finding(OK, "GPU busy during the step", evidence, **data)]
 
@@ -409,8 +409,8 @@ class PythonOverheadAnalyzer(Analyzer):
         evidence = (f"interpreted Python ran {frac:.0%} of {python.get('steps')} steps' time "
                     f"(cProfile self time outside C/C++ calls); top: {names}")
         if frac >= _PYTHON_WARN_FRAC:
-            remedy = Remedy("Python overhead dominates small steps: a larger batch, or compile.mode=default / "
-                            "reduce-overhead to fuse the per-op dispatch, moves time from Python to kernels.")
+            remedy = Remedy("Python overhead dominates small steps: a larger batch, or fewer and larger operations "
+                            "(what applies here is under the verdict's remedies), moves time from Python to kernels.")
             return [self.finding(WARN, "Python-side overhead is high", evidence, remedy=remedy, **data)]
         return [self.finding(INFO, "Python-side overhead", evidence, **data)]
 

@@ -217,7 +217,19 @@ def build_metadata(run: Prepared, options: CaptureOptions, python: dict[str, Any
         "memory_capacity_bytes": memory_capacity_bytes(run),
         "torch_version": torch.__version__,
         "python_profile": python,
+        "run": run_facts(run),
     }
+
+
+def run_facts(run: Prepared) -> dict[str, Any]:
+    """What the prepared run already does, for the advice (`torchpace.profile.effect`)."""
+    parameter = next(iter(run.model.parameters()), None)
+    facts: dict[str, Any] = {"num_workers": run.loader.num_workers, "pin_memory": bool(run.loader.pin_memory)}
+    if parameter is not None:
+        facts["param_dtype"] = str(parameter.dtype).replace("torch.", "")
+    if run.options.amp_dtype is not None:
+        facts["autocast_dtype"] = str(run.options.amp_dtype).replace("torch.", "")
+    return facts
 
 
 def memory_capacity_bytes(run: Prepared) -> int | None:

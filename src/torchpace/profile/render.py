@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -106,5 +107,7 @@ def _render_remedies(console, verdict: dict[str, Any]) -> None:
         console.print(f"• {remedy['title']}: {remedy['remedy']['text']}")
         if remedy["remedy"].get("command"):
             console.print(f"    $ {remedy['remedy']['command']}")
+    for item in verdict.get("not_offered", ()):
+        console.print(f"[dim]• not offered: {escape(item['reason'])}[/]", highlight=False)
     knobs = ", ".join(verdict["knobs_to_try"]) or "none registered yet"
     console.print(f"[bold]tune tries first[/] (stage {', '.join(verdict['stages_to_try'])}): {knobs}")

@@ -9,7 +9,7 @@ from torchpace.findings import Finding
 from torchpace.measure.stats import summarize
 from torchpace.profile.analyzers import run_analyzers
 from torchpace.profile.trace import Trace
-from torchpace.profile.verdict import Verdict, build_verdict
+from torchpace.profile.verdict import Offer, Verdict, build_verdict
 
 RESULT_KIND = "torchpace.profile"
 RESULT_SCHEMA_VERSION = 1
@@ -33,6 +33,7 @@ class ProfileResult:
     noise_warning: bool = False
     other_load_cores: float | None = None
     usable_cores: int | None = None
+    command: tuple[str, ...] | None = None  # script mode: the unmodified command that was profiled
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +49,7 @@ class ProfileResult:
             "noise_warning": self.noise_warning,
             "other_load_cores": self.other_load_cores,
             "usable_cores": self.usable_cores,
+            "command": list(self.command) if self.command else None,
             "verdict": self.verdict.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
         }
@@ -55,26 +57,25 @@ class ProfileResult:
 
 def analyze_trace(trace: Trace, *, workload_spec: str = "WORKLOAD",
                   knobs_by_stage: Mapping[str, Sequence[str]] | None = None,
-                  candidates: Mapping[str, Sequence[Any]] | None = None) -> tuple[list[Finding], Verdict]:
+                  offer: Offer | None = None) -> tuple[list[Finding], Verdict]:
     """Run every registered analyzer on `trace` and build the verdict from their findings.
 
-    `knobs_by_stage` and `candidates` are as in `build_verdict`.
+    `knobs_by_stage` and `offer` are as in `build_verdict`.
     """
     findings = run_analyzers(trace)
     verdict = build_verdict(findings, on_gpu=trace.device == "cuda", workload_spec=workload_spec,
-                            knobs_by_stage=knobs_by_stage, candidates=candidates)
+                            knobs_by_stage=knobs_by_stage, offer=offer)
     return findings, verdict
 
 
 def build_profile_result(trace: Trace, *, workload_spec: str = "WORKLOAD",
-                         knobs_by_stage: Mapping[str, Sequence[str]] | None = None,
-                         candidates: Mapping[str, Sequence[Any]] | None = None,
+                         knobs_by_stage: Mapping[str, Sequence[str]] | None = None, offer: Offer | None = None,
                          trace_path: str | None = None, wall_time_s: float | None = None,
-                         other_load_cores: float | None = None, usable_cores: int | None = None) -> ProfileResult:
+                         other_load_cores: float | None = None, usable_cores: int | None = None,
+                         command: Sequence[str] | None = None) -> ProfileResult:
     """A ProfileResult for `trace` (workload, device and config read from its torchpace metadata)."""
     spread = summarize([s.dur_us for s in trace.steps]) if trace.steps else None
-    findings, verdict = analyze_trace(trace, workload_spec=workload_spec, knobs_by_stage=knobs_by_stage,
-                                      candidates=candidates)
+    findings, verdict = analyze_trace(trace, workload_spec=workload_spec, knobs_by_stage=knobs_by_stage, offer=offer)
     meta = trace.metadata
     return ProfileResult(
         workload=str(meta.get("workload", workload_spec)),
@@ -89,4 +90,5 @@ def build_profile_result(trace: Trace, *, workload_spec: str = "WORKLOAD",
         noise_warning=bool(spread and spread.noisy),
         other_load_cores=other_load_cores,
         usable_cores=usable_cores,
+        command=tuple(command) if command else None,
     )

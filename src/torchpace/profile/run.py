@@ -13,7 +13,8 @@ from torchpace.measure.contention import measure_other_load
 from torchpace.profile.capture import CaptureOptions, capture_profile
 from torchpace.profile.result import ProfileResult, build_profile_result
 from torchpace.profile.trace import parse_trace
-from torchpace.profile.verdict import applicable_knobs_by_stage, candidate_values
+from torchpace.profile.effect import settings_in_effect
+from torchpace.profile.verdict import applicable_knobs_by_stage, build_offer, candidate_values
 from torchpace.workload import DEFAULT_WORKLOAD, load_workload
 
 
@@ -33,11 +34,12 @@ def profile_workload(spec: str | None, config: RunConfig | None = None, options:
     with measure_other_load() as load:
         capture = capture_profile(workload, config, options, host=host, device=device)
     written, failure = save_trace_keeping_figures(capture.document, trace_path)
+    trace = parse_trace(capture.document)
     result = build_profile_result(
-        parse_trace(capture.document),
+        trace,
         workload_spec=spec or DEFAULT_WORKLOAD,
         knobs_by_stage=applicable_knobs_by_stage(host, workload),
-        candidates=candidate_values(host, workload),
+        offer=build_offer(host, workload, candidates=candidate_values(host, workload), in_effect=settings_in_effect(trace)),
         trace_path=written,
         wall_time_s=time.perf_counter() - start,
         other_load_cores=load.cores,

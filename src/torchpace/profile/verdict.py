@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from torchpace.findings import Finding, Remedy, Severity
+from torchpace.knobs import REGISTRY
 
 _INPUT_BOUND_FRAC = 0.25  # a quarter of the step waiting for data is more than workers usually cost to hide
 _HOST_SYNC_BOUND_FRAC = 0.15  # 15% of the step blocked on the device, on top of launch gaps, caps throughput
@@ -52,10 +53,63 @@ _FIRST_TRY: dict[str, bool | int | str] = {
     "data.num_workers": 2,
     "data.pin_memory": True,
     "precision.amp": "bf16",
+    "precision.matmul": "high",
     "compile.mode": "default",
     "model.activation_checkpointing": True,
     "optimizer.impl": "foreach",
 }
+# the knobs each verdict's remedies set (a knob not offered here is named in `not_offered`, with why)
+_REMEDY_KNOBS: dict[VerdictKind, tuple[str, ...]] = {
+    VerdictKind.INPUT: ("data.num_workers",),
+    VerdictKind.HOST_SYNC: ("data.pin_memory",),
+    VerdictKind.COMPUTE: ("precision.amp", "precision.matmul", "compile.mode", "optimizer.impl"),
+    VerdictKind.MEMORY: ("model.activation_checkpointing",),
+    VerdictKind.COMMUNICATION: (),
+}
+
+
+@dataclass(frozen=True)
+class Offer:
+    """Which knob values a remedy may set for this run on this host, and why the others are not offered.
+
+    Attributes:
+        values: knob -> the value worth measuring first (None: every knob's first value, unchecked).
+        withheld: knob -> why no remedy sets it here (refused by the host, does not reach the script,
+            not a value tune would try, or already in effect).
+    """
+
+    values: Mapping[str, Any] | None = None
+    withheld: Mapping[str, str] = field(default_factory=dict)
+
+    def first_try(self, knob: str) -> Any:
+        """The value a remedy may set for `knob`, or None when it is not offered."""
+        if knob in self.withheld:
+            return None
+        return _FIRST_TRY.get(knob) if self.values is None else self.values.get(knob)
+
+
+def build_offer(host: Any, target: Any, *, script: bool = False, candidates: Mapping[str, Sequence[Any]] | None = None,
+                in_effect: Mapping[str, str] | None = None) -> Offer:
+    """What the remedies may set for `target` (a Workload, or `script_target` for an unmodified script)
+    on `host`: each knob's first value when the knob applies here, this host allows that value, it
+    reaches the script (script mode), tune would try it (`candidates`, when given), and the run does not
+    already do it (`in_effect`: knob -> evidence, from `torchpace.profile.effect.settings_in_effect`)."""
+    values, withheld = {}, {}
+    for name, value in _FIRST_TRY.items():
+        knob = REGISTRY[name]
+        setting = f"{name}={_toml(value)}"
+        if script and knob.script_reason(value):  # before `applies`: a script's model is not known
+            withheld[name] = f"{setting}: does not reach an unmodified script: {knob.script_reason(value)}"
+        elif refused := (knob.applies(host, target) or knob.host_reason(value, host)
+                         or knob.value_applies(value, host, target)):
+            withheld[name] = f"{setting}: not on this host: {refused}"
+        elif candidates is not None and value not in candidates.get(name, ()):
+            withheld[name] = f"{setting}: not a value tune would try here"
+        elif in_effect and name in in_effect:
+            withheld[name] = f"{name}: already in effect: {in_effect[name]}"
+        else:
+            values[name] = value
+    return Offer(values, withheld)
 
 
 @dataclass(frozen=True)
@@ -70,6 +124,8 @@ class Verdict:
         stages_to_try: the knob stages those come from.
         shares: the figures the rules compared (`*_frac`), None when not measured.
         also: other bottlenecks that passed their threshold.
+        not_offered: (knob, why) for each knob this verdict's remedies would set that is not offered here
+            (in JSON: `[{"knob", "reason"}]`).
     """
 
     kind: VerdictKind
@@ -79,6 +135,7 @@ class Verdict:
     stages_to_try: tuple[str, ...]
     shares: Mapping[str, float | None] = field(default_factory=dict)
     also: tuple[VerdictKind, ...] = ()
+    not_offered: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +146,7 @@ class Verdict:
             "stages_to_try": list(self.stages_to_try),
             "shares": dict(self.shares),
             "also": [k.value for k in self.also],
+            "not_offered": [{"knob": knob, "reason": why} for knob, why in self.not_offered],
         }
 
 
@@ -147,8 +205,7 @@ def rank_bottlenecks(shares: Mapping[str, float | None], on_gpu: bool) -> list[V
 
 
 def build_verdict(findings: Sequence[Finding], *, on_gpu: bool = False, workload_spec: str = "WORKLOAD",
-                  knobs_by_stage: Mapping[str, Sequence[str]] | None = None,
-                  candidates: Mapping[str, Sequence[Any]] | None = None) -> Verdict:
+                  knobs_by_stage: Mapping[str, Sequence[str]] | None = None, offer: Offer | None = None) -> Verdict:
     """The verdict from the analyzers' findings (see the module docstring for the rules).
 
     Args:
@@ -157,8 +214,8 @@ def build_verdict(findings: Sequence[Finding], *, on_gpu: bool = False, workload
         workload_spec: how the user named the workload, for the remedy commands.
         knobs_by_stage: knob names per stage to offer (e.g. only those that apply on this host);
             default: every registered knob.
-        candidates: each knob's candidate values on this host; a remedy command only sets a
-            value found here (default: no check).
+        offer: which knob values a remedy may set here and why the others are not offered
+            (`build_offer`); default: every knob's first value, unchecked.
     """
     shares = measure_shares(findings)
     ranked = rank_bottlenecks(shares, on_gpu)
@@ -166,9 +223,12 @@ def build_verdict(findings: Sequence[Finding], *, on_gpu: bool = False, workload
     stages = tuple(stages_to_try_first(kind))
     by_stage = knobs_by_stage if knobs_by_stage is not None else registered_knobs_by_stage()
     knobs = tuple(name for stage in stages for name in by_stage.get(stage, ()))
+    offer = offer or Offer()
+    wanted = [k for k in _REMEDY_KNOBS[kind] if on_gpu or k != "precision.matmul"]
     return Verdict(kind=kind, evidence=tuple(_evidence(kind, shares, findings)),
-                   remedies=tuple(_remedies(kind, _Offer(knobs, candidates), workload_spec, on_gpu)), knobs_to_try=knobs,
-                   stages_to_try=stages, shares=shares, also=tuple(ranked[1:]))
+                   remedies=tuple(_remedies(kind, offer, workload_spec, on_gpu)), knobs_to_try=knobs,
+                   stages_to_try=stages, shares=shares, also=tuple(ranked[1:]),
+                   not_offered=tuple((k, offer.withheld[k]) for k in wanted if k in offer.withheld))
 
 
 def registered_knobs_by_stage() -> dict[str, list[str]]:
@@ -238,28 +298,11 @@ def _evidence(kind: VerdictKind, shares: Mapping[str, float | None], findings: S
 # --- remedies -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Offer:
-    """The knobs a remedy may name, and their candidate values on this host (None: unchecked)."""
-
-    knobs: Sequence[str]
-    candidates: Mapping[str, Sequence[Any]] | None
-
-    def first_try(self, knob: str) -> Any:
-        """The value worth measuring first for `knob`, or None when it is not on offer here."""
-        value = _FIRST_TRY.get(knob)
-        if knob not in self.knobs or value is None:
-            return None
-        if self.candidates is not None and value not in self.candidates.get(knob, ()):
-            return None
-        return value
-
-
 def _toml(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _bench_command(spec: str, offer: _Offer, wanted: Sequence[str]) -> str | None:
+def _bench_command(spec: str, offer: Offer, wanted: Sequence[str]) -> str | None:
     """`torchpace bench SPEC --set K=V ...` for the wanted knobs that are on offer here."""
     sets = [f"--set {k}={_toml(offer.first_try(k))}" for k in wanted if offer.first_try(k) is not None]
     return verb_command("bench", spec, " ".join(sets)) if sets else None
@@ -277,47 +320,62 @@ def _remedy(key: str, title: str, text: str, command: str | None, severity: Seve
     return Finding(id=f"profile.remedy.{key}", severity=severity, title=title, remedy=Remedy(text, command), area="profile")
 
 
-def _remedies(kind: VerdictKind, knobs: _Offer, spec: str, on_gpu: bool) -> list[Finding]:
-    tune = verb_command("tune", spec)
+def _remedies(kind: VerdictKind, offer: Offer, spec: str, on_gpu: bool) -> list[Finding]:
+    """The remedies for `kind`; one that sets a knob only where `offer` offers it, else the tuner as a last one."""
     if kind is VerdictKind.INPUT:
-        return [
-            _remedy("data_workers", "load batches in parallel with the step",
-                    "Use DataLoader worker processes (num_workers, persistent_workers, prefetch_factor) so the "
-                    "next batches are decoded while this one trains.",
-                    _bench_command(spec, knobs, ["data.num_workers"]) or tune),
-            _remedy("data_cost", "make each sample cheaper to load",
-                    "Decode and augment less per sample: store pre-decoded or smaller files, move augmentation "
-                    "to the GPU, or cache decoded samples when the dataset fits in memory.", None, Severity.INFO),
-        ]
-    if kind is VerdictKind.HOST_SYNC:
-        return [
-            _remedy("host_sync", "stop reading device values every step",
-                    "Keep the loss and metrics on the device and read them every N steps; remove `.item()`, "
-                    "`.cpu()`, `print(tensor)` and data-dependent Python branches from the step.", None),
-            _remedy("pinned_copies", "make host→device copies asynchronous",
-                    "Pin host memory and copy with non_blocking=True, so the copy does not wait.",
-                    _bench_command(spec, knobs, ["data.pin_memory"])),
-        ]
-    if kind is VerdictKind.MEMORY:
-        return [_remedy("memory", "free memory per step",
-                        "Recompute activations in backward (activation checkpointing) or split the batch into "
-                        "micro-batches with gradient accumulation; then a larger batch or model fits.",
-                        _bench_command(spec, knobs, ["model.activation_checkpointing"]) or tune)]
-    if kind is VerdictKind.COMMUNICATION:
+        remedies = [_remedy("data_cost", "make each sample cheaper to load",
+                            "Decode and augment less per sample: store pre-decoded or smaller files, move augmentation "
+                            "to the GPU, or cache decoded samples when the dataset fits in memory.", None, Severity.INFO)]
+        workers = _bench_command(spec, offer, ["data.num_workers"])
+        if workers:
+            remedies.insert(0, _remedy("data_workers", "load batches in parallel with the step",
+                                       "Use DataLoader worker processes (num_workers, persistent_workers, prefetch_factor) "
+                                       "so the next batches are decoded while this one trains.", workers))
+    elif kind is VerdictKind.HOST_SYNC:
+        remedies = [_remedy("host_sync", "stop reading device values every step",
+                            "Keep the loss and metrics on the device and read them every N steps; remove `.item()`, "
+                            "`.cpu()`, `print(tensor)` and data-dependent Python branches from the step.", None)]
+        pinned = _bench_command(spec, offer, ["data.pin_memory"])
+        if pinned:
+            remedies.append(_remedy("pinned_copies", "make host→device copies asynchronous",
+                                    "Pin host memory and copy with non_blocking=True, so the copy does not wait.", pinned))
+    elif kind is VerdictKind.MEMORY:
+        checkpointing = _bench_command(spec, offer, ["model.activation_checkpointing"])
+        remedies = [_remedy("memory", "free memory per step",
+                            "Recompute activations in backward (activation checkpointing) or split the batch into "
+                            "micro-batches with gradient accumulation; then a larger batch or model fits.", checkpointing)
+                    ] if checkpointing else []
+    elif kind is VerdictKind.COMMUNICATION:
         return [_remedy("communication", "hide communication behind backward",
                         "Overlap gradient all-reduce with backward (DDP bucket size, gradient_as_bucket_view, "
-                        "static_graph), raise the per-process batch, or check the interconnect.", tune)]
-    return _compute_remedies(knobs, spec, on_gpu)
+                        "static_graph), raise the per-process batch, or check the interconnect.", verb_command("tune", spec))]
+    else:
+        remedies = _compute_remedies(offer, spec, on_gpu)
+    if not any(r.remedy and r.remedy.command for r in remedies):
+        remedies.append(_remedy("tune", "measure what else applies here",
+                                "The usual knob for this bottleneck is not offered (see why below); the tuner measures "
+                                "every knob that applies here, one at a time.", verb_command("tune", spec), Severity.INFO))
+    return remedies
 
 
-def _compute_remedies(knobs: _Offer, spec: str, on_gpu: bool) -> list[Finding]:
-    precision = ("Use bf16 autocast (precision.amp=bf16) and TF32 matmuls (precision.matmul=high) on the GPU."
-                 if on_gpu else "Use bf16 autocast where the CPU computes bf16 natively (precision.amp=bf16).")
-    return [
-        _remedy("compute_precision", "do less work per step",
-                precision, _bench_command(spec, knobs, ["precision.amp"]), Severity.INFO),
-        _remedy("compute_compile", "fuse the model's operators",
-                "Compile the model (compile.mode=default; reduce-overhead for many small kernels) and use the "
-                "foreach/fused optimizer.", _bench_command(spec, knobs, ["compile.mode"]) or verb_command("tune", spec),
-                Severity.INFO),
-    ]
+def _compute_remedies(offer: Offer, spec: str, on_gpu: bool) -> list[Finding]:
+    remedies = []
+    precision = [k for k in ("precision.amp", "precision.matmul") if (on_gpu or k == "precision.amp") and offer.first_try(k)]
+    if precision:
+        text = {("precision.amp",): "Use bf16 autocast (precision.amp=bf16)" + ("." if on_gpu else ": this CPU computes bf16 natively."),
+                ("precision.matmul",): "Allow TF32 matmuls on the GPU (precision.matmul=high).",
+                ("precision.amp", "precision.matmul"): "Use bf16 autocast (precision.amp=bf16) and TF32 matmuls "
+                                                       "(precision.matmul=high) on the GPU."}[tuple(precision)]
+        remedies.append(_remedy("compute_precision", "do less work per step", text,
+                                _bench_command(spec, offer, precision), Severity.INFO))
+    if offer.first_try("compile.mode"):
+        remedies.append(_remedy("compute_compile", "fuse the model's operators",
+                                "Compile the model (compile.mode=default" + ("; reduce-overhead for many small kernels)."
+                                                                            if on_gpu else ")."),
+                                _bench_command(spec, offer, ["compile.mode"]), Severity.INFO))
+    if offer.first_try("optimizer.impl"):
+        remedies.append(_remedy("compute_optimizer", "update all parameters in a few kernels",
+                                "Use the multi-tensor (foreach) optimizer, or the fused one where it has a kernel "
+                                "(optimizer.impl=foreach | fused).", _bench_command(spec, offer, ["optimizer.impl"]),
+                                Severity.INFO))
+    return remedies

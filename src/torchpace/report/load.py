@@ -74,6 +74,7 @@ class ReportData:
         config_path: where the config was saved as TOML, when known.
         note: a line about how the input was read (e.g. which of several studies).
         doctor: the doctor's summary, when it ran.
+        command: script mode: the unmodified command that was measured (`python train.py ARGS`), else None.
     """
 
     kind: str
@@ -87,6 +88,7 @@ class ReportData:
     config_path: str | None = None
     note: str | None = None
     doctor: DoctorSummary | None = None
+    command: tuple[str, ...] | None = None
 
 
 # ---- dispatch --------------------------------------------------------------------------------------
@@ -150,8 +152,12 @@ def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
                          f"{_SUPPORTED_RESULT_SCHEMA} (a newer torchpace wrote it?)")
     if kind == BENCH_KIND:
         bench = read_bench(doc, source)
-        return ReportData("bench", source, bench.workload, dict(bench.config), host=bench.host or None, bench=bench)
-    return ReportData("profile", source, str(doc.get("workload", "?")), dict(doc.get("config") or {}), profile=doc)
+        command = bench.script.command if bench.script is not None else ()
+        return ReportData("bench", source, bench.workload, dict(bench.config), host=bench.host or None, bench=bench,
+                          command=tuple(command) or None)
+    command = doc.get("command")
+    return ReportData("profile", source, str(doc.get("workload", "?")), dict(doc.get("config") or {}), profile=doc,
+                      command=tuple(command) if command else None)
 
 
 def read_bench(doc: Mapping[str, Any], source: str) -> BenchResult:
@@ -231,7 +237,7 @@ def build_stored_outcome(study, name: str, url: str, meta: StudyAttrs) -> TuneOu
                             paired=meta.paired)
         stopped = "done" if state.done else ("baseline failed" if state.failed_baseline else "unfinished")
     study_meta = StudyMeta(name, url, meta.strategy, meta.workload or "?", meta.objective,
-                           build_guard_note(len(base.guard_losses) if base else 0))
+                           build_guard_note(len(base.guard_losses) if base else 0), command=meta.command)
     return build_outcome(rows, state, study_meta, stopped)
 
 
@@ -257,6 +263,6 @@ def rebuild_space(rows: Sequence[TrialRow]) -> list:
 
 def build_tune_data(outcome: TuneOutcome, host: Mapping[str, Any] | None, source: str,
                     config_path: str | None = None, note: str | None = None) -> ReportData:
-    """ReportData of a tune outcome (pure)."""
+    """ReportData of a tune outcome (pure); a script study's `command` is its outcome's."""
     return ReportData("study", source, outcome.workload, dict(outcome.best_config), host=host or None, tune=outcome,
-                      config_path=config_path or outcome.out_path, note=note)
+                      config_path=config_path or outcome.out_path, note=note, command=outcome.command)

@@ -7,6 +7,7 @@ table beside it always show the same trial.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
@@ -25,9 +26,6 @@ from torchpace.tune.render import ratio_text
 DEFAULT_CONFIG_FILE = "torchpace.toml"
 _SAME_CONFIG_GAP = 0.10  # two measurements of one config 10% apart: worth telling the reader it is noise
 _MAX_REJECTED_CURVES = 4  # guard-rejected loss curves drawn beside baseline and tuned; more would hide them
-# Knobs applied where `torchpace launch` can reach them without code: the process env, global
-# torch state and the DataLoader (its sitecustomize hook); the rest need `torchpace.prepare()`.
-_LAUNCH_POINTS = ("env", "global", "loader")
 
 
 # ---- selectors shared with the charts ---------------------------------------------------------------
@@ -296,7 +294,8 @@ def profile_view(profile: Mapping[str, Any]) -> dict[str, Any]:
                               "raise --steps", profile.get("other_load_cores"), profile.get("usable_cores"))
     return {"noisy": " ".join(warnings) or None,
         "kind": verdict.get("kind"), "evidence": verdict.get("evidence", []), "also": verdict.get("also", []),
-        "remedies": verdict.get("remedies", []), "knobs_to_try": verdict.get("knobs_to_try", []),
+        "remedies": verdict.get("remedies", []), "not_offered": verdict.get("not_offered", []),
+        "knobs_to_try": verdict.get("knobs_to_try", []),
         "stages_to_try": verdict.get("stages_to_try", []), "device": profile.get("device"), "steps": profile.get("steps"),
         "split_rows": [row[:3] for row in split_rows(profile)] if step_split(profile) else [],
         "top_ops": top_op_rows(profile), "trace_path": profile.get("trace_path"),
@@ -308,16 +307,20 @@ def profile_view(profile: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def config_view(data: ReportData) -> dict[str, Any]:
-    """The final config as rows, as TOML, and as copy-ready snippets."""
+    """The final config as rows, as TOML, and as copy-ready snippets: for an unmodified script the
+    `torchpace launch` line of the very command that was measured; for a Workload the `prepare()` code."""
     config = dict(data.config)
     rows = [{"knob": name, "value": format_value(value),
              "default": format_value(REGISTRY[name].default) if name in REGISTRY else "?",
              "point": REGISTRY[name].point.value if name in REGISTRY else "?"} for name, value in config.items()]
-    needs_prepare = [r["knob"] for r in rows if r["point"] not in _LAUNCH_POINTS]
+    needs_prepare = [name for name, value in config.items()
+                     if name not in REGISTRY or REGISTRY[name].script_reach is None or REGISTRY[name].script_reason(value)]
     path = data.config_path or DEFAULT_CONFIG_FILE
+    command = list(data.command) if data.command else ["train.py"]
     return {"rows": rows, "empty": not config, "path": path, "saved": data.config_path is not None,
-            "toml": config_toml(config), "python": python_snippet(data, config),
-            "launch": f"torchpace launch --config {path} -- train.py", "needs_prepare": needs_prepare}
+            "toml": config_toml(config), "python": None if data.command else python_snippet(data, config),
+            "script": data.command is not None,
+            "launch": shlex.join(["torchpace", "launch", "--config", path, "--", *command]), "needs_prepare": needs_prepare}
 
 
 def config_toml(config: Mapping[str, Any]) -> str:

@@ -10,7 +10,9 @@ as they did. Three hazards shape it:
 - autocast's cache of bf16 weight copies is cleared only when the outermost autocast exits: this one
   exits at the end of each forward, so `optimizer.step()` never runs inside it and the next forward
   never reads stale weights;
-- the exit hook is registered with `always_call=True`, so a forward that raises still exits autocast.
+- the exit hook is registered with `always_call=True`, so a forward that raises still exits autocast;
+- the hooks return at once while torch.compile traces (the modules inside a compiled forward): the
+  outermost module's own call runs them eagerly, and nothing of them enters a graph.
 
 Modules without parameters (a loss module such as `nn.CrossEntropyLoss`) are not wrapped: they are
 rarely the model, and autocast runs losses in float32 anyway. fp16 is not offered here: it needs a
@@ -35,11 +37,16 @@ class OutermostModule:
     """
 
     def __init__(self, make_context: Callable[[Any], Any], finish_output: Callable[[Any], Any] | None = None):
+        import torch
+
         self.make_context, self.finish_output = make_context, finish_output
         self.local = threading.local()
         self.entered = 0
+        self.compiling = torch.compiler.is_compiling
 
     def before(self, module, args) -> None:
+        if self.compiling():  # a module called inside a compiled forward: nothing to trace into its graph
+            return
         depth = getattr(self.local, "depth", 0)
         self.local.depth = depth + 1
         if depth == 0 and getattr(self.local, "open", None) is None and _device_type(module) is not None:
@@ -49,6 +56,8 @@ class OutermostModule:
             self.entered += 1
 
     def after(self, module, args, output) -> Any:
+        if self.compiling():
+            return None
         self.local.depth = max(0, getattr(self.local, "depth", 1) - 1)
         opened = getattr(self.local, "open", None)
         if opened is None or opened[0] is not module or self.local.depth:

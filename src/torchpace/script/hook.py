@@ -51,6 +51,7 @@ def install(spec: ScriptMeasure) -> ScriptProbe:
     if spec.mode == "profile":
         probe = ScriptProfiler(spec)
         _label_forward_and_optimizer(torch)
+        _note_precision(torch, probe)
     else:
         probe = ScriptProbe(spec)
     _hook_optimizers(torch, probe)
@@ -119,7 +120,7 @@ def _hook_loader(probe) -> None:
         start = clock()
         with _phase(probe, "torchpace.input_wait"):
             batch = original(self)
-        probe.on_batch(batch, clock() - start)
+        probe.on_batch(batch, clock() - start, self)
         return batch
 
     _BaseDataLoaderIter.__next__ = __next__
@@ -135,8 +136,9 @@ def _phase(probe, name: str):
 
 
 def _label_forward_and_optimizer(torch) -> None:
-    """Profile mode: `torchpace.forward` around the outermost module with parameters, and
-    `torchpace.optimizer` around each optimizer step (global module and optimizer hooks)."""
+    """Profile mode: `torchpace.forward` around the outermost module with parameters (and around an
+    optimizer's closure), and `torchpace.optimizer` around each optimizer step (global module and
+    optimizer hooks)."""
     from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
@@ -149,6 +151,7 @@ def _label_forward_and_optimizer(torch) -> None:
         label = torch.profiler.record_function("torchpace.optimizer")
         label.__enter__()
         optimizer_labels.append(label)
+        return _label_closure(torch, args, kwargs)
 
     def after_step(optimizer, args, kwargs):
         if optimizer_labels:
@@ -156,6 +159,46 @@ def _label_forward_and_optimizer(torch) -> None:
 
     register_optimizer_step_pre_hook(before_step)
     register_optimizer_step_post_hook(after_step)
+
+
+def _label_closure(torch, args, kwargs):
+    """`optimizer.step(closure)` (Lightning's automatic optimization): the closure runs the training step
+    (forward, loss), zero_grad and backward inside the optimizer's step, so it is labelled
+    `torchpace.forward`, and the backward inside it keeps its own label (the innermost label counts):
+    the optimizer phase is then the update alone. Returns the (args, kwargs) to step with, or None."""
+    closure = kwargs.get("closure", args[0] if args else None)
+    if not callable(closure):
+        return None
+
+    def labelled():
+        with torch.profiler.record_function("torchpace.forward"):
+            return closure()
+
+    if "closure" in kwargs:
+        return args, {**kwargs, "closure": labelled}
+    return (labelled, *args[1:]), kwargs
+
+
+def _note_precision(torch, probe) -> None:
+    """Profile mode: note, until the first step ends, whether the script's modules run under autocast
+    (also one a library enters inside the model's forward, as accelerate's mixed precision does) and the
+    dtype of the outermost model's parameters; the profile offers no precision change already in effect."""
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    def note(module, args):
+        if torch.compiler.is_compiling():
+            return
+        if probe.steps:
+            handle.remove()
+            return
+        for parameter in module.parameters():
+            probe.run_facts.setdefault("param_dtype", str(parameter.dtype).replace("torch.", ""))
+            device = parameter.device.type
+            if torch.is_autocast_enabled(device):
+                probe.run_facts["autocast_dtype"] = str(torch.get_autocast_dtype(device)).replace("torch.", "")
+            break
+
+    handle = register_module_forward_pre_hook(note)
 
 
 def _excepthook_marks_crash(probe) -> None:

@@ -15,7 +15,9 @@ its `script_reach` says:
 - `optimizer` (`optimizer.impl`): `foreach=`/`fused=` of every `torch.optim` optimizer built, also over
   the script's own argument, where the class has that implementation and it builds on the parameters'
   device (otherwise the script's arguments stand and `REPORT.not_applied` says why);
-- `autocast` (`precision.amp = bf16`): see `torchpace.script.autocast`.
+- `autocast` (`precision.amp = bf16`): see `torchpace.script.autocast`;
+- `compile` (`compile.mode`): the outermost modules with trainable parameters get a compiled forward
+  after the first backward(), see `torchpace.script.compile`.
 
 `process` knobs (threads, allocator, NUMA) reached the process through its env before it started;
 the config's `threads.intra_op` also holds over the script's own `torch.set_num_threads()` calls
@@ -38,6 +40,7 @@ from typing import Any, Mapping, Sequence
 import torchpace
 from torchpace.knobs import REGISTRY, Knob, KnobValue, ScriptSubject, get_knob
 from torchpace.script.autocast import install_outermost_autocast
+from torchpace.script.compile import active as active_compile, install_script_compile
 
 _log = logging.getLogger(__name__)
 
@@ -52,11 +55,14 @@ class HookReport:
         overrides: one entry per change made to a script's DataLoader/optimizer arguments:
             {"where": "train.py:41", "object": "DataLoader", "argument", "old", "new", "knob"}.
         reached: knobs that took effect at least once (global knobs at import; loader knobs when a
-            DataLoader was built with them; optimizer.impl when an optimizer was; bf16 when a forward ran).
+            DataLoader was built with them; optimizer.impl when an optimizer was; bf16 when a forward ran;
+            compile.mode when the model was compiled).
         not_applied: knob -> why it could not take effect where it was met.
+        config: the knob values the hook was given (what `reached` is checked against).
     """
 
     overrides: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
     reached: set[str] = field(default_factory=set)
     not_applied: dict[str, str] = field(default_factory=dict)
     _announced: set[tuple] = field(default_factory=set)
@@ -72,7 +78,9 @@ class HookReport:
         _log.info("%s at %s: %s %r -> %r (%s)", obj, where, argument, old, new, knob)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"overrides": list(self.overrides), "reached": sorted(self.reached), "not_applied": dict(self.not_applied)}
+        compiled = active_compile()
+        return {"overrides": list(self.overrides), "reached": sorted(self.reached), "not_applied": dict(self.not_applied),
+                **({"compile": compiled.summary()} if compiled is not None else {})}
 
 
 REPORT = HookReport()
@@ -84,6 +92,7 @@ def apply_launch_config(values: Mapping[str, Any]) -> HookReport:
     wanted = {get_knob(name).name: get_knob(name).validate(value) for name, value in values.items()}
     knobs = [(knob, wanted[knob.name]) for knob in REGISTRY.values() if knob.name in wanted]
     _log.info("applying %s in this script's process", {knob.name: value for knob, value in knobs} or "no knob")
+    REPORT.config.update({knob.name: value for knob, value in knobs})
     hook = _InScript()
     for knob, value in knobs:
         knob.apply_in_script(value, hook)
@@ -92,9 +101,9 @@ def apply_launch_config(values: Mapping[str, Any]) -> HookReport:
 
 
 class _InScript:
-    """The launch hook's side of `Knob.apply_in_script` (`torchpace.knobs.ScriptHook`): optimizers and
-    autocast are patched at once; global and loader knobs are gathered, then `finish` enters the globals
-    on one stack and patches DataLoader once for all loader knobs."""
+    """The launch hook's side of `Knob.apply_in_script` (`torchpace.knobs.ScriptHook`): optimizers,
+    autocast and compile are patched at once; global and loader knobs are gathered, then `finish` enters
+    the globals on one stack and patches DataLoader once for all loader knobs."""
 
     def __init__(self) -> None:
         self.global_knobs: list[tuple[Knob, KnobValue]] = []
@@ -115,6 +124,10 @@ class _InScript:
     def autocast_forward(self, knob: Knob, value: KnobValue) -> None:
         if knob.script_reason(value) is None and value != knob.default:
             install_outermost_autocast(str(value), REPORT, knob.name)
+
+    def compile_forward(self, knob: Knob, value: KnobValue) -> None:
+        if value != knob.default:
+            install_script_compile(str(value), REPORT, knob.name)
 
     def finish(self) -> None:
         apply_global_knobs(self.global_knobs)

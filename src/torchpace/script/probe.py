@@ -18,8 +18,10 @@ from torchpace.measure.contention import other_load_cores, probe_cpu_times
 from torchpace.measure.gate import Gate
 from torchpace.measure.timing import WindowMeter
 from torchpace.process import owner_pid
-from torchpace.protocol import CRASH, NONFINITE, OK, TIMEOUT, TrialResult, is_nonfinite
+from torchpace.protocol import CRASH, INVALID, NONFINITE, OK, TIMEOUT, TrialResult, is_nonfinite
+from torchpace.script.compile import active as active_compile
 from torchpace.script.inprocess import REPORT
+from torchpace.script.knobs import unreached_knobs
 from torchpace.script.spec import STEPS_SUFFIX, ScriptMeasure
 
 _MIN_WINDOWS_IF_ENDED = 2  # a script that ends first must leave at least this many measured windows
@@ -42,6 +44,7 @@ class ScriptProbe:
         self.spec, self.clock = spec, self.gate.clock if self.gate else clock
         self.started_s = clock()
         self.meter = None
+        self.meter_started_s = 0.0
         self.steps = 0
         self.optimizer_built = False
         self.lead_optimizer: int | None = None
@@ -80,7 +83,7 @@ class ScriptProbe:
         if not self.optimizer_built:
             self.on_step()
 
-    def on_batch(self, batch: Any, waited_s: float) -> None:
+    def on_batch(self, batch: Any, waited_s: float, loader_iter: Any = None) -> None:
         from torchpace.engine.batch import batch_len
 
         self.wait_s += waited_s
@@ -118,7 +121,8 @@ class ScriptProbe:
         if samples:
             self.last_step_samples = samples
         if self.meter is None:
-            self._start_meter()
+            if not self.compile_pending():
+                self._start_meter()
             return
         measuring = self.meter.phase == "measure"
         window = self.meter.record(samples if self.samples_known else 1)
@@ -128,6 +132,26 @@ class ScriptProbe:
             self._wait_mark = self.wait_s
         if self.meter.done and self.steps >= self.spec.guard_steps:  # the guard compares this many first losses
             self.finish(ended_early=False)
+
+    def compile_pending(self) -> bool:
+        """True while `compile.mode` is still compiling the script's model (the meter and the profiler wait);
+        a model that could not be compiled, or none to compile, ends the trial as `invalid` at once."""
+        compiled = active_compile()
+        if compiled is None or not compiled.triggered:
+            return compiled is not None
+        if compiled.failure or not compiled.modules:
+            self.finish_invalid(f"{compiled.knob_name}: " + (compiled.failure or "never took effect in the script: it "
+                                                             "called no module with trainable parameters before its first backward()"))
+        return not compiled.warm
+
+    def finish_invalid(self, why: str) -> None:
+        """A knob of the config cannot run in this script: write an `invalid` result and end the process."""
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+        write_result(TrialResult(INVALID, error=why, wall_time_s=self.clock() - self.started_s), self.spec.result_path)
+        end_process()
 
     def _close_step_loss(self) -> None:
         import torch
@@ -148,7 +172,7 @@ class ScriptProbe:
         # (the bench or tune process that started it), as for a Workload trial
         self._cpu_before = probe_cpu_times(owner_pid())
         options = BenchOptions(max_time_s=self.spec.max_time_s, target_ci_rel=self.spec.target_ci_rel)
-        now = self.clock()
+        now = self.meter_started_s = self.clock()
         self.meter = WindowMeter(self.clock, self._sync, options.timing(), now + WARMUP_SHARE * options.max_time_s,
                                  now + options.max_time_s, gate=self.gate)
         self.meter.start()
@@ -227,15 +251,23 @@ class ScriptProbe:
         windows = len(self.meter.windows) if self.meter is not None else 0
         if self.steps == 0:
             return TrialResult(CRASH, error=f"the script ended without a step: {NO_STEP_MESSAGE}", wall_time_s=wall_s)
+        unreached = unreached_knobs(REPORT.config, REPORT.reached, REPORT.not_applied)
+        if unreached:  # the config could not run in this script: that is the verdict, however far it got
+            return TrialResult(INVALID, guard_losses=guard, wall_time_s=wall_s,
+                               error="; ".join(f"{knob}: {why}" for knob, why in unreached.items()))
+        ended_after = None
+        if ended_early:  # how long the script ran once timing started: a trial can be sized to fit it
+            ran_s = self.clock() - self.meter_started_s if self.meter is not None else 0.0
+            ended_after = {"steps": self.steps, "seconds": ran_s, "windows": windows}
         if ended_early and windows < _MIN_WINDOWS_IF_ENDED:
-            return TrialResult(CRASH, guard_losses=guard, wall_time_s=wall_s, error=(
-                f"the script ended after {self.steps} step(s), before torchpace had measured enough "
-                f"({windows} window(s); at least {_MIN_WINDOWS_IF_ENDED} needed after warm-up): let it run longer "
-                "(more steps or epochs) or lower --max-time"))
+            return TrialResult(CRASH, guard_losses=guard, wall_time_s=wall_s, ended_after=ended_after, error=(
+                f"the script ended after {self.steps} step(s), {ended_after['seconds']:.1f} s after its first one, "
+                f"before torchpace had measured enough ({windows} window(s); at least {_MIN_WINDOWS_IF_ENDED} needed "
+                "after warm-up): let it run longer (more steps or epochs), or measure for less time"))
         bench = self._bench(losses, ended_early, wall_s, REPORT.to_dict())
         status = NONFINITE if is_nonfinite(losses) else OK
         error = "loss became NaN/Inf while measuring" if status == NONFINITE else ""
-        return TrialResult(status, bench, guard, error=error, wall_time_s=wall_s)
+        return TrialResult(status, bench, guard, error=error, wall_time_s=wall_s, ended_after=ended_after)
 
     def _bench(self, losses: list[float], ended_early: bool, wall_s: float, hook: dict) -> dict[str, Any]:
         from torchpace.measure.bench import build_script_bench

@@ -24,9 +24,10 @@ import psutil
 from torchpace.files import write_atomic
 from torchpace.measure.result import ScriptInfo
 from torchpace.profile.trace import METADATA_KEY
-from torchpace.protocol import CRASH, OK, TIMEOUT, TrialResult
+from torchpace.protocol import CRASH, INVALID, OK, TIMEOUT, TrialResult
 from torchpace.records import from_json
 from torchpace.script.inprocess import REPORT
+from torchpace.script.knobs import unreached_knobs
 from torchpace.script.probe import ScriptProbe, end_process, write_result
 from torchpace.script.spec import ScriptMeasure
 
@@ -51,6 +52,17 @@ class ScriptProfiler(ScriptProbe):
         self.python: dict[str, Any] | None = None
         # the profiler's own export goes beside the trace the parent reads, in the parent's temporary folder
         self._raw = Path(spec.profile["trace_path"]).with_name("raw-trace.json")
+        # what the run already does, for the advice (`torchpace.profile.effect`): autocast and parameter
+        # dtypes (the hook notes them), the DataLoaders' workers and pinning
+        self.run_facts: dict[str, Any] = {}
+
+    def on_batch(self, batch: Any, waited_s: float, loader_iter: Any = None) -> None:
+        super().on_batch(batch, waited_s, loader_iter)
+        if loader_iter is not None:
+            workers = int(getattr(loader_iter, "_num_workers", 0) or 0)
+            self.run_facts["num_workers"] = max(workers, self.run_facts.get("num_workers", 0))
+            pinned = bool(getattr(loader_iter, "_pin_memory", False))
+            self.run_facts["pin_memory"] = pinned or self.run_facts.get("pin_memory", False)
 
     def on_step(self) -> None:
         if self.finished:
@@ -61,8 +73,10 @@ class ScriptProfiler(ScriptProbe):
         self.pending_samples, samples = 0, self.pending_samples
         if samples:
             self.last_step_samples = samples
-        if self.steps == self.wait:
-            self._start_profiler()
+        if self.prof is None and self.document is None and self.steps >= self.wait:
+            if not self.compile_pending():  # the steps that compile stay untraced
+                self.wait = self.steps
+                self._start_profiler()
         elif self.prof is not None:
             self._profiler_step()
         elif self.cprofile is not None:
@@ -126,19 +140,21 @@ class ScriptProfiler(ScriptProbe):
 
     def build_result(self, ended_early: bool) -> TrialResult:
         wall_s = self.clock() - self.started_s
+        unreached = unreached_knobs(REPORT.config, REPORT.reached, REPORT.not_applied)
+        if unreached and self.steps:  # the config could not run in this script: that is the verdict
+            return TrialResult(INVALID, wall_time_s=wall_s, error="; ".join(f"{k}: {why}" for k, why in unreached.items()))
         if self.document is None:
             needed = self.wait + self.warmup + self.active
             return TrialResult(CRASH, wall_time_s=wall_s, error=(
                 f"the script ended after {self.steps} step(s), before the profile's {needed} "
                 f"({self.wait} untraced, {self.warmup} warm-up, {self.active} traced): let it run longer or lower --steps"))
-
-        self.document[METADATA_KEY] = self._metadata()
+        self.document[METADATA_KEY] = self._metadata(REPORT.to_dict())
         write_atomic(self.spec.profile["trace_path"], json.dumps(self.document, separators=(",", ":")))
         # what the hook changed (which knobs reached the script), as a script bench's result carries it
         script = from_json(ScriptInfo, {"command": list(self.spec.command), "steps_seen": self.steps, **REPORT.to_dict()})
         return TrialResult(OK, wall_time_s=wall_s, script=script)
 
-    def _metadata(self) -> dict[str, Any]:
+    def _metadata(self, hook: dict[str, Any]) -> dict[str, Any]:
         import torch
 
         from torchpace.measure.memory import read_peak_memory
@@ -150,7 +166,7 @@ class ScriptProfiler(ScriptProbe):
                 "config": {}, "batch_size": self.last_step_samples, "steps": self.active, "wait_steps": self.wait,
                 "warmup_steps": self.warmup, "peak_memory_bytes": peak_bytes, "peak_memory_kind": peak_kind,
                 "memory_capacity_bytes": _capacity_bytes(device), "torch_version": torch.__version__,
-                "python_profile": self.python, "script": True}
+                "python_profile": self.python, "script": True, "run": dict(self.run_facts), "hook": hook}
 
 
 def _activities() -> list:

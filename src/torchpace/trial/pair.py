@@ -45,7 +45,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
 import psutil
 
@@ -58,8 +58,9 @@ from torchpace.measure.result import BenchResult, pool_throughput
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
 from torchpace.protocol import INVALID, OOM, TIMEOUT, TrialResult, TrialSpec, classify_timeout
-from torchpace.trial.runner import plan_trial_child, read_trial_result, remove_orphan_trial_dirs, trial_dir, trial_paths
-from torchpace.trial.runner import run_trial
+from torchpace.trial.output import follow
+from torchpace.trial.runner import (child_stdout, plan_trial_child, read_trial_result, remove_orphan_trial_dirs,
+                                    run_trial, trial_dir, trial_paths)
 
 _log = logging.getLogger(__name__)
 
@@ -192,7 +193,8 @@ def sequential_reason(spec_a: TrialSpec, spec_b: TrialSpec, *, peak_bytes: int |
 def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions = PairOptions(),
              *, base_env: Mapping[str, str] | None = None, workdir: Path | None = None, sequential: str | None = None,
              figure: Callable[[BenchResult], float | None] | None = None,
-             on_round: Callable[[int, Summary | None], None] | None = None) -> PairResult:
+             on_round: Callable[[int, Summary | None], None] | None = None,
+             logs: tuple[Path | None, Path | None] = (None, None), echo: TextIO | None = None) -> PairResult:
     """Compare `spec_b` with `spec_a` (see the module docstring); never raises for the arms' failures.
 
     Args:
@@ -200,16 +202,34 @@ def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: f
         sequential: compare with separate runs, for this reason (default: `sequential_reason`).
         figure: a sequential round's figure of one run's bench (default: samples/s, else steps/s).
         on_round: progress: rounds so far and the ratio's summary.
+        logs: script mode: where each arm's script output is kept (`torchpace.trial.output`; None: a
+            temporary file).
+        echo: script mode: also copy arm B's output here as it comes (`--show-output`).
     """
     base_env = os.environ if base_env is None else base_env
     reason = sequential or sequential_reason(spec_a, spec_b)
+    output = _Output(logs, echo)
     if reason:
-        return _run_sequential(spec_a, spec_b, host, timeout_s, options, reason, base_env, workdir, figure, on_round)
-    result = _run_alternating(spec_a, spec_b, host, timeout_s, options, base_env, workdir, on_round)
+        return _run_sequential(spec_a, spec_b, host, timeout_s, options, reason, base_env, workdir, figure, on_round, output)
+    result = _run_alternating(spec_a, spec_b, host, timeout_s, options, base_env, workdir, on_round, output)
     if OOM in (result.a.status, result.b.status):  # held together they did not fit: separate runs
         return _run_sequential(spec_a, spec_b, host, timeout_s, options, "an arm ran out of memory while both were held",
-                               base_env, workdir, figure, on_round)
+                               base_env, workdir, figure, on_round, output)
     return result
+
+
+@dataclass(frozen=True)
+class _Output:
+    """Where the arms' script output goes: a log per arm, and arm B's also streamed to `echo`."""
+
+    logs: tuple[Path | None, Path | None] = (None, None)
+    echo: TextIO | None = None
+
+    def log(self, name: str) -> Path | None:
+        return self.logs["ab".index(name)]
+
+    def echo_of(self, name: str) -> TextIO | None:
+        return self.echo if name == "b" else None
 
 
 # --------------------------------------------------------------------------- alternating
@@ -218,9 +238,9 @@ def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: f
 class _Arm:
     """The parent's handle on one arm: its process, its two pipes, its files."""
 
-    def __init__(self, name: str, spec: TrialSpec, folder: Path):
+    def __init__(self, name: str, spec: TrialSpec, folder: Path, log_path: Path | None = None):
         self.name, self.folder = name, folder
-        self.spec_path, self.result_path, self.err_path = trial_paths(folder)
+        self.spec_path, self.result_path, self.err_path = trial_paths(folder, spec, log_path)
         self.control_r, self.control_w = os.pipe()
         self.event_r, self.event_w = os.pipe()
         self.spec = replace(spec, gate=f"{self.control_r},{self.event_w}", compute_only=False)
@@ -234,7 +254,7 @@ class _Arm:
         argv, env, nofile = plan_trial_child(self.spec, host, base_env, self.spec_path, self.result_path, timeout_s)
         with open(self.err_path, "wb") as err:
             self.proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env,
-                                    stdout=subprocess.DEVNULL, stderr=err, pass_fds=(self.control_r, self.event_w))
+                                    stdout=child_stdout(self.spec, err), stderr=err, pass_fds=(self.control_r, self.event_w))
         guard.hold(self.proc.pid)
         self._close_child_ends()  # the child holds them now: its end of the event pipe closes when it dies
 
@@ -325,13 +345,16 @@ class _LoadMeter:
 
 
 def _run_alternating(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions,
-                     base_env: Mapping[str, str], workdir: Path | None, on_round) -> PairResult:
+                     base_env: Mapping[str, str], workdir: Path | None, on_round, output: _Output) -> PairResult:
     started = time.perf_counter()
     deadline = time.monotonic() + timeout_s
     remove_orphan_trial_dirs(workdir)
     with contextlib.ExitStack() as stack:
         guard = stack.enter_context(StoppedGroupGuard())
-        arms = [_Arm(name, spec, stack.enter_context(trial_dir(workdir))) for name, spec in (("a", spec_a), ("b", spec_b))]
+        arms = [_Arm(name, spec, stack.enter_context(trial_dir(workdir)), output.log(name))
+                for name, spec in (("a", spec_a), ("b", spec_b))]
+        if spec_b.command:
+            stack.enter_context(follow(arms[1].err_path, output.echo_of("b")))
         for arm in arms:
             stack.callback(arm.close)
             stack.callback(arm.end, guard)  # on any way out: nothing of an arm is left, stopped or running
@@ -477,7 +500,7 @@ def _tail(path: Path, size: int = 4000) -> str:
 
 
 def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions,
-                    reason: str, base_env, workdir, figure, on_round) -> PairResult:
+                    reason: str, base_env, workdir, figure, on_round, output: _Output = _Output()) -> PairResult:
     """Separate runs A B A ... B A (`options.sequential_rounds` B runs, each framed by two A runs), each
     measuring its share of the arms' time caps; a round's ratio is `paired_ratios`' of their figures."""
     started = time.perf_counter()
@@ -489,7 +512,8 @@ def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeo
              "b": replace(spec_b, max_time_s=spec_b.max_time_s / rounds)}
     order = ["a", *["b", "a"] * rounds]
     for name in order:
-        result = run_trial(specs[name], host, timeout_s=timeout_s / len(order), base_env=base_env, workdir=workdir)
+        result = run_trial(specs[name], host, timeout_s=timeout_s / len(order), base_env=base_env, workdir=workdir,
+                           log_path=output.log(name), echo=output.echo_of(name))
         value = figure(result.bench) if result.ok and result.bench else None
         if value is None:  # this config's failure; the other is not judged
             partner = TrialResult(PARTNER, error="the comparison ended when the other arm failed; this config was not judged")

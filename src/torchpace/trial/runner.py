@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, TextIO
 
 import psutil
 
@@ -28,6 +28,7 @@ from torchpace.launch.command import PythonCommand
 from torchpace.launch.plan import ChildOptions, LaunchFacts, LaunchPlan, plan_child
 from torchpace.launch.probe import probe_launch_facts
 from torchpace.process import start_child, stop_tree, temporary_folder
+from torchpace.trial.output import follow
 from torchpace.trial.script import plan_script_trial, read_script_result
 from torchpace.protocol import (CRASH, INVALID, STACK_DUMP_SIGNAL, TrialResult, TrialSpec, classify_exit,
                                 classify_timeout)
@@ -67,12 +68,18 @@ def plan_trial(config: Mapping[str, object], host: HostFacts, base_env: Mapping[
 
 
 def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapping[str, str] | None = None,
-              workdir: Path | None = None) -> TrialResult:
-    """Run one trial in a child process and return its result (never raises for the child's failures)."""
+              workdir: Path | None = None, log_path: Path | None = None, echo: TextIO | None = None) -> TrialResult:
+    """Run one trial in a child process and return its result (never raises for the child's failures).
+
+    Args:
+        log_path: script mode: keep the script's stdout and stderr in this file (its folder is made);
+            default: a file in the trial's temporary folder, gone with it.
+        echo: script mode: also copy the script's output here as it comes (`--show-output`).
+    """
     base_env = os.environ if base_env is None else base_env
     remove_orphan_trial_dirs(workdir)
     with trial_dir(workdir) as tmp:
-        spec_path, result_path, err_path = trial_paths(tmp)
+        spec_path, result_path, err_path = trial_paths(tmp, spec, log_path)
         spec.save(spec_path)
         try:
             argv, env, nofile = plan_trial_child(spec, host, base_env, spec_path, result_path, timeout_s)
@@ -81,9 +88,9 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
         start = time.perf_counter()
         dead: list[int] = []
         said = ""  # what the trial had written to stderr by its cap
-        with open(err_path, "wb") as err_file:
-            proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env, stdout=subprocess.DEVNULL,
-                               stderr=err_file)
+        with open(err_path, "wb") as err_file, follow(err_path, echo if spec.command else None):
+            proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env, stderr=err_file,
+                               stdout=child_stdout(spec, err_file))
             _log.info("trial process %d started (cap %.0f s) for %s", proc.pid, timeout_s, spec.config or "the defaults")
             try:
                 returncode: int | None = proc.wait(timeout=timeout_s)
@@ -113,9 +120,21 @@ def trial_dir(workdir: Path | None = None) -> Iterator[Path]:
         yield tmp
 
 
-def trial_paths(folder: Path) -> tuple[Path, Path, Path]:
-    """(spec, result, stderr) paths of the trial in `folder`."""
-    return folder / "spec.json", folder / "result.json", folder / "stderr.txt"
+def trial_paths(folder: Path, spec: TrialSpec | None = None, log_path: Path | None = None) -> tuple[Path, Path, Path]:
+    """(spec, result, output) paths of the trial in `folder`. The output is the child's stderr, and for a
+    script-mode trial the script's whole output (stdout too, `child_stdout`): in `log_path` when given
+    (its folder is made), else in `folder`."""
+    output = folder / "stderr.txt"
+    if spec is not None and spec.command:
+        output = Path(log_path) if log_path is not None else folder / "output.log"
+        output.parent.mkdir(parents=True, exist_ok=True)
+    return folder / "spec.json", folder / "result.json", output
+
+
+def child_stdout(spec: TrialSpec, output_file):
+    """Where the trial child's stdout goes: a script's into its output file with its stderr (what it prints
+    is the user's to read); torchpace's own trial child has nothing to say there."""
+    return output_file if spec.command else subprocess.DEVNULL
 
 
 def plan_trial_child(spec: TrialSpec, host: HostFacts, base_env: Mapping[str, str], spec_path: Path, result_path: Path,

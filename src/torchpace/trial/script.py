@@ -1,7 +1,8 @@
 """Script-mode trials, parent side: a script-mode trial is a launch of the user's command with the trial's
 config (planned by `plan_child`, as `torchpace launch --config` plans it) plus the measurement hook;
 its result is read back from the file the hook wrote, or is the script's own failure (labelled as the
-script's, with its stderr tail). A knob that never reached the script makes the trial `invalid`.
+script's, with the tail of its output). A knob that never reached the script makes the trial `invalid` (the hook
+says so in the result it writes).
 """
 
 from __future__ import annotations
@@ -17,11 +18,18 @@ from torchpace.host import HostFacts
 from torchpace.launch.command import parse_python_command
 from torchpace.launch.plan import ChildOptions, plan_child
 from torchpace.launch.probe import probe_launch_facts
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
 from torchpace.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit
 from torchpace.script.knobs import unreached_knobs
 from torchpace.script.spec import MEASURE_ENV, STEPS_SUFFIX, ScriptMeasure
 
 _NO_STEP_MARGIN_S = 10.0  # the hook's "no step" verdict comes this long before the parent's timeout
+# A script that ends before its measurement could (pytorch/examples' regression: ~800 steps in a few
+# seconds) is measured again for this share of the time it ran after its first step, so the measurement
+# ends before the script does even when a later run is somewhat faster; below the minimum it is too
+# short to measure (warm-up, then windows of at least 0.1 s).
+_FIT_SHARE = 0.7
+_MIN_FITTED_S = 1.0
 
 
 def plan_script_trial(spec: TrialSpec, host: HostFacts, base_env: Mapping[str, str], result_path: Path,
@@ -77,7 +85,7 @@ def read_script_result(spec: TrialSpec, result_path: Path, returncode: int, stde
             "(an optimizer step() or a backward()) in its own process"))
     how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}"
     return TrialResult(classify_exit(returncode, stderr_tail), stderr_tail=stderr_tail, returncode=returncode,
-                       wall_time_s=wall_s, error=f"`{label}` {how} (the script's own failure; its stderr ends above)")
+                       wall_time_s=wall_s, error=f"`{label}` {how} (the script's own failure; its output ends above)")
 
 
 
@@ -94,3 +102,33 @@ def script_trial_spec(command: Sequence[str], config: RunConfig, max_time_s: flo
     """The TrialSpec of one script-mode run of `command` under `config`."""
     return TrialSpec(workload=" ".join(command), command=list(command), config=dict(config.values), max_time_s=max_time_s,
                      guard_steps=guard_steps, samples_per_step=samples_per_step, sys_path=[os.getcwd()], **fields)
+
+
+def fitted_max_time_s(result: TrialResult, max_time_s: float) -> float | None:
+    """A shorter measurement cap for a script that ended before its measurement had the windows a CI needs,
+    sized to how long it ran after its first step; None when it did not end early, when it ran too briefly
+    to measure at all, or when its steps are too long for a shorter cap to hold more windows (a window holds
+    at least one step)."""
+    from torchpace.measure.bench import WARMUP_SHARE, BenchOptions
+
+    ended = result.ended_after
+    if not ended or ended.get("windows", 0) >= MIN_WINDOWS_FOR_CI:
+        return None
+    seconds = float(ended.get("seconds", 0.0))
+    fitted = round(seconds * _FIT_SHARE, 1)
+    if not _MIN_FITTED_S <= fitted < max_time_s:
+        return None
+    step_s = seconds / max(1, int(ended.get("steps", 1)) - 1)
+    window_s = max(BenchOptions(max_time_s=fitted).timing().window_s, step_s)
+    return fitted if (1 - WARMUP_SHARE) * fitted / window_s >= MIN_WINDOWS_FOR_CI else None
+
+
+def too_short_hint(result: TrialResult, option: str) -> str:
+    """What to change when a script ended too early to be measured, naming the verb's time option."""
+    ended = result.ended_after or {}
+    seconds = float(ended.get("seconds", 0.0))
+    fitted = round(seconds * _FIT_SHARE, 1)
+    if fitted >= _MIN_FITTED_S:
+        return f"give the script more steps or epochs, or measure for less time: `{option} {fitted:g}`"
+    return (f"it trained for {seconds:.1f} s after its first step, too little to measure (at least "
+            f"{_MIN_FITTED_S / _FIT_SHARE:.1f} s): give the script more steps or epochs")

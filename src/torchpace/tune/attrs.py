@@ -25,6 +25,9 @@ ATTR = "torchpace"
 STUDY_KIND = "torchpace.study"
 STUDY_SCHEMA_VERSION = 1
 _RUNNING, _COMPLETE = "RUNNING", "COMPLETE"  # Optuna's TrialState names
+# a study's user attribute: the trial time sized to a script that ended before a trial could measure it
+# (set when its baseline ran; every later trial, also after --resume, measures for that long)
+FITTED_TRIAL_TIME_ATTR = "torchpace.trial_time_s"
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,7 @@ class TrialRecord:
             1 / p50 under `--objective latency`), with its relative CI `objective_ci_rel`; trials stored
             before it was (studies tuned before `--objective`) were ranked by their samples/s.
         pair: the comparison, for a trial compared with another config.
+        output_log: script mode: the log file that holds the trial's script output.
     """
 
     number: int
@@ -186,6 +190,7 @@ class TrialRecord:
     objective_value: float | None = None
     objective_ci_rel: float | None = None
     pair: PairRecord | None = None
+    output_log: str | None = None
 
     @property
     def slot(self) -> str | None:
@@ -236,7 +241,7 @@ class TrialRecord:
             wall_time_s=attrs.get("wall_time_s"),
             accuracy=AccuracyReport.from_dict(attrs["accuracy"]) if attrs.get("accuracy") else None,
             objective_value=attrs.get("objective_value"), objective_ci_rel=attrs.get("objective_ci_rel"),
-            pair=PairRecord.from_attrs(attrs["pair"]) if attrs.get("pair") else None)
+            pair=PairRecord.from_attrs(attrs["pair"]) if attrs.get("pair") else None, output_log=attrs.get("output_log"))
 
     def result_attrs(self) -> dict[str, Any]:
         """The user attribute `ATTR` of this trial once it ended: its assignment and what it gave."""
@@ -251,6 +256,8 @@ class TrialRecord:
                  "objective_value": self.objective_value, "objective_ci_rel": self.objective_ci_rel}
         if self.pair is not None:
             attrs["pair"] = self.pair.to_dict()
+        if self.output_log is not None:
+            attrs["output_log"] = self.output_log
         return attrs
 
 

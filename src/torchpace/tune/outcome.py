@@ -214,6 +214,8 @@ class TuneOutcome:
         speedup_figure: a paired study's speedup with its CI and source (`extras.speedup`).
         noise: a paired study's A/A comparison: its CI is the noise band (`extras.noise`).
         export: what `--export` wrote.
+        command: script mode: the unmodified command the study tuned (`python train.py ARGS`), None for a
+            Workload.
     """
 
     study: str
@@ -238,6 +240,7 @@ class TuneOutcome:
     speedup_figure: SpeedupFigure | None = None
     noise: ComparisonFigure | None = None
     export: ExportOutcome | None = None
+    command: tuple[str, ...] | None = None
 
     @property
     def paired(self) -> bool:
@@ -255,7 +258,7 @@ class TuneOutcome:
                 "best": self.best.to_dict() if self.best else None, "speedup": self.speedup,
                 "accepted": [a.to_dict() for a in self.accepted], "trials": [t.to_dict() for t in self.trials],
                 "out_path": self.out_path, "stopped": self.stopped, "failed_baseline": self.failed_baseline,
-                "guard_note": self.guard_note, "extras": extras,
+                "guard_note": self.guard_note, "command": list(self.command) if self.command else None, "extras": extras,
                 "export": to_json(self.export) if self.export else None}
 
 
@@ -269,6 +272,7 @@ class StudyMeta:
         workload: the workload spec.
         objective: throughput or latency.
         guard_note: what the guard checked (`build_guard_note`).
+        command: script mode: the unmodified command the study tuned (None for a Workload).
     """
 
     study: str
@@ -277,6 +281,7 @@ class StudyMeta:
     workload: str
     objective: str = THROUGHPUT
     guard_note: str = ""
+    command: tuple[str, ...] | None = None
 
 
 def trial_rows(study, objective: str = THROUGHPUT) -> list[TrialRow]:
@@ -403,6 +408,7 @@ def build_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta, stopped
         accepted=tuple(accepted), trials=rows, out_path=None, stopped=stopped, failed_baseline=failed_baseline,
         guard_note=_guard_note(meta, baseline), objective=objective, unit=unit, decisions=decisions,
         figures_note=figures_note(unit) if objective == THROUGHPUT else None, other_load=other_load_summary(rows),
+        command=meta.command,
     )
 
 
@@ -475,7 +481,7 @@ def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta,
         stopped=stopped, failed_baseline=state.failed_baseline or (None if baseline else baseline_not_measured(rows)),
         guard_note=_guard_note(meta, baseline), objective=meta.objective, unit=unit, decisions=decisions,
         figures_note=paired_figures_note(unit), other_load=other_load_summary(rows), speedup_figure=speedup,
-        noise=comparison(noise.pair) if noise else None,
+        noise=comparison(noise.pair) if noise else None, command=meta.command,
     )
 
 

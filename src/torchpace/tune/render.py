@@ -15,10 +15,17 @@ from torchpace.tune.figures import ReportedDecision
 from torchpace.tune.outcome import ExportOutcome, TrialRow, TuneOutcome
 
 
-def figure_text(figure: Objective | None, digits: int = 1) -> str:
-    """`1,234.5 [1,200.0, 1,260.3]`: a figure with its 95% CI (`-` without one)."""
+def rate_digits(value: float) -> int:
+    """Decimals of a throughput figure: one from 100 up, two below (a few steps/s keep theirs)."""
+    return 1 if value >= 100 else 2
+
+
+def figure_text(figure: Objective | None, digits: int | None = None) -> str:
+    """`1,234.5 [1,200.0, 1,260.3]`: a figure with its 95% CI (`-` without one); `digits` by default
+    as `rate_digits` says for the figure's value."""
     if figure is None or figure.value is None:
         return "-"
+    digits = rate_digits(figure.value) if digits is None else digits
     ci = f" [{figure.ci_low:,.{digits}f}, {figure.ci_high:,.{digits}f}]" if figure.ci_low is not None and figure.ci_high is not None else ""
     return f"{figure.value:,.{digits}f}{ci}"
 
@@ -75,7 +82,8 @@ def best_line(o: TuneOutcome) -> str:
     figures = ""
     best, base = (o.best.throughput if o.best else None), (o.baseline.throughput if o.baseline else None)
     if best and base and o.objective == "throughput" and best.value:
-        figures = f"  ({best.value:,.1f} / {base.value:,.1f} {best.unit})"
+        digits = rate_digits(min(best.value, base.value))
+        figures = f"  ({best.value:,.{digits}f} / {base.value:,.{digits}f} {best.unit})"
     speedup = o.speedup_figure
     if speedup is None:
         return f"{config}  ->  {o.speedup:.2f}x the baseline{figures}"

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import socket
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,12 +22,15 @@ from torchpace.errors import UsageError
 from torchpace.files import OutputWriteFailed
 from torchpace.knobs import REGISTRY
 from torchpace.launch.command import parse_python_command
-from torchpace.protocol import TIMEOUT, TrialResult
+from torchpace.protocol import TIMEOUT, TrialResult, compile_allowance_s
 from torchpace.redact import redact_url
 from torchpace.script.knobs import script_target
 from torchpace.trial import TrialSpec, run_trial
+from torchpace.trial.output import trial_log_path
 from torchpace.trial.pair import PARTNER, PairOptions, PairResult, run_pair, sequential_reason
-from torchpace.tune.attrs import ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord, interrupted_attrs, stored_bench
+from torchpace.trial.script import fitted_max_time_s, too_short_hint
+from torchpace.tune.attrs import (ATTR, FITTED_TRIAL_TIME_ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord,
+                                  interrupted_attrs, stored_bench)
 from torchpace.tune.figures import result_table
 from torchpace.tune.guard import check_guard_steps
 from torchpace.tune.objective import check_objective, objective_value
@@ -43,6 +48,7 @@ _WAIT_POLL_S = 2.0  # how often a waiting worker looks for a free trial
 _TRIAL_TIMEOUT_FACTOR = 3.0  # a trial may take this many times its bench cap (guard steps, compile)
 _TRIAL_TIMEOUT_MARGIN_S = 60.0
 _STORED_STDERR_CHARS = 1500
+_NOT_A_VERDICT = ("ok", "budget", "interrupted")  # trial statuses that leave a baseline usable or to be run again
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class TuneOptions:
     workload: str | None = None
     command: tuple[str, ...] = ()  # script mode: the unmodified training command (`python train.py ARGS`)
     samples_per_step: int | None = None  # script mode: when the script's batches do not tell
+    show_output: bool = False  # script mode: stream each trial's output to stderr (it is kept in a log either way)
     budget_s: float = 900.0
     max_trials: int | None = None
     strategy: str = "greedy"
@@ -161,6 +168,12 @@ class Tuner:
                               tuple(options.command) if options.command else None)
         with storage_failures(self.storage_url):
             self.study = open_study(open_storage(self.storage_url), self.study_name, meta, options.resume, self.sampler)
+            fitted = self.study.user_attrs.get(FITTED_TRIAL_TIME_ATTR)
+        self.trial_time_s = options.trial_time_s
+        if fitted is not None and fitted < options.trial_time_s:  # sized to a short script when its baseline ran
+            self.trial_time_s = float(fitted)
+            self.on_event("notice", message=f"the trials of study {self.study_name!r} measure for {fitted:g} s, sized "
+                                            f"to the script when its baseline ran (not --trial-time {options.trial_time_s:g})")
         if options.strategy == "greedy":  # a study tuned before paired comparisons goes on as it was tuned
             self.sampler.paired = StudyAttrs.of(self.study).paired
         _log.info("study %r: %d trials stored; strategy %s over %s; budget %.0f s", self.study_name,
@@ -182,6 +195,8 @@ class Tuner:
         try:
             with storage_failures(self.storage_url):
                 fail_stale_trials(self.study)  # a tuner killed before this --resume: its trial is run again
+                self._say_where_output_goes()
+                self._say_how_to_restart()
                 self._enqueue_baseline()
                 if not self._search_done():
                     self.study.optimize(self._objective, n_trials=self.options.max_trials, timeout=self.options.budget_s,
@@ -207,6 +222,25 @@ class Tuner:
             if stopped == "storage failed":
                 return None
             raise
+
+    def _say_where_output_goes(self) -> None:
+        if self.options.command:
+            folder = trial_log_path(self.study_name, 0).parent
+            self.on_event("notice", message=f"each trial's script output is kept in {folder}/trial-N.log"
+                                            + ("" if self.options.show_output else " (--show-output streams it)"))
+
+    def _say_how_to_restart(self) -> None:
+        """`--resume` of a study whose baseline failed: nothing can be compared with it, so say how to start over."""
+        records = trial_records(self.study.get_trials(deepcopy=False))
+        baseline = next((r for r in records if r.slot == "baseline" and r.status), None)
+        if baseline is None or baseline.status in _NOT_A_VERDICT:
+            return
+        why = baseline.error.strip() or baseline.status
+        restart = self._restart_command() if self.options.command else (
+            f"torchpace tune --study {self.study_name}-2 {self.spec}")
+        self.on_event("notice", message=f"study {self.study_name!r} cannot go on: its baseline failed "
+                                        f"({why.splitlines()[-1]}); after changing what failed, start a new "
+                                        f"study: {restart}")
 
     def _why_stopped(self) -> str:
         if time.monotonic() >= self.deadline:
@@ -274,59 +308,92 @@ class Tuner:
             self.sampler.assign(self.study, frozen)
 
     def _run_one(self, number: int, assignment):
-        """Run one trial process; returns its `TrialRecord` (what is stored on the Optuna trial)."""
+        """Run one trial (one process, or a paired comparison); returns its `TrialRecord` (what is stored
+        on the Optuna trial)."""
         reason = self.conflicts(dict(assignment.config))
         if reason:
             _log.info("trial %d (%s) not run: %s", number, assignment.slot, reason)
             return TrialRecord(number, "RUNNING", assignment=assignment, status="invalid", error=reason)
         _log.info("trial %d (%s) starts: %s", number, assignment.slot, dict(assignment.config) or "the defaults")
         self.on_event("trial_start", number=number, assignment=assignment, budget_left_s=self.deadline - time.monotonic())
-        spec = TrialSpec(workload=self.spec, config=dict(assignment.config), max_time_s=self.options.trial_time_s,
+        log = trial_log_path(self.study_name, number) if self.options.command else None
+        if assignment.reference is not None:
+            return self._run_pair(number, assignment, log)
+        result, cut_by_budget = self._run_single(assignment, log)
+        fitted = fitted_max_time_s(result, self.trial_time_s) if assignment.slot == "baseline" else None
+        if fitted is not None:  # the script ends sooner than a trial measures: every trial is sized to it
+            self._fit_trial_time(fitted, result)
+            result, cut_by_budget = self._run_single(assignment, log)
+        return self._stored(number, assignment, result, cut_by_budget, log)
+
+    def _trial_spec(self, assignment):
+        """(the TrialSpec of `assignment`'s config, its cap in seconds, whether the budget cut that cap short)."""
+        spec = TrialSpec(workload=self.spec, config=dict(assignment.config), max_time_s=self.trial_time_s,
                          guard_steps=self.options.guard_steps, sys_path=[os.getcwd()],
                          profile=self.options.profile_baseline and assignment.slot == "baseline" and not self.options.command,
                          command=list(self.options.command), samples_per_step=self.options.samples_per_step,
                          **self._inference_spec())
-        cap_s = self.options.trial_timeout_s or self.options.trial_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
+        cap_s = (self.options.trial_timeout_s or self.trial_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
+                 + compile_allowance_s({**(assignment.reference or {}), **assignment.config}))
         remaining = self.deadline - time.monotonic()
-        timeout_s = max(1.0, min(cap_s, remaining))
-        if assignment.reference is not None:
-            return self._run_pair(number, assignment, spec, timeout_s, cut_by_budget=remaining < cap_s)
-        result = run_trial(spec, self.host, timeout_s=timeout_s)
-        return self._stored(number, assignment, result, cut_by_budget=remaining < cap_s)
+        return spec, max(1.0, min(cap_s, remaining)), remaining < cap_s
 
-    def _stored(self, number: int, assignment, result, cut_by_budget: bool):
-        """The `TrialRecord` of `result` (the candidate's, for a paired comparison), as stored on the trial."""
-        status = result.status
+    def _run_single(self, assignment, log: Path | None) -> tuple[TrialResult, bool]:
+        """(result, cut by the budget) of one trial process."""
+        spec, timeout_s, cut_by_budget = self._trial_spec(assignment)
+        result = run_trial(spec, self.host, timeout_s=timeout_s, log_path=log, echo=self._echo())
+        return result, cut_by_budget
+
+    def _echo(self):
+        return sys.stderr if self.options.show_output else None
+
+    def _stored(self, number: int, assignment, result, cut_by_budget: bool, log: Path | None):
+        """The `TrialRecord` of `result` (the candidate's, for a paired comparison), as stored on the trial.
+        A trial the budget ended is `budget`, said as such: not a verdict on its config (`--resume` runs it)."""
+        status, error = result.status, result.error[-_STORED_STDERR_CHARS:]
         if status == "timeout" and cut_by_budget:
-            status = "budget"  # cut by the budget, not a verdict on the config: re-run on --resume
+            status = "budget"
+            error = ("cut by the tune's budget before the trial's own cap: not a verdict on its config "
+                     "(`--resume` with a larger --budget runs it again)")
+        elif result.ended_after and status != "ok" and self.options.command:
+            error += f"; {too_short_hint(result, '--trial-time')}"
+            if assignment.slot == "baseline":
+                error += f"; then start a new study: {self._restart_command()}"
+        if log is not None and status != "ok" and log.exists():
+            error += f" (the script's output: {log})"
         _log.info("trial %d (%s) ended %s, wall time %.1f s%s", number, assignment.slot, status, result.wall_time_s,
-                  f": {result.error.strip().splitlines()[-1]}" if result.error.strip() else "")
+                  f": {error.strip().splitlines()[-1]}" if error.strip() else "")
         bench = result.bench
         record = TrialRecord(
             number, "RUNNING", assignment=assignment, status=status,
             bench=stored_bench(bench) if bench is not None else None,
             usable_cores=self.host.usable_cores if bench is not None else None,  # other_load_cores is out of these
             guard_losses=tuple(result.guard_losses), guard_metric=result.guard_metric, verdict=result.verdict,
-            error=result.error[-_STORED_STDERR_CHARS:], stderr_tail=result.stderr_tail[-_STORED_STDERR_CHARS:],
-            wall_time_s=result.wall_time_s, accuracy=result.accuracy or (bench.accuracy if bench is not None else None))
+            error=error, stderr_tail=result.stderr_tail[-_STORED_STDERR_CHARS:],
+            wall_time_s=result.wall_time_s, accuracy=result.accuracy or (bench.accuracy if bench is not None else None),
+            output_log=str(log) if log is not None else None)
         return record.measured(self.options.objective)
 
-    def _run_pair(self, number: int, assignment, spec, timeout_s: float, cut_by_budget: bool):
+    def _run_pair(self, number: int, assignment, log: Path | None):
         """A paired comparison: the candidate (`assignment.config`, arm B) and `assignment.reference` (arm A) in
-        alternation (`torchpace.trial.pair`); the candidate's record, with the comparison under `pair`."""
+        alternation (`torchpace.trial.pair`); the candidate's record, with the comparison under `pair`. In
+        script mode each arm's output is kept: the candidate's in the trial's log, the reference's beside it."""
+        spec, timeout_s, cut_by_budget = self._trial_spec(assignment)
         reference = replace(spec, config=dict(assignment.reference), guard_steps=0, profile=False)
         candidate = replace(spec, profile=False)
+        logs = (log.with_name(f"{log.stem}-reference.log"), log) if log is not None else (None, None)
         # a candidate's comparison stops once its CI is clear of the gain it must show to be kept (or clearly
         # under it); the A/A and the final comparison estimate a figure, and run to the CI target or the time.
         # The trial time holds the warm-ups and the rounds, as a single trial's holds its warm-up and windows.
         decide_at = 1 + ACCEPT_FLOOR if assignment.kind == "candidate" else None
         pair = run_pair(reference, candidate, self.host, timeout_s,
-                        PairOptions(rounds_s=self.options.trial_time_s, decide_at=decide_at, warmups_count=True),
+                        PairOptions(rounds_s=self.trial_time_s, decide_at=decide_at, warmups_count=True),
                         sequential=self._hold_both_reason(reference, candidate),
                         figure=lambda bench: objective_value(bench, self.options.objective)[0],
                         on_round=lambda rounds, summary: self.on_event("round", number=number, rounds=rounds,
-                                                                       summary=summary))
-        record = self._stored(number, assignment, candidate_result(pair, cut_by_budget), cut_by_budget)
+                                                                       summary=summary),
+                        logs=logs, echo=self._echo())
+        record = self._stored(number, assignment, candidate_result(pair, cut_by_budget), cut_by_budget, log)
         ref_value, _ = objective_value(pair.a.bench, self.options.objective)
         s = pair.summary
         return replace(record, pair=PairRecord(
@@ -345,6 +412,20 @@ class Tuner:
         peak = baseline.peak_memory_bytes if baseline else None
         kind = baseline.peak_memory_kind if baseline else ""
         return sequential_reason(reference, candidate, peak_bytes=peak, available_bytes=_free_memory_bytes(kind or ""))
+
+    def _fit_trial_time(self, fitted: float, result) -> None:
+        """Measure every trial of this study (also after --resume) for `fitted` seconds, and say why."""
+        ended = result.ended_after
+        self.on_event("notice", message=(
+            f"the script ended {ended['seconds']:.1f} s after its first step, before {ended['windows']} measured "
+            f"window(s) became enough: every trial of study {self.study_name!r} now measures for {fitted:g} s "
+            f"(as `--trial-time {fitted:g}`)"))
+        self.trial_time_s = fitted
+        self.study.set_user_attr(FITTED_TRIAL_TIME_ATTR, fitted)
+
+    def _restart_command(self) -> str:
+        """The command that starts this tune again as a new study (a study without a baseline cannot go on)."""
+        return shlex.join(["torchpace", "tune", "--study", f"{self.study_name}-2", "--", *self.options.command])
 
     def _inference_spec(self) -> dict[str, Any]:
         """TrialSpec fields for the objective and, for inference workloads, the accuracy guard (they have no loss curve)."""
@@ -371,7 +452,7 @@ class Tuner:
         o = self.options
         accuracy = (o.accuracy_batches, o.accuracy_rtol, o.min_top1_agreement) if self.is_inference else None
         return StudyMeta(self.study_name, redact_url(self.storage_url), o.strategy, self.spec, o.objective,
-                         build_guard_note(o.guard_steps, accuracy))
+                         build_guard_note(o.guard_steps, accuracy), command=tuple(o.command) or None)
 
     def _export(self, config: dict[str, Any]):
         """Write the chosen model to --export (what was written, or why no format works)."""

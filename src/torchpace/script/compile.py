@@ -1,0 +1,185 @@
+"""`compile.mode` in an unmodified script: the model is compiled in place after the script's first backward().
+
+The launch hook cannot edit the script, so it finds the model the way bf16 autocast does
+(`torchpace.script.autocast.OutermostModule`: a module with parameters called while no other module's
+forward runs in this thread). Every such module with trainable parameters that the script called up to
+the end of its first `backward()` is compiled then, in place, by giving the instance a compiled
+forward (`module.forward = torch.compile(module.forward, mode=...)`): the script keeps calling the same
+object, its `__call__` still runs the global hooks eagerly around it, and every later call runs the
+compiled code. (On torch 2.13 `nn.Module.compile()` after the first call left the model uncompiled — a
+recording backend saw no graph — and compiling `__call__` would trace the global module hooks of the
+measurement into the graph.) The first step therefore runs eagerly; compilation happens in the next
+forward and backward, and a script-mode measurement starts only once a backward has completed after the
+first compiled forward (`warm`), so its warm-up never holds compile time.
+
+The global module hooks torchpace installs (autocast, profile labels, this finder) return at once while
+torch.compile traces, so they add nothing to the graph and break nothing; the graphs and graph breaks
+dynamo counted in this process are reported (`summary`). A model that cannot be compiled (dynamo or
+inductor raise at its first compiled call) runs eagerly again from that call, and the knob is recorded
+as not applied with the compiler's reason: a script-mode trial ends as `invalid` naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import threading
+from typing import Any
+
+from torchpace.script.autocast import OutermostModule
+
+_BREAK_REASONS_SHOWN = 5  # the most frequent graph-break reasons reported, first line of each
+
+_ACTIVE: "ScriptCompile | None" = None
+
+
+def active() -> "ScriptCompile | None":
+    """The compile of this process when the config asked for one, else None."""
+    return _ACTIVE
+
+
+class ScriptCompile:
+    """Finds the script's model, compiles it after the first backward(), and reports what happened.
+
+    Attributes:
+        mode: the compile.mode value (`default`, `max-autotune`, ...).
+        modules: names of the modules compiled, in the order the script first called them.
+        failure: why compiling failed (None while it has not).
+        warm: a backward() completed after the first compiled forward returned (compilation is over).
+    """
+
+    def __init__(self, mode: str, report, knob_name: str, compiler=None):
+        self.mode, self.report, self.knob_name = mode, report, knob_name
+        self.compiler = compiler  # torch.compile unless given (tests pass one with a recording backend)
+        self.seen: dict[int, Any] = {}
+        self.already: list[str] = []  # outermost modules the script compiled itself
+        self.modules: list[str] = []
+        self.triggered = False
+        self.compiled_calls = 0
+        self.failure: str | None = None
+        self.warm = False
+        self._lock = threading.Lock()
+
+    # ---- the hooks ---------------------------------------------------------------------------------
+    def install(self) -> "ScriptCompile":
+        """Register the global forward hooks and the backward() wrapper for the rest of the process."""
+        import torch
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        finder = OutermostModule(self._saw)
+        register_module_forward_pre_hook(finder.before)
+        register_module_forward_hook(finder.after, always_call=True)
+        original = torch.autograd.backward
+
+        @functools.wraps(original)
+        def backward(*args, **kwargs):
+            result = original(*args, **kwargs)
+            self.on_backward()
+            return result
+
+        torch.autograd.backward = backward
+        return self
+
+    def _saw(self, module):
+        """An outermost module was called: remember it until the compile happens (one the script compiled
+        itself, `torch.compile(model)` or `model.compile()`, is noted and left as it is)."""
+        if not self.triggered and id(module) not in self.seen and _trainable(module):
+            if _compiled_by_script(module):
+                self.already.append(type(getattr(module, "_orig_mod", module)).__name__)
+            else:
+                self.seen[id(module)] = module
+        return contextlib.nullcontext()
+
+    def on_backward(self) -> None:
+        """The first backward() compiles what was called; a later one after a compiled forward ends the warm-up."""
+        if not self.triggered:
+            self.compile_seen()
+        elif self.compiled_calls and not self.warm:
+            self.warm = True
+
+    def compile_seen(self) -> None:
+        """Give each module seen so far a compiled forward (once)."""
+        import torch
+
+        with self._lock:
+            if self.triggered:
+                return
+            self.triggered = True
+        compiler = self.compiler or torch.compile
+        options = {} if self.mode == "default" else {"mode": self.mode}
+        for module in self.seen.values():
+            module.forward = self._compiled_forward(module, compiler(module.forward, **options))
+            self.modules.append(type(module).__name__)
+        self.seen.clear()
+        if self.modules:
+            self.report.reached.add(self.knob_name)
+            sys.stderr.write(f"torchpace: compiling {', '.join(self.modules)} in place after the first backward() "
+                             f"({self.knob_name} = {self.mode})\n")
+        elif self.already:  # nothing left to compile: the script's own torch.compile decides
+            self.failure = (f"the script compiles {', '.join(self.already)} itself (torch.compile); "
+                            f"{self.knob_name} leaves that model as the script compiled it")
+            self.report.not_applied[self.knob_name] = self.failure
+            sys.stderr.write(f"torchpace: {self.failure}\n")
+
+    def _compiled_forward(self, module, compiled):
+        from torch._dynamo.exc import TorchDynamoException
+
+        eager = module.forward
+
+        @functools.wraps(eager)
+        def forward(*args, **kwargs):
+            if self.failure is not None:
+                return eager(*args, **kwargs)
+            try:
+                output = compiled(*args, **kwargs)
+            except TorchDynamoException as err:  # the compiler's failure, not the model's: run it eagerly
+                self.fail(module, err)
+                module.forward = eager
+                return eager(*args, **kwargs)
+            self.compiled_calls += 1
+            return output
+
+        return forward
+
+    def fail(self, module, err: BaseException) -> None:
+        """Record that `module` could not be compiled, and why (the first lines of the compiler's error)."""
+        lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+        why = "; ".join(lines[:2])[:400] or type(err).__name__
+        self.failure = f"{type(module).__name__} could not be compiled ({type(err).__name__}): {why}"
+        self.report.reached.discard(self.knob_name)
+        self.report.not_applied[self.knob_name] = self.failure
+        sys.stderr.write(f"torchpace: {self.failure}; it runs without compile\n")
+
+    # ---- the report ----------------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """What was compiled, and the graphs and graph breaks dynamo counted in this process."""
+        from torch._dynamo.utils import counters
+
+        breaks = counters.get("graph_break", {})
+        reasons = sorted(breaks.items(), key=lambda item: -item[1])[:_BREAK_REASONS_SHOWN]
+        return {"mode": self.mode, "modules": list(self.modules), "compiled_calls": self.compiled_calls,
+                "graphs": int(counters.get("stats", {}).get("unique_graphs", 0)),
+                "graph_breaks": int(sum(breaks.values())),
+                "break_reasons": {str(reason).strip().splitlines()[0][:200]: count for reason, count in reasons},
+                "failure": self.failure}
+
+
+def _trainable(module) -> bool:
+    return any(parameter.requires_grad for parameter in module.parameters())
+
+
+def _compiled_by_script(module) -> bool:
+    """`torch.compile(model)` (an OptimizedModule wrapping it) or `model.compile()` in the script."""
+    return hasattr(module, "_orig_mod") or getattr(module, "_compiled_call_impl", None) is not None
+
+
+def install_script_compile(mode: str, report, knob_name: str, compiler=None) -> ScriptCompile:
+    """Compile the script's model after its first backward(); `report` gets what happened.
+
+    Args:
+        compiler: `torch.compile` unless given (a test passes one with a recording backend).
+    """
+    global _ACTIVE
+    _ACTIVE = ScriptCompile(mode, report, knob_name, compiler).install()
+    return _ACTIVE
