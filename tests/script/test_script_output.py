@@ -24,8 +24,10 @@ def test_log_paths_name_the_verb_the_script_and_the_trial():
 
 
 @pytest.mark.slow
-def test_bench_keeps_the_scripts_output_and_says_where(cli_run, tmp_path):
-    result = cli_run("bench", "--max-time", "3", "--json", "--set", "optimizer.impl=foreach", "--",
+def test_bench_keeps_the_scripts_output_says_where_and_streams_it_on_request(cli_run, tmp_path):
+    """One run, with --show-output: the log holds what it streamed (that nothing is streamed unless asked is
+    checked on the bench of tests/script/test_script_labels.py)."""
+    result = cli_run("bench", "--max-time", "3", "--json", "--show-output", "--set", "optimizer.impl=foreach", "--",
                      "python", str(SCRIPTS / "chatty.py"), timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     said = re.search(r"the script's output is in (\S+\.log)", result.stderr)
@@ -35,14 +37,7 @@ def test_bench_keeps_the_scripts_output_and_says_where(cli_run, tmp_path):
     assert "chatty: starting (stderr)" in text and "chatty: step 3 (stdout)" in text  # both streams, in one file
     assert "foreach None -> True (optimizer.impl)" in text  # what the hook changed, where the script's output is
     assert json.loads(result.stdout)["script"]["output_log"] == said.group(1)
-    assert "chatty: step" not in result.stderr  # not streamed unless asked
-
-
-@pytest.mark.slow
-def test_show_output_streams_it_as_it_comes(cli_run):
-    result = cli_run("bench", "--max-time", "3", "--show-output", "--", "python", str(SCRIPTS / "chatty.py"), timeout=240)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "chatty: starting (stderr)" in result.stderr and "chatty: step 3 (stdout)" in result.stderr
+    assert "chatty: starting (stderr)" in result.stderr and "chatty: step 3 (stdout)" in result.stderr  # streamed
 
 
 def test_show_output_without_a_script_is_a_usage_error(cli_run):
