@@ -46,3 +46,9 @@ class ScriptFailed(UserCodeError):
         TorchpaceError.__init__(self, message)
         self.where = message
         self.user_traceback = stderr_tail or "(the script printed nothing)"
+
+
+
+class HookFailed(TorchpaceError):
+    """Script mode: torchpace's own hook raised inside the script's process (torchpace's failure, not the
+    script's). Exit 1; the message holds torchpace's traceback as the hook printed it."""

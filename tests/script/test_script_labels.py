@@ -71,3 +71,28 @@ def test_a_trial_cut_by_the_budget_says_budget_not_no_step(cli_run):
     trials = json.loads(result.stdout)["trials"]
     assert trials[0]["status"] == "budget", trials
     assert trials[0]["error"].startswith("cut by the tune's budget") and "no optimizer step" not in trials[0]["error"]
+
+
+def test_a_failure_in_torchpaces_own_hook_is_labelled_as_torchpaces_not_the_scripts(cli_run):
+    ours = cli_run("bench", "--max-time", "4", "--", "python", str(SCRIPTS / "breaks_the_hook.py"), timeout=240)
+    assert ours.returncode == 1, ours.stderr[-3000:]
+    assert "torchpace's own failure, not the script's" in ours.stderr and "RuntimeError: planted fault" in ours.stderr
+    assert "the script's own failure" not in ours.stderr and "YOUR script" not in ours.stderr
+    theirs = cli_run("bench", "--max-time", "4", "--", "python", str(SCRIPTS / "breaks_the_hook.py"), "own", timeout=240)
+    assert theirs.returncode == 1, theirs.stderr[-3000:]
+    assert "the script's own failure" in theirs.stderr and "YOUR script" in theirs.stderr
+    assert "planted failure of the script's own" in theirs.stderr
+    assert "torchpace's own failure" not in theirs.stderr
+
+
+def test_a_hook_that_could_not_write_its_result_is_still_labelled_as_torchpaces(tmp_path):
+    from torchpace.script.spec import OWN_FAILURE, OWN_FAILURE_EXIT, OWN_FAILURE_LINE
+    from torchpace.protocol import CRASH, TrialSpec
+    from torchpace.trial.script import read_script_result
+
+    spec = TrialSpec(workload="python train.py", command=["python", "train.py"])
+    missing = tmp_path / "result.json"
+    ours = read_script_result(spec, missing, OWN_FAILURE_EXIT, f"{OWN_FAILURE_LINE}\nTraceback ...", 1.0)
+    assert ours.status == CRASH and ours.error.startswith(OWN_FAILURE)
+    theirs = read_script_result(spec, missing, OWN_FAILURE_EXIT, "Traceback ...\nValueError: the script's", 1.0)
+    assert "the script's own failure" in theirs.error and OWN_FAILURE not in theirs.error

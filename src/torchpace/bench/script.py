@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from torchpace.config import RunConfig
-from torchpace.errors import ScriptFailed, UsageError
+from torchpace.errors import HookFailed, ScriptFailed, UsageError
 from torchpace.host import HostFacts
 from torchpace.launch.command import parse_python_command
 from torchpace.measure.result import ScriptInfo
@@ -26,6 +26,7 @@ from torchpace.profile.trace import METADATA_KEY, parse_trace
 from torchpace.profile.verdict import build_offer
 from torchpace.protocol import INVALID, compile_allowance_s
 from torchpace.script.knobs import check_script_config, script_target
+from torchpace.script.spec import OWN_FAILURE, OWN_FAILURE_LINE
 from torchpace.trial import run_trial
 from torchpace.trial.output import plan_log_path
 from torchpace.trial.script import fitted_max_time_s, script_trial_spec, too_short_hint
@@ -66,9 +67,18 @@ def bench_script(command: Sequence[str], config: RunConfig, max_time_s: float, h
         raise UsageError(result.error)
     if not result.ok:
         hint = f"; {too_short_hint(result, '--max-time')}" if result.ended_after else ""
-        raise ScriptFailed(f"the script `{' '.join(command)}` ({result.status}): {result.error}{hint}", result.stderr_tail)
+        raise script_failure(result, f"the script `{' '.join(command)}` ({result.status}): {result.error}{hint}")
     bench = result.bench
     return replace(bench, script=replace(bench.script or ScriptInfo(command=tuple(command)), output_log=str(log)))
+
+
+def script_failure(result, message: str) -> HookFailed | ScriptFailed:
+    """The error of a failed script run: torchpace's own when its hook raised in the script's process
+    (with the traceback the hook printed), else the script's (with the tail of its output)."""
+    if not result.error.startswith(OWN_FAILURE):
+        return ScriptFailed(message, result.stderr_tail)
+    start = result.stderr_tail.rfind(OWN_FAILURE_LINE)
+    return HookFailed(message + (f"\n{result.stderr_tail[start:].strip()}" if start >= 0 else ""))
 
 
 def _ended_early(result) -> str:
@@ -136,8 +146,8 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
         if result.status == INVALID:
             raise UsageError(result.error)
         if not result.ok:
-            raise ScriptFailed(f"the script `{' '.join(command)}` under the profiler ({result.status}): {result.error}",
-                               result.stderr_tail)
+            raise script_failure(result, f"the script `{' '.join(command)}` under the profiler ({result.status}): "
+                                         f"{result.error}")
         document = json.loads(raw.read_text())
     document[METADATA_KEY]["config"] = config.non_default()
     written, failure = save_trace_keeping_figures(document, trace_path)

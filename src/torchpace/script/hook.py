@@ -57,9 +57,9 @@ def install(spec: ScriptMeasure) -> ScriptProbe:
     _hook_optimizers(torch, probe)
     _hook_backward(torch, probe)
     _hook_loader(probe)
-    atexit.register(probe.on_exit)
+    atexit.register(_own, probe, probe.on_exit)
     _excepthook_marks_crash(probe)
-    watchdog = threading.Timer(spec.no_step_timeout_s, probe.on_no_step)
+    watchdog = threading.Timer(spec.no_step_timeout_s, _own, (probe, probe.on_no_step))
     watchdog.daemon = True
     watchdog.start()
     probe.watch_for_stalls()
@@ -89,11 +89,11 @@ def _hook_optimizers(torch, probe) -> None:
 
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
-        probe.on_optimizer_built()
+        _own(probe, probe.on_optimizer_built)
         original(self, *args, **kwargs)
 
     torch.optim.Optimizer.__init__ = __init__
-    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: probe.on_optimizer_step(optimizer))
+    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: _own(probe, probe.on_optimizer_step, optimizer))
 
 
 def _hook_backward(torch, probe) -> None:
@@ -103,7 +103,7 @@ def _hook_backward(torch, probe) -> None:
     def backward(tensors, *args, **kwargs):
         with _phase(probe, "torchpace.backward"):
             result = original(tensors, *args, **kwargs)
-        probe.on_backward(tensors)
+        _own(probe, probe.on_backward, tensors)
         return result
 
     torch.autograd.backward = backward
@@ -120,10 +120,22 @@ def _hook_loader(probe) -> None:
         start = clock()
         with _phase(probe, "torchpace.input_wait"):
             batch = original(self)
-        probe.on_batch(batch, clock() - start, self)
+        _own(probe, probe.on_batch, batch, clock() - start, self)
         return batch
 
     _BaseDataLoaderIter.__next__ = __next__
+
+
+def _own(probe, event, *args):
+    """Call `event(*args)`: torchpace's own code, run inside one of the script's calls (its optimizer's
+    step, its backward(), its DataLoader) or at its exit. An exception from it is torchpace's failure, not
+    the script's: the probe records it as such and ends the process (`ScriptProbe.fail_own`), so it never
+    reaches the script as if the script had raised it."""
+    try:
+        return event(*args)
+    except Exception as exc:
+        probe.fail_own(exc)
+        raise
 
 
 def _phase(probe, name: str):

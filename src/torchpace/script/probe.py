@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from typing import Any
 
 from torchpace.files import write_atomic
@@ -22,7 +23,7 @@ from torchpace.protocol import CRASH, INVALID, NONFINITE, OK, TIMEOUT, TrialResu
 from torchpace.script.compile import active as active_compile
 from torchpace.script.inprocess import REPORT
 from torchpace.script.knobs import unreached_knobs
-from torchpace.script.spec import STEPS_SUFFIX, ScriptMeasure
+from torchpace.script.spec import OWN_FAILURE, OWN_FAILURE_EXIT, OWN_FAILURE_LINE, STEPS_SUFFIX, ScriptMeasure
 
 _MIN_WINDOWS_IF_ENDED = 2  # a script that ends first must leave at least this many measured windows
 # A script that stops stepping (a deadlock, a hung read, waiting on input) is not waited for without bound:
@@ -64,6 +65,7 @@ class ScriptProbe:
         self.longest_step_s = 0.0  # the longest gap between two steps after the first
         self.ended_how = "script-ended"  # or "script-stalled": why the measurement ended before the meter did
         self._steps_fd: int | None = None
+        self._failed_own = False
         self._lock = threading.Lock()
 
     # ---- events from the script ----------------------------------------------------------------
@@ -152,6 +154,26 @@ class ScriptProbe:
             self.finished = True
         write_result(TrialResult(INVALID, error=why, wall_time_s=self.clock() - self.started_s), self.spec.result_path)
         end_process()
+
+    def fail_own(self, exc: BaseException) -> None:
+        """torchpace's own hook raised `exc` inside the script's process: a `crash` result that names it as
+        torchpace's failure (its traceback also on stderr, in the script's output log), then the process
+        ends; where even the result cannot be written, the exit status `OWN_FAILURE_EXIT` with the line
+        `OWN_FAILURE_LINE` on stderr say it. The script's own exceptions never come here: they are its crash."""
+        with self._lock:
+            if self._failed_own:
+                return
+            self._failed_own = self.finished = True
+        sys.stderr.write(f"{OWN_FAILURE_LINE}\n{''.join(traceback.format_exception(exc))}")
+        status = 0
+        if not os.path.exists(self.spec.result_path):  # a result already written stands
+            try:
+                write_result(TrialResult(CRASH, wall_time_s=self.clock() - self.started_s, error=(
+                    f"{OWN_FAILURE}: {type(exc).__name__}: {exc} (please report it, with the traceback in the "
+                    "script's output)")), self.spec.result_path)
+            except OSError:
+                status = OWN_FAILURE_EXIT
+        end_process(status)
 
     def _close_step_loss(self) -> None:
         import torch
@@ -314,11 +336,12 @@ def write_result(result: TrialResult, path: str) -> None:
     write_atomic(path, json.dumps(result.to_dict()))
 
 
-def end_process() -> None:
-    """End the script now: flush what it printed, skip its teardown (the parent ends its workers)."""
+def end_process(status: int = 0) -> None:
+    """End the script now, with exit `status`: flush what it printed, skip its teardown (the parent ends
+    its workers)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed or broken pipe: nothing left to say
             continue
-    os._exit(0)
+    os._exit(status)

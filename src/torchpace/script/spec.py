@@ -14,6 +14,12 @@ GUARD_SEED = 0  # torch / random seeded with this at `import torch` (a seed the 
 # beside the result file, the hook keeps the count of steps it saw: the parent reads it when the script
 # ended without letting the hook write its result (`os._exit`)
 STEPS_SUFFIX = ".steps"
+# An exception in torchpace's own hook inside the script is torchpace's failure, labelled so (never the
+# script's): the hook's result says OWN_FAILURE; where it could not write one, it says OWN_FAILURE_LINE on
+# stderr and exits with OWN_FAILURE_EXIT (EX_SOFTWARE).
+OWN_FAILURE = "torchpace's own failure, not the script's: its hook in the script's process raised"
+OWN_FAILURE_LINE = "torchpace: its hook in this script's process failed (torchpace's failure, not the script's):"
+OWN_FAILURE_EXIT = 70
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from torchpace.launch.probe import probe_launch_facts
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
 from torchpace.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit
 from torchpace.script.knobs import unreached_knobs
-from torchpace.script.spec import MEASURE_ENV, STEPS_SUFFIX, ScriptMeasure
+from torchpace.script.spec import MEASURE_ENV, OWN_FAILURE, OWN_FAILURE_EXIT, OWN_FAILURE_LINE, STEPS_SUFFIX, ScriptMeasure
 
 _NO_STEP_MARGIN_S = 10.0  # the hook's "no step" verdict comes this long before the parent's timeout
 # A script that ends before its measurement could (pytorch/examples' regression: ~800 steps in a few
@@ -83,6 +83,9 @@ def read_script_result(spec: TrialSpec, result_path: Path, returncode: int, stde
         return TrialResult(CRASH, stderr_tail=stderr_tail, returncode=0, wall_time_s=wall_s, error=(
             f"`{label}` exited (status 0) before torchpace's hook saw a step: it must import torch and train "
             "(an optimizer step() or a backward()) in its own process"))
+    if returncode == OWN_FAILURE_EXIT and OWN_FAILURE_LINE in stderr_tail:
+        return TrialResult(CRASH, stderr_tail=stderr_tail, returncode=returncode, wall_time_s=wall_s,
+                           error=f"{OWN_FAILURE} and could not write its result (see the traceback above)")
     how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}"
     return TrialResult(classify_exit(returncode, stderr_tail), stderr_tail=stderr_tail, returncode=returncode,
                        wall_time_s=wall_s, error=f"`{label}` {how} (the script's own failure; its output ends above)")
