@@ -29,8 +29,11 @@ demo: $(STAMP)
 	$(BIN)/torchpace compare tabular --config torchpace.toml --max-time 20
 	$(BIN)/torchpace bench --max-time 20 -- python examples/scripts/tabular_train.py
 
+# Two test processes (pytest-xdist), each test file on one of them: most tests wait on the real
+# processes they start, so two keep a 2-core host busy; the suite is checked to pass beside another.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The reference pages (docs/reference/) and the "where is X" index of docs/architecture.md, from the code.
 docs: $(STAMP)
