@@ -4,7 +4,7 @@ import pytest
 
 from torchpace.measure.result import Objective
 from torchpace.tune.attrs import PairRecord
-from torchpace.tune.figures import (SPEEDUP_FROM_FINAL, SPEEDUP_FROM_STEPS, config_figure, load_note, other_load_summary,
+from torchpace.tune.figures import (SPEEDUP_FROM_FINAL, SPEEDUP_FROM_STEPS, at_score, config_figure, load_note, other_load_summary,
                                     paired_speedup, result_table, speedup)
 from torchpace.tune.outcome import TrialRow, TuneOutcome, _pooled_row
 
@@ -88,3 +88,14 @@ def test_the_speedup_of_a_paired_study_is_the_final_comparison_else_the_product_
     cut = paired_speedup(None, [1.2, 1.1])
     assert cut.value == pytest.approx(1.32) and cut.ci_low is None and cut.source == SPEEDUP_FROM_STEPS
     assert paired_speedup(None, []).value == 1.0
+
+
+def test_a_latency_at_its_own_score_reads_the_same_and_at_another_score_is_its_inverse():
+    p50 = 2.3224998585646972e-05  # 1 / (1 / p50) differs from it in the last digit
+    figure = Objective("latency", "s", p50, 2.3e-05, 2.4e-05, 0.002)
+    assert 1.0 / (1.0 / p50) != p50
+    assert at_score(figure, figure.score) == figure
+    moved = at_score(figure, 50_000.0)
+    assert moved.value == pytest.approx(2e-05) and moved.ci_low == figure.ci_low
+    rate = Objective("throughput", "samples/s", 100.0, 90.0, 110.0, 0.1)
+    assert at_score(rate, 120.0).value == 120.0 and at_score(rate, None) == rate

@@ -119,8 +119,9 @@ def speedup(tuned: Objective | None, baseline: Objective | None) -> float | None
 
 def at_score(figure: Objective | None, score: float | None) -> Objective | None:
     """`figure` at the "higher is better" value `score` (a policy estimate: the mean of two runs, an arm's
-    median over its turns), its CI kept."""
-    if figure is None or score is None:
+    median over its turns), its CI kept. At its own score it is itself: a latency's 1 / (1 / p50) can differ
+    from p50 in the last digit, and a figure shown twice must read the same."""
+    if figure is None or score is None or score == figure.score:
         return figure
     return replace(figure, value=score if figure.higher_is_better else 1.0 / score)
 
