@@ -99,8 +99,11 @@ from torchpace.trial.pair import PairOptions, run_pair
 from torchpace.protocol import TrialSpec
 
 spec = TrialSpec(workload=sys.argv[1], config={"data.num_workers": 1}, max_time_s=4.0)
-run_pair(spec, spec, probe_host(), timeout_s=300, options=PairOptions(rounds_s=120, target_ci_rel=0.0, max_rounds=10**6),
-         on_round=lambda n, summary: print("round", n, flush=True))
+result = run_pair(spec, spec, probe_host(), timeout_s=300,
+                  options=PairOptions(rounds_s=120, target_ci_rel=0.0, max_rounds=10**6),
+                  on_round=lambda n, summary: print("round", n, flush=True))
+print("ended:", result.stopped_by, [(arm.status, arm.error, arm.stderr_tail[-1500:]) for arm in (result.a, result.b)],
+      flush=True)
 """
 
 
@@ -109,7 +112,8 @@ def test_sigkill_of_the_parent_leaves_no_stopped_arm(tmp_path):
     driver = subprocess.Popen([sys.executable, "-c", _DRIVER, f"{PAIR_WORKLOADS}:logged"], stdout=subprocess.PIPE,
                               text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
-        assert driver.stdout.readline().startswith("round"), "the comparison never reached its rounds"
+        first = driver.stdout.readline()
+        assert first.startswith("round"), f"the comparison never reached its rounds: {first}"
         # the running arm's DataLoader worker exits at each epoch's end and the next epoch forks another, and
         # at a turn's change an arm that reported its window stops itself a moment later: look again until
         # the snapshot catches both arms with their worker and one arm stopped, waiting its turn
