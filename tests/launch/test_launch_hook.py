@@ -16,7 +16,7 @@ from launch_helpers import WORKERS, run_launch
 from torchpace.knobs import get_knob
 from torchpace.script.inprocess import loader_overrides
 from torchpace.launch.plan import CONFIG_ENV
-from torchpace.launch.probe import HOOK_DIR
+from torchpace.script.spec import HOOK_DIR
 
 CONFIG = """\
 schema_version = 1

@@ -14,8 +14,7 @@ from typing import Mapping
 
 from torchpace.host import HostFacts, probe_host
 from torchpace.launch.plan import LaunchFacts
-
-HOOK_DIR = Path(__file__).resolve().parent / "hook"
+from torchpace.script.spec import HOOK_DIR
 
 
 def probe_launch_facts() -> LaunchFacts:

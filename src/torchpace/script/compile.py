@@ -31,14 +31,6 @@ from torchpace.script.autocast import OutermostModule
 
 _BREAK_REASONS_SHOWN = 5  # the most frequent graph-break reasons reported, first line of each
 
-_ACTIVE: "ScriptCompile | None" = None
-
-
-def active() -> "ScriptCompile | None":
-    """The compile of this process when the config asked for one, else None."""
-    return _ACTIVE
-
-
 class ScriptCompile:
     """Finds the script's model, compiles it after the first backward(), and reports what happened.
 
@@ -175,11 +167,11 @@ def _compiled_by_script(module) -> bool:
 
 
 def install_script_compile(mode: str, report, knob_name: str, compiler=None) -> ScriptCompile:
-    """Compile the script's model after its first backward(); `report` gets what happened.
+    """Compile the script's model after its first backward(); `report` gets what happened (and the
+    `ScriptCompile` as `report.compiled`: the measurement waits for it).
 
     Args:
         compiler: `torch.compile` unless given (a test passes one with a recording backend).
     """
-    global _ACTIVE
-    _ACTIVE = ScriptCompile(mode, report, knob_name, compiler).install()
-    return _ACTIVE
+    report.compiled = ScriptCompile(mode, report, knob_name, compiler).install()
+    return report.compiled

@@ -35,6 +35,7 @@ import sys
 import threading
 
 from torchpace.script.autocast import OutermostModule
+from torchpace.script.inprocess import HookReport
 from torchpace.script.probe import ScriptProbe
 from torchpace.script.profile import ScriptProfiler
 from torchpace.script.spec import ScriptMeasure
@@ -42,18 +43,19 @@ from torchpace.script.spec import ScriptMeasure
 
 # ---- installing the hooks ---------------------------------------------------------------------------
 
-def install(spec: ScriptMeasure) -> ScriptProbe:
-    """Seed the RNGs and register every hook for `spec` in this process."""
+def install(spec: ScriptMeasure, report: HookReport) -> ScriptProbe:
+    """Seed the RNGs and register every hook for `spec` in this process; `report` is what the config's
+    knobs did in it (`torchpace.script.inprocess.apply_launch_config`), which the result carries."""
     import torch
 
     if spec.seed is not None:
         seed_everything(spec.seed)
     if spec.mode == "profile":
-        probe = ScriptProfiler(spec)
+        probe = ScriptProfiler(spec, report)
         _label_forward_and_optimizer(torch)
         _note_precision(torch, probe)
     else:
-        probe = ScriptProbe(spec)
+        probe = ScriptProbe(spec, report)
     _hook_optimizers(torch, probe)
     _hook_backward(torch, probe)
     _hook_loader(probe)
@@ -66,10 +68,10 @@ def install(spec: ScriptMeasure) -> ScriptProbe:
     return probe
 
 
-def install_from_json(raw: str) -> ScriptProbe:
+def install_from_json(raw: str, report: HookReport) -> ScriptProbe:
     """`install` with the spec the parent passed in `MEASURE_ENV` (the launch hook has taken it out of
     the environment, so that the processes the script starts do not measure themselves)."""
-    return install(ScriptMeasure.from_json(raw))
+    return install(ScriptMeasure.from_json(raw), report)
 
 
 def seed_everything(seed: int) -> None:
@@ -218,7 +220,7 @@ def _excepthook_marks_crash(probe) -> None:
     previous = sys.excepthook
 
     def excepthook(kind, value, tb):
-        probe.finished = True
+        probe.script_raised()
         previous(kind, value, tb)
 
     sys.excepthook = excepthook

@@ -9,12 +9,12 @@ its `script_reach` says:
 - `loader` (`data.num_workers`, `data.pin_memory`, `data.prefetch_factor`, `data.persistent_workers`):
   the value given to every `torch.utils.data.DataLoader`, **also where the script passes that argument
   itself** (a hard-coded `num_workers=0` is the common case worth tuning); each change is reported once
-  per call site on stderr and in `REPORT` (which loader, which argument, old -> new). A loader whose
+  per call site on stderr and in the process's `HookReport` (which loader, which argument, old -> new). A loader whose
   dataset cannot take a value (an IterableDataset that does not shard itself across workers) keeps the
   script's arguments, by the knob's own rule;
 - `optimizer` (`optimizer.impl`): `foreach=`/`fused=` of every `torch.optim` optimizer built, also over
   the script's own argument, where the class has that implementation and it builds on the parameters'
-  device (otherwise the script's arguments stand and `REPORT.not_applied` says why);
+  device (otherwise the script's arguments stand and `HookReport.not_applied` says why);
 - `autocast` (`precision.amp = bf16`): see `torchpace.script.autocast`;
 - `compile` (`compile.mode`): the outermost modules with trainable parameters get a compiled forward
   after the first backward(), see `torchpace.script.compile`.
@@ -23,6 +23,9 @@ its `script_reach` says:
 the config's `threads.intra_op` also holds over the script's own `torch.set_num_threads()` calls
 (`guard_thread_count`, each change reported).
 Knobs without a `script_reach` need `torchpace.prepare()` in the script; the planner says so.
+
+The state of all this is one `HookReport`, made by the `sitecustomize` hook and passed explicitly: to the
+patches here, to the compile (`HookReport.compiled`), and to the measurement (`torchpace.script.hook`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from typing import Any, Mapping, Sequence
 import torchpace
 from torchpace.knobs import REGISTRY, Knob, KnobValue, ScriptSubject, get_knob
 from torchpace.script.autocast import install_outermost_autocast
-from torchpace.script.compile import active as active_compile, install_script_compile
+from torchpace.script.compile import install_script_compile
 
 _log = logging.getLogger(__name__)
 
@@ -59,12 +62,14 @@ class HookReport:
             compile.mode when the model was compiled).
         not_applied: knob -> why it could not take effect where it was met.
         config: the knob values the hook was given (what `reached` is checked against).
+        compiled: the `ScriptCompile` of `compile.mode` when the config asked for one, else None.
     """
 
     overrides: list[dict[str, Any]] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
     reached: set[str] = field(default_factory=set)
     not_applied: dict[str, str] = field(default_factory=dict)
+    compiled: Any = None
     _announced: set[tuple] = field(default_factory=set)
 
     def record_override(self, where: str, obj: str, argument: str, old: Any, new: Any, knob: str) -> None:
@@ -78,26 +83,23 @@ class HookReport:
         _log.info("%s at %s: %s %r -> %r (%s)", obj, where, argument, old, new, knob)
 
     def to_dict(self) -> dict[str, Any]:
-        compiled = active_compile()
         return {"overrides": list(self.overrides), "reached": sorted(self.reached), "not_applied": dict(self.not_applied),
-                **({"compile": compiled.summary()} if compiled is not None else {})}
+                **({"compile": self.compiled.summary()} if self.compiled is not None else {})}
 
 
-REPORT = HookReport()
-
-
-def apply_launch_config(values: Mapping[str, Any]) -> HookReport:
+def apply_launch_config(values: Mapping[str, Any], report: HookReport) -> HookReport:
     """Validate `values` (knob name -> value) and let each knob, in the registry's order, take effect
-    in this script's process (`Knob.apply_in_script`: the reach it declares, through `_InScript`)."""
+    in this script's process (`Knob.apply_in_script`: the reach it declares, through `_InScript`); what
+    happens goes into `report`, which is returned."""
     wanted = {get_knob(name).name: get_knob(name).validate(value) for name, value in values.items()}
     knobs = [(knob, wanted[knob.name]) for knob in REGISTRY.values() if knob.name in wanted]
     _log.info("applying %s in this script's process", {knob.name: value for knob, value in knobs} or "no knob")
-    REPORT.config.update({knob.name: value for knob, value in knobs})
-    hook = _InScript()
+    report.config.update({knob.name: value for knob, value in knobs})
+    hook = _InScript(report)
     for knob, value in knobs:
         knob.apply_in_script(value, hook)
     hook.finish()
-    return REPORT
+    return report
 
 
 class _InScript:
@@ -105,7 +107,8 @@ class _InScript:
     autocast and compile are patched at once; global and loader knobs are gathered, then `finish` enters
     the globals on one stack and patches DataLoader once for all loader knobs."""
 
-    def __init__(self) -> None:
+    def __init__(self, report: HookReport) -> None:
+        self.report = report
         self.global_knobs: list[tuple[Knob, KnobValue]] = []
         self.loader_knobs: list[tuple[Knob, KnobValue]] = []
 
@@ -116,25 +119,25 @@ class _InScript:
         self.loader_knobs.append((knob, value))
 
     def hold_threads(self, knob: Knob, threads: int) -> None:
-        guard_thread_count(knob.name, threads)
+        guard_thread_count(knob.name, threads, self.report)
 
     def give_optimizers(self, knob: Knob, value: KnobValue) -> None:
-        patch_optimizers(knob.name, str(value))
+        patch_optimizers(knob.name, str(value), self.report)
 
     def autocast_forward(self, knob: Knob, value: KnobValue) -> None:
         if knob.script_reason(value) is None and value != knob.default:
-            install_outermost_autocast(str(value), REPORT, knob.name)
+            install_outermost_autocast(str(value), self.report, knob.name)
 
     def compile_forward(self, knob: Knob, value: KnobValue) -> None:
         if value != knob.default:
-            install_script_compile(str(value), REPORT, knob.name)
+            install_script_compile(str(value), self.report, knob.name)
 
     def finish(self) -> None:
-        apply_global_knobs(self.global_knobs)
-        patch_dataloader(self.loader_knobs)
+        apply_global_knobs(self.global_knobs, self.report)
+        patch_dataloader(self.loader_knobs, self.report)
 
 
-def apply_global_knobs(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
+def apply_global_knobs(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport) -> None:
     """Enter each knob's set-and-restore context for the rest of the process (closed at exit)."""
     if not knobs:
         return
@@ -142,11 +145,11 @@ def apply_global_knobs(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
     for knob, value in knobs:
         knob.apply(value, stack, None)
         _log.info("%s = %r set for the rest of this process", knob.name, value)
-        REPORT.reached.add(knob.name)
+        report.reached.add(knob.name)
     atexit.register(stack.close)
 
 
-def guard_thread_count(knob_name: str, threads: int) -> None:
+def guard_thread_count(knob_name: str, threads: int, report: HookReport) -> None:
     """The config's intra-op thread count (set through OMP_NUM_THREADS before the script started) also
     over the script's own `torch.set_num_threads(n)` calls, each change reported as a DataLoader's is.
     Calls from torch itself (a DataLoader worker sets 1 thread) and from the processes the script forks
@@ -165,15 +168,15 @@ def guard_thread_count(knob_name: str, threads: int) -> None:
         if os.getpid() != owner or caller.startswith(libraries) or count == threads:
             original(count)
             return
-        REPORT.record_override(caller_site(), "torch.set_num_threads", "threads", count, threads, knob_name)
+        report.record_override(caller_site(), "torch.set_num_threads", "threads", count, threads, knob_name)
         original(threads)
 
     setattr(set_num_threads, _PATCHED, threads)
     torch.set_num_threads = set_num_threads
-    REPORT.reached.add(knob_name)
+    report.reached.add(knob_name)
 
 
-def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
+def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport) -> None:
     """Give every `torch.utils.data.DataLoader` (subclasses included) the LOADER knobs' values."""
     import torch.utils.data
 
@@ -186,20 +189,20 @@ def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]]) -> None:
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         bound = signature.bind_partial(self, *args, **kwargs)
-        fitting = _fitting(knobs, bound.arguments.get("dataset"))
+        fitting = _fitting(knobs, bound.arguments.get("dataset"), report)
         changes = loader_overrides(fitting, bound.arguments, signature)
         where = caller_site()
         for name, (old, new, knob) in changes.items():
             bound.arguments[name] = new
-            REPORT.record_override(where, type(self).__name__, name, old, new, knob)
-        REPORT.reached.update(knob.name for knob, _ in fitting)
+            report.record_override(where, type(self).__name__, name, old, new, knob)
+        report.reached.update(knob.name for knob, _ in fitting)
         original(*bound.args, **bound.kwargs)
 
     setattr(__init__, _PATCHED, tuple(knobs))
     loader_cls.__init__ = __init__
 
 
-def _fitting(knobs: Sequence[tuple[Knob, KnobValue]], dataset: Any) -> list[tuple[Knob, KnobValue]]:
+def _fitting(knobs: Sequence[tuple[Knob, KnobValue]], dataset: Any, report: HookReport) -> list[tuple[Knob, KnobValue]]:
     """The knobs whose value can run with `dataset`, by the knobs' own rule (e.g. no workers for an
     IterableDataset that would be read once per worker); the others are noted as not applied."""
     loader_only = ScriptSubject(name="DataLoader", dataset=dataset)
@@ -209,7 +212,7 @@ def _fitting(knobs: Sequence[tuple[Knob, KnobValue]], dataset: Any) -> list[tupl
         if reason is None:
             kept.append((knob, value))
         else:
-            REPORT.not_applied.setdefault(knob.name, f"a DataLoader at {caller_site()}: {reason}")
+            report.not_applied.setdefault(knob.name, f"a DataLoader at {caller_site()}: {reason}")
             _log.info("%s = %r not applied to the DataLoader at %s: %s", knob.name, value, caller_site(), reason)
     return kept
 
@@ -247,7 +250,7 @@ def _default_of(signature: inspect.Signature | None, name: str) -> Any:
     return None if default is inspect.Parameter.empty else default
 
 
-def patch_optimizers(knob_name: str, impl: str) -> None:
+def patch_optimizers(knob_name: str, impl: str, report: HookReport) -> None:
     """Build every torch.optim optimizer that has an `impl` (foreach/fused) implementation with it."""
     import torch.optim
 
@@ -259,10 +262,10 @@ def patch_optimizers(knob_name: str, impl: str) -> None:
             continue
         signature = inspect.signature(original)
         if impl in signature.parameters:
-            cls.__init__ = _with_impl(original, signature, knob_name, impl)
+            cls.__init__ = _with_impl(original, signature, knob_name, impl, report)
 
 
-def _with_impl(original, signature: inspect.Signature, knob_name: str, impl: str):
+def _with_impl(original, signature: inspect.Signature, knob_name: str, impl: str, report: HookReport):
     flags = {"foreach": impl == "foreach", "fused": impl == "fused"}
 
     @functools.wraps(original)
@@ -276,14 +279,14 @@ def _with_impl(original, signature: inspect.Signature, knob_name: str, impl: str
         try:
             original(*trial.args, **trial.kwargs)
         except (RuntimeError, ValueError, TypeError) as err:  # this class or device has no such kernel
-            REPORT.not_applied.setdefault(knob_name, f"{type(self).__name__}({impl}=True) at {caller_site()}: {err}")
+            report.not_applied.setdefault(knob_name, f"{type(self).__name__}({impl}=True) at {caller_site()}: {err}")
             _log.info("%s not applied: %s(%s=True) at %s failed: %s", knob_name, type(self).__name__, impl, caller_site(), err)
             original(*bound.args, **bound.kwargs)
             return
-        REPORT.reached.add(knob_name)
+        report.reached.add(knob_name)
         where = caller_site()
         for name, (old, new) in changed.items():
-            REPORT.record_override(where, type(self).__name__, name, old, new, knob_name)
+            report.record_override(where, type(self).__name__, name, old, new, knob_name)
 
     setattr(__init__, _PATCHED, impl)
     return __init__

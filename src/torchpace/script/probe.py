@@ -2,6 +2,10 @@
 `torchpace.script.hook` report (optimizer built and stepped, backward, DataLoader batches) become
 steps, samples, input wait and losses, fed to the Workload bench's `WindowMeter`; the result is
 written for the parent, and the process ends when the measurement is done.
+
+Everything it depends on is passed in: the spec, the process's `HookReport` (what the config's knobs
+did, and the compile the meter waits for), the clock and the call that ends the process (`os._exit` in
+a script; a test passes a scripted clock and an exit that records, as the meter's tests do).
 """
 
 from __future__ import annotations
@@ -14,14 +18,15 @@ import time
 import traceback
 from typing import Any
 
-from torchpace.files import write_atomic
+from torchpace.engine.batch import batch_len
+from torchpace.files import OutputWriteFailed, write_atomic
+from torchpace.measure.bench import WARMUP_SHARE, BenchOptions, build_script_bench
 from torchpace.measure.contention import other_load_cores, probe_cpu_times
 from torchpace.measure.gate import Gate
 from torchpace.measure.timing import WindowMeter
 from torchpace.process import owner_pid
 from torchpace.protocol import CRASH, INVALID, NONFINITE, OK, TIMEOUT, TrialResult, is_nonfinite
-from torchpace.script.compile import active as active_compile
-from torchpace.script.inprocess import REPORT
+from torchpace.script.inprocess import HookReport
 from torchpace.script.knobs import unreached_knobs
 from torchpace.script.spec import OWN_FAILURE, OWN_FAILURE_EXIT, OWN_FAILURE_LINE, STEPS_SUFFIX, ScriptMeasure
 
@@ -40,9 +45,10 @@ class ScriptProbe:
 
     label_phases = False  # profile mode: record_function labels around the script's phases
 
-    def __init__(self, spec: ScriptMeasure, clock=time.perf_counter):
+    def __init__(self, spec: ScriptMeasure, report: HookReport, clock=time.perf_counter, exit=os._exit):
         self.gate = Gate.open(spec.gate)  # a paired comparison: the meter takes turns on the gate's clock
         self.spec, self.clock = spec, self.gate.clock if self.gate else clock
+        self.report, self._exit = report, exit
         self.started_s = clock()
         self.meter = None
         self.meter_started_s = 0.0
@@ -86,8 +92,6 @@ class ScriptProbe:
             self.on_step()
 
     def on_batch(self, batch: Any, waited_s: float, loader_iter: Any = None) -> None:
-        from torchpace.engine.batch import batch_len
-
         self.wait_s += waited_s
         try:
             size = batch_len(batch)
@@ -126,10 +130,10 @@ class ScriptProbe:
             if not self.compile_pending():
                 self._start_meter()
             return
-        measuring = self.meter.phase == "measure"
+        measured = len(self.meter.windows)
         window = self.meter.record(samples if self.samples_known else 1)
         if window is not None:
-            if measuring:
+            if len(self.meter.windows) > measured:  # a measured window, not a warm-up one
                 self.measured_wait_s += self.wait_s - self._wait_mark
             self._wait_mark = self.wait_s
         if self.meter.done and self.steps >= self.spec.guard_steps:  # the guard compares this many first losses
@@ -138,7 +142,7 @@ class ScriptProbe:
     def compile_pending(self) -> bool:
         """True while `compile.mode` is still compiling the script's model (the meter and the profiler wait);
         a model that could not be compiled, or none to compile, ends the trial as `invalid` at once."""
-        compiled = active_compile()
+        compiled = self.report.compiled
         if compiled is None or not compiled.triggered:
             return compiled is not None
         if compiled.failure or not compiled.modules:
@@ -153,7 +157,7 @@ class ScriptProbe:
                 return
             self.finished = True
         write_result(TrialResult(INVALID, error=why, wall_time_s=self.clock() - self.started_s), self.spec.result_path)
-        end_process()
+        self.end()
 
     def fail_own(self, exc: BaseException) -> None:
         """torchpace's own hook raised `exc` inside the script's process: a `crash` result that names it as
@@ -171,9 +175,9 @@ class ScriptProbe:
                 write_result(TrialResult(CRASH, wall_time_s=self.clock() - self.started_s, error=(
                     f"{OWN_FAILURE}: {type(exc).__name__}: {exc} (please report it, with the traceback in the "
                     "script's output)")), self.spec.result_path)
-            except OSError:
+            except OutputWriteFailed:
                 status = OWN_FAILURE_EXIT
-        end_process(status)
+        self.end(status)
 
     def _close_step_loss(self) -> None:
         import torch
@@ -187,8 +191,6 @@ class ScriptProbe:
 
     def _start_meter(self) -> None:
         """The first step ended: timing starts now (that step held start-up and compile)."""
-        from torchpace.measure.bench import WARMUP_SHARE, BenchOptions
-
         self.samples_known = bool(self.spec.samples_per_step) or self.batches_seen > 0
         # other processes' CPU time from here to the result; this script's own tree is the parent's
         # (the bench or tune process that started it), as for a Workload trial
@@ -215,7 +217,7 @@ class ScriptProbe:
             self.finished = True
         write_result(self.build_result(ended_early), self.spec.result_path)
         if not ended_early:
-            end_process()
+            self.end()
 
     def on_no_step(self) -> None:
         """The watchdog: no step after `no_step_timeout_s` ends the script with a `timeout` result."""
@@ -226,7 +228,7 @@ class ScriptProbe:
         waited = self.spec.no_step_timeout_s
         write_result(TrialResult(TIMEOUT, error=f"{NO_STEP_MESSAGE} (waited {waited:.0f} s after `import torch`)",
                                  wall_time_s=self.clock() - self.started_s), self.spec.result_path)
-        end_process()
+        self.end()
 
     def watch_for_stalls(self) -> None:
         """Start the stall watchdog (a daemon thread): see `check_stall`."""
@@ -263,7 +265,7 @@ class ScriptProbe:
                 f"read, or one step slower than --max-time allows); {len(self.meter.windows) if self.meter else 0} "
                 f"window(s) were measured, at least {_MIN_WINDOWS_IF_ENDED} are needed"))
         write_result(result, self.spec.result_path)
-        end_process()
+        self.end()
 
     def build_result(self, ended_early: bool) -> TrialResult:
         """The trial result of what was measured (a failure when nothing usable was)."""
@@ -273,7 +275,7 @@ class ScriptProbe:
         windows = len(self.meter.windows) if self.meter is not None else 0
         if self.steps == 0:
             return TrialResult(CRASH, error=f"the script ended without a step: {NO_STEP_MESSAGE}", wall_time_s=wall_s)
-        unreached = unreached_knobs(REPORT.config, REPORT.reached, REPORT.not_applied)
+        unreached = unreached_knobs(self.report.config, self.report.reached, self.report.not_applied)
         if unreached:  # the config could not run in this script: that is the verdict, however far it got
             return TrialResult(INVALID, guard_losses=guard, wall_time_s=wall_s,
                                error="; ".join(f"{knob}: {why}" for knob, why in unreached.items()))
@@ -286,14 +288,12 @@ class ScriptProbe:
                 f"the script ended after {self.steps} step(s), {ended_after['seconds']:.1f} s after its first one, "
                 f"before torchpace had measured enough ({windows} window(s); at least {_MIN_WINDOWS_IF_ENDED} needed "
                 "after warm-up): let it run longer (more steps or epochs), or measure for less time"))
-        bench = self._bench(losses, ended_early, wall_s, REPORT.to_dict())
+        bench = self._bench(losses, ended_early, wall_s, self.report.to_dict())
         status = NONFINITE if is_nonfinite(losses) else OK
         error = "loss became NaN/Inf while measuring" if status == NONFINITE else ""
         return TrialResult(status, bench, guard, error=error, wall_time_s=wall_s, ended_after=ended_after)
 
     def _bench(self, losses: list[float], ended_early: bool, wall_s: float, hook: dict) -> dict[str, Any]:
-        from torchpace.measure.bench import build_script_bench
-
         load = other_load_cores(self._cpu_before, probe_cpu_times(owner_pid()))
         real = self.meter.result(self.ended_how if ended_early else None)
         per_step = sorted(n for n in self.backwards_per_step if n)
@@ -310,6 +310,21 @@ class ScriptProbe:
         """atexit: the script finished before the measurement did."""
         if not self.finished:
             self.finish(ended_early=True)
+
+    def script_raised(self) -> None:
+        """The script's own uncaught exception: its crash, so no partial result is written for it."""
+        with self._lock:
+            self.finished = True
+
+    def end(self, status: int = 0) -> None:
+        """End the script now, with exit `status`: flush what it printed, skip its teardown (the parent
+        ends its workers)."""
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed or broken pipe: nothing left to say
+                continue
+        self._exit(status)
 
 
 def _loss_tensor(tensors: Any):
@@ -335,13 +350,3 @@ def write_result(result: TrialResult, path: str) -> None:
     """Write the trial result atomically (the parent reads it after the process ends)."""
     write_atomic(path, json.dumps(result.to_dict()))
 
-
-def end_process(status: int = 0) -> None:
-    """End the script now, with exit `status`: flush what it printed, skip its teardown (the parent ends
-    its workers)."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed or broken pipe: nothing left to say
-            continue
-    os._exit(status)

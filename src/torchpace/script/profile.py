@@ -26,9 +26,9 @@ from torchpace.measure.result import ScriptInfo
 from torchpace.profile.trace import METADATA_KEY
 from torchpace.protocol import CRASH, INVALID, OK, TIMEOUT, TrialResult
 from torchpace.records import from_json
-from torchpace.script.inprocess import REPORT
+from torchpace.script.inprocess import HookReport
 from torchpace.script.knobs import unreached_knobs
-from torchpace.script.probe import ScriptProbe, end_process, write_result
+from torchpace.script.probe import ScriptProbe, write_result
 from torchpace.script.spec import ScriptMeasure
 
 
@@ -37,8 +37,8 @@ class ScriptProfiler(ScriptProbe):
 
     label_phases = True
 
-    def __init__(self, spec: ScriptMeasure):
-        super().__init__(spec)
+    def __init__(self, spec: ScriptMeasure, report: HookReport, **kwargs: Any):
+        super().__init__(spec, report, **kwargs)
         options = spec.profile
         self.wait = max(1, int(options.get("wait", 1)))
         self.warmup, self.active = int(options.get("warmup", 1)), int(options.get("active", 5))
@@ -136,11 +136,11 @@ class ScriptProfiler(ScriptProbe):
         write_result(TrialResult(TIMEOUT, wall_time_s=self.clock() - self.started_s, error=(
             f"the script made no step for {gap_s:.0f} s after step {self.steps} of the profile's {needed} (it stalled: "
             "a deadlock, a hung read, or a step far slower than the ones before)")), self.spec.result_path)
-        end_process()
+        self.end()
 
     def build_result(self, ended_early: bool) -> TrialResult:
         wall_s = self.clock() - self.started_s
-        unreached = unreached_knobs(REPORT.config, REPORT.reached, REPORT.not_applied)
+        unreached = unreached_knobs(self.report.config, self.report.reached, self.report.not_applied)
         if unreached and self.steps:  # the config could not run in this script: that is the verdict
             return TrialResult(INVALID, wall_time_s=wall_s, error="; ".join(f"{k}: {why}" for k, why in unreached.items()))
         if self.document is None:
@@ -148,10 +148,10 @@ class ScriptProfiler(ScriptProbe):
             return TrialResult(CRASH, wall_time_s=wall_s, error=(
                 f"the script ended after {self.steps} step(s), before the profile's {needed} "
                 f"({self.wait} untraced, {self.warmup} warm-up, {self.active} traced): let it run longer or lower --steps"))
-        self.document[METADATA_KEY] = self._metadata(REPORT.to_dict())
+        self.document[METADATA_KEY] = self._metadata(self.report.to_dict())
         write_atomic(self.spec.profile["trace_path"], json.dumps(self.document, separators=(",", ":")))
         # what the hook changed (which knobs reached the script), as a script bench's result carries it
-        script = from_json(ScriptInfo, {"command": list(self.spec.command), "steps_seen": self.steps, **REPORT.to_dict()})
+        script = from_json(ScriptInfo, {"command": list(self.spec.command), "steps_seen": self.steps, **self.report.to_dict()})
         return TrialResult(OK, wall_time_s=wall_s, script=script)
 
     def _metadata(self, hook: dict[str, Any]) -> dict[str, Any]:

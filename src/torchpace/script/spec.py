@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+# the directory of the `sitecustomize` hook (`torchpace.script.site`), put first on the script's PYTHONPATH
+HOOK_DIR = Path(__file__).resolve().parent / "site"
 MEASURE_ENV = "TORCHPACE_SCRIPT_MEASURE"
 GUARD_SEED = 0  # torch / random seeded with this at `import torch` (a seed the script sets later wins)
 # beside the result file, the hook keeps the count of steps it saw: the parent reads it when the script

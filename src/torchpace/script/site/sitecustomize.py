@@ -1,10 +1,12 @@
 """torchpace launch's sitecustomize: apply a config's global and DataLoader knobs to an unmodified script.
 
-`torchpace launch --config F` puts this directory first on the script's PYTHONPATH and the knob values
-in TORCHPACE_LAUNCH_CONFIG (JSON). Python imports this module at start-up, before the script. It is
+`torchpace launch --config F` and every script-mode trial put this directory first on the script's
+PYTHONPATH and the knob values in TORCHPACE_LAUNCH_CONFIG (JSON); a script-mode trial also puts what to
+measure in TORCHPACE_SCRIPT_MEASURE. Python imports this module at start-up, before the script. It is
 import-safe and cheap: without that variable it does nothing, and with it it only adds a finder that
 waits for the script's own `import torch`; torch and torchpace are imported by the script's choice,
-never here. Once torch has finished importing, `torchpace.script.inprocess` applies the knobs. Any
+never here. Once torch has finished importing, `torchpace.script.inprocess` applies the knobs into one
+`HookReport`, and `torchpace.script.hook` starts the measurement with that same report. Any
 `sitecustomize` this one shadows (a distribution's or a virtualenv's) still runs, after it.
 """
 
@@ -27,19 +29,20 @@ def _apply(raw, measure):
 
     try:
         # lazy: torchpace loads only once the script imported torch (the config is applied then)
-        from torchpace.script.inprocess import apply_launch_config
+        from torchpace.script.inprocess import HookReport, apply_launch_config
     except ImportError as err:
         sys.stderr.write(f"torchpace launch: cannot apply the config in this interpreter ({err})\n")
         return
+    report = HookReport()  # this process's one record of what the hook did, passed to what reads it
     try:
-        apply_launch_config(json.loads(raw or "{}"))
+        apply_launch_config(json.loads(raw or "{}"), report)
     except Exception as err:  # the script's `import torch` must still succeed; say what was skipped
         sys.stderr.write(f"torchpace launch: the config was not applied: {err!r}\n")
     if measure:
         try:
             from torchpace.script.hook import install_from_json  # lazy: only a script-mode measurement needs it
 
-            install_from_json(measure)
+            install_from_json(measure, report)
         except Exception as err:
             sys.stderr.write(f"torchpace: the measurement could not start in this script: {err!r}\n")
 

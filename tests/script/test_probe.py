@@ -1,0 +1,211 @@
+"""The measurement inside a script's process (`ScriptProbe`), driven by scripted events: a clock the test
+moves, an exit that records instead of ending the process, real tensors and real result files. What
+each ending writes (the meter's windows, a crash, a stall, a timeout, torchpace's own failure) is
+decided here, without starting a script."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from torchpace.protocol import CRASH, INVALID, OK, TIMEOUT, TrialResult
+from torchpace.script.inprocess import HookReport
+from torchpace.script.probe import NO_STEP_MESSAGE, ScriptProbe
+from torchpace.script.spec import OWN_FAILURE, OWN_FAILURE_EXIT, STEPS_SUFFIX, ScriptMeasure
+
+BATCH = 8
+WAIT_S, COMPUTE_S = 0.002, 0.008  # each scripted step: this long in the DataLoader, this long computing
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+class Script:
+    """A training loop's events as the hooks report them, on a clock the test moves."""
+
+    def __init__(self, tmp_path, report=None, **spec):
+        self.clock, self.exits = Clock(), []
+        self.spec = ScriptMeasure(result_path=str(tmp_path / "result.json"), command=("python", "train.py"), **spec)
+        self.probe = ScriptProbe(self.spec, report or HookReport(), clock=self.clock, exit=self.exits.append)
+        self.losses: list[float] = []
+        self.optimizer = object()
+        self.probe.on_optimizer_built()
+
+    def step(self, compute_s=COMPUTE_S):
+        self.clock.now += WAIT_S
+        self.probe.on_batch(torch.zeros(BATCH, 3), WAIT_S)
+        self.clock.now += compute_s
+        loss = torch.tensor(1.0 / (len(self.losses) + 1))
+        self.losses.append(float(loss))
+        self.probe.on_backward(loss)
+        self.probe.on_optimizer_step(self.optimizer)
+
+    def run_until_it_ends(self, limit=100_000):
+        for _ in range(limit):
+            if self.probe.finished:
+                return
+            self.step()
+        raise AssertionError("the measurement never ended")
+
+    def result(self) -> TrialResult:
+        with open(self.spec.result_path) as f:
+            return TrialResult.from_dict(json.load(f))
+
+
+def test_a_steady_script_is_measured_after_its_first_step_and_its_process_ends_with_the_result(tmp_path):
+    script = Script(tmp_path, max_time_s=10.0, target_ci_rel=0.05, guard_steps=3)
+    script.run_until_it_ends()
+    result = script.result()
+    assert script.exits == [0] and result.status == OK
+    throughput = result.bench.throughput
+    assert throughput.stopped_by == "ci" and throughput.windows >= 6
+    assert throughput.samples_per_s == pytest.approx(BATCH / (WAIT_S + COMPUTE_S))
+    assert result.bench.input_bound_frac == pytest.approx(WAIT_S / (WAIT_S + COMPUTE_S))
+    assert result.bench.step.batch_size == BATCH and result.bench.script.samples_source == "dataloader"
+    assert result.bench.script.steps_seen == script.probe.steps and result.bench.script.step_source == "optimizer"
+    assert result.guard_losses == pytest.approx(script.losses[:3])
+    assert list(result.bench.loss_values) == pytest.approx(script.losses)
+    # the steps file the parent reads when a script ends without letting the hook write its result
+    assert int((tmp_path / ("result.json" + STEPS_SUFFIX)).read_text()) == script.probe.steps
+    # steps after the end (a script's other threads) change nothing
+    script.step()
+    assert script.exits == [0] and script.result() == result
+
+
+def test_the_first_step_is_not_timed(tmp_path):
+    script = Script(tmp_path, max_time_s=10.0, target_ci_rel=0.05)
+    script.step(compute_s=20.0)  # imports, compile, worker start-up
+    script.run_until_it_ends()
+    result = script.result()
+    assert result.status == OK and result.bench.throughput.samples_per_s == pytest.approx(BATCH / (WAIT_S + COMPUTE_S))
+    assert result.wall_time_s > 20.0 > result.bench.throughput.warmup_s
+
+
+def test_a_script_that_ends_before_two_measured_windows_is_a_crash_saying_how_far_it_got(tmp_path):
+    script = Script(tmp_path, max_time_s=10.0)
+    for _ in range(3):
+        script.step()
+    script.probe.on_exit()  # atexit: the script's loop ended
+    result = script.result()
+    assert result.status == CRASH and script.exits == []  # the script is exiting by itself
+    assert result.ended_after["steps"] == 3 and result.ended_after["windows"] == 0
+    assert "ended after 3 step(s)" in result.error and "at least 2 needed" in result.error
+
+
+def test_a_script_that_ends_after_measured_windows_leaves_them_marked_as_ended_by_the_script(tmp_path):
+    script = Script(tmp_path, max_time_s=60.0, target_ci_rel=0.0)  # the CI can never end it
+    while len(script.probe.meter.windows if script.probe.meter else ()) < 3:
+        script.step()
+    script.probe.on_exit()
+    result = script.result()
+    assert result.status == OK and result.bench.throughput.stopped_by == "script-ended"
+    assert result.bench.script.ended_early and result.ended_after["windows"] == 3
+
+
+def test_a_script_that_stops_stepping_ends_as_stalled_with_what_was_measured(tmp_path):
+    script = Script(tmp_path, max_time_s=60.0, target_ci_rel=0.0)
+    while len(script.probe.meter.windows if script.probe.meter else ()) < 3:
+        script.step()
+    script.probe.check_stall()
+    assert not script.probe.finished  # a step's gap is not a stall
+    script.clock.now += 29.0
+    script.probe.check_stall()
+    assert not script.probe.finished  # under the 30 s a stall needs
+    script.clock.now += 2.0
+    script.probe.check_stall()
+    result = script.result()
+    assert script.exits == [0] and result.status == OK and result.bench.throughput.stopped_by == "script-stalled"
+
+
+def test_a_script_stalled_before_two_windows_is_a_timeout_naming_the_stall(tmp_path):
+    script = Script(tmp_path, max_time_s=60.0)
+    for _ in range(3):
+        script.step()
+    script.clock.now += 31.0
+    script.probe.check_stall()
+    result = script.result()
+    assert script.exits == [0] and result.status == TIMEOUT
+    assert "made no step for 31 s after step 3" in result.error and "0 window(s)" in result.error
+
+
+def test_past_the_time_cap_a_short_pause_ends_the_measurement(tmp_path):
+    script = Script(tmp_path, max_time_s=4.0, target_ci_rel=0.0)
+    # the meter looks at its deadline when a window closes (0.1 s windows here): the script pauses mid-window
+    n = 0
+    while script.probe.meter is None or script.clock() < script.probe.meter.deadline - 0.05:
+        script.step(compute_s=COMPUTE_S * (1 + 0.03 * (n % 7)))  # windows that differ: the CI never ends it
+        n += 1
+    script.clock.now += 1.5
+    script.probe.check_stall()
+    assert not script.probe.finished and script.clock() > script.probe.meter.deadline
+    script.clock.now += 1.0
+    script.probe.check_stall()
+    assert script.exits == [0] and script.result().bench.throughput.stopped_by == "script-stalled"
+
+
+def test_no_step_in_time_is_a_timeout_saying_what_a_step_is(tmp_path):
+    script = Script(tmp_path, no_step_timeout_s=5.0)
+    script.probe.on_no_step()
+    result = script.result()
+    assert script.exits == [0] and result.status == TIMEOUT
+    assert NO_STEP_MESSAGE in result.error and "waited 5 s" in result.error
+
+
+def test_the_no_step_watchdog_leaves_a_script_that_stepped_alone(tmp_path):
+    script = Script(tmp_path)
+    script.step()
+    script.probe.on_no_step()
+    assert script.exits == [] and not os.path.exists(script.spec.result_path)
+
+
+def test_the_scripts_own_exception_is_its_crash_and_leaves_no_partial_result(tmp_path):
+    script = Script(tmp_path, max_time_s=60.0, target_ci_rel=0.0)
+    while len(script.probe.meter.windows if script.probe.meter else ()) < 3:
+        script.step()
+    script.probe.script_raised()
+    script.probe.on_exit()
+    assert script.exits == [] and not os.path.exists(script.spec.result_path)
+
+
+def test_torchpaces_own_failure_is_labelled_as_its_own(tmp_path, capsys):
+    script = Script(tmp_path)
+    script.step()
+    script.probe.fail_own(KeyError("planted"))
+    result = script.result()
+    assert script.exits == [0] and result.status == CRASH and result.error.startswith(OWN_FAILURE)
+    assert "KeyError" in capsys.readouterr().err
+    script.probe.fail_own(KeyError("again"))  # once only
+    assert script.exits == [0]
+
+
+def test_torchpaces_own_failure_that_cannot_write_a_result_says_so_in_its_exit_status(tmp_path):
+    script = Script(tmp_path / "gone")  # no such folder: the result cannot be written
+    script.probe.fail_own(RuntimeError("planted"))
+    assert script.exits == [OWN_FAILURE_EXIT]
+
+
+def test_a_knob_the_script_never_met_makes_the_trial_invalid(tmp_path):
+    report = HookReport(config={"optimizer.impl": "foreach"})  # the script built no torch.optim optimizer
+    script = Script(tmp_path, report, max_time_s=10.0, target_ci_rel=0.05)
+    script.run_until_it_ends()
+    result = script.result()
+    assert script.exits == [0] and result.status == INVALID and result.error.startswith("optimizer.impl: ")
+
+
+def test_a_script_without_an_optimizer_steps_at_each_backward_and_without_batches_in_steps(tmp_path):
+    clock, exits = Clock(), []
+    spec = ScriptMeasure(result_path=str(tmp_path / "r.json"), max_time_s=10.0, target_ci_rel=0.05)
+    probe = ScriptProbe(spec, HookReport(), clock=clock, exit=exits.append)
+    while not probe.finished:
+        clock.now += 0.01
+        probe.on_backward(torch.tensor(0.5))
+    with open(spec.result_path) as f:
+        result = TrialResult.from_dict(json.load(f))
+    assert exits == [0] and result.bench.script.step_source == "backward" and result.bench.script.samples_source is None
+    assert result.bench.throughput.samples_per_s is None and result.bench.throughput.steps_per_s == pytest.approx(100.0)
