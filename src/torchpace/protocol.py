@@ -84,22 +84,37 @@ class TrialSpec:
 
 @dataclass(frozen=True)
 class TrialResult:
-    """What a trial produced: its status, the bench figures when ok, and why not otherwise."""
+    """What a trial produced: its status, the bench figures when ok, and why not otherwise.
+
+    Attributes:
+        status: `ok`, or what went wrong: `oom`, `crash`, `timeout`, `nonfinite`, `guard` or `invalid`.
+        bench: the bench result (`torchpace.measure.result`) when ok.
+        guard_losses: the first steps' losses, which the convergence guard compares with the baseline's.
+        guard_metric: the workload's evaluate() after the guard steps.
+        error: why the trial is not ok, in words (empty when it is).
+        stderr_tail: the end of the trial process's stderr (the user's own traceback for a crash).
+        returncode: the trial process's exit status (None while unknown).
+        wall_time_s: the trial's seconds from start to result.
+        verdict: the profile's verdict on the step (a baseline trial profiled for the tuner), else None.
+        accuracy: inference: outputs vs the fp32 eager reference.
+        failed_rank: multi-process trials: the rank that failed first.
+        script: a script-mode trial without a bench (a profile): what the launch hook changed.
+        ended_after: script mode, a script that ended before the measurement did: {"steps", "seconds" (run
+            after its first step), "windows" (measured)}, so a trial can be sized to fit it.
+    """
 
     status: str
-    bench: BenchResult | None = None  # a bench result (`torchpace.measure.result`) when ok
+    bench: BenchResult | None = None
     guard_losses: list[float] = field(default_factory=list)
-    guard_metric: float | None = None  # the workload's evaluate() after the guard steps
+    guard_metric: float | None = None
     error: str = ""
     stderr_tail: str = ""
     returncode: int | None = None
     wall_time_s: float = 0.0
     verdict: str | None = None
-    accuracy: AccuracyReport | None = None  # inference: outputs vs the fp32 eager reference
-    failed_rank: int | None = None  # multi-process trials: the rank that failed first
-    script: ScriptInfo | None = None  # a script-mode trial without a bench (a profile): what the launch hook changed
-    # script mode: a script that ended before the measurement did: {"steps", "seconds" (run after its first
-    # step), "windows" (measured)}, so a trial can be sized to fit it
+    accuracy: AccuracyReport | None = None
+    failed_rank: int | None = None
+    script: ScriptInfo | None = None
     ended_after: dict[str, Any] | None = None
 
     @property

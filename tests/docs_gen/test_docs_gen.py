@@ -103,10 +103,12 @@ def test_source_readers_follow_helpers_and_read_comments(tmp_path, monkeypatch):
 
 
 def test_field_notes_prefer_the_docstring_then_the_line_comment():
+    from torchpace.measure.timing import Throughput
     from torchpace.protocol import TrialResult, TrialSpec
 
     assert field_notes(TrialSpec)["profile"].startswith("after the bench, profile a few steps")
-    assert field_notes(TrialResult)["failed_rank"] == "multi-process trials: the rank that failed first"
+    assert field_notes(TrialResult)["failed_rank"] == "multi-process trials: the rank that failed first."
+    assert field_notes(Throughput)["stopped_by"].startswith('"ci" when the CI target was met')  # its line's comment
 
 
 def _docs_gen(root: Path, *args: str) -> subprocess.CompletedProcess:
