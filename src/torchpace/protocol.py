@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchpace.errors import UsageError
 from torchpace.measure.result import AccuracyReport, BenchResult, ScriptInfo
 from torchpace.records import from_json, to_json
 
@@ -23,6 +24,17 @@ NONFINITE = "nonfinite"
 GUARD = "guard"
 INVALID = "invalid"
 STATUSES = (OK, OOM, CRASH, TIMEOUT, NONFINITE, GUARD, INVALID)
+# The most evaluation batches an inference trial compares with the fp32 reference (`bench
+# --accuracy-batches`): the reference outputs of every one are kept in memory, so a bound keeps a slip of the
+# keyboard from holding a dataset's outputs; a handful judge a conversion already.
+MAX_EVAL_BATCHES = 256
+
+
+def check_eval_batches(batches: int) -> None:
+    """Raise UsageError unless `batches` is a number of evaluation batches a trial can hold (0: skip)."""
+    if isinstance(batches, bool) or not isinstance(batches, int) or not 0 <= batches <= MAX_EVAL_BATCHES:
+        raise UsageError(f"--accuracy-batches must be a whole number of batches from 0 (skip) to {MAX_EVAL_BATCHES}, "
+                         f"got {batches!r}")
 
 
 @dataclass(frozen=True)

@@ -70,3 +70,27 @@ def test_bench_cli_export_format_the_model_cannot_take_is_a_usage_error(cli_run)
     proc = cli_run("bench", planted("branchy"), "--set", "inference.export=torch_export", "--max-time", "2")
     assert proc.returncode == 2
     assert "torch.export failed for this model: GuardOnDataDependentSymNode" in proc.stderr
+
+
+@pytest.mark.parametrize("batches", ["-1", "257", "1000000000000"])
+def test_accuracy_batches_are_from_0_to_what_memory_can_hold_before_anything_runs(capsys, tmp_path, monkeypatch, host,
+                                                                                  batches):
+    from torchpace.bench.run import bench_workload
+    from torchpace.cli import main
+    from torchpace.config import RunConfig
+    from torchpace.errors import UsageError
+    from torchpace.protocol import MAX_EVAL_BATCHES
+    from torchpace.tune.tuner import TuneOptions, Tuner
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "r.json"
+    assert main(["bench", planted("wide_mlp"), "--accuracy-batches", batches, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--accuracy-batches" in err and f"0<=x<={MAX_EVAL_BATCHES}" in err  # click names the valid values
+    assert list(tmp_path.iterdir()) == []  # nothing ran, nothing written
+    message = f"from 0 \\(skip\\) to {MAX_EVAL_BATCHES}, got {batches}"
+    with pytest.raises(UsageError, match=message):  # the library says the same
+        bench_workload(planted("wide_mlp"), RunConfig(), _QUICK, host=host, accuracy_batches=int(batches))
+    with pytest.raises(UsageError, match=message):
+        Tuner(TuneOptions(workload=planted("wide_mlp"), storage=f"sqlite:///{tmp_path / 's.db'}",
+                          accuracy_batches=int(batches)), host)

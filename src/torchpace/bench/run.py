@@ -21,7 +21,7 @@ from torchpace.errors import UsageError, UserCodeError
 from torchpace.host import HostFacts
 from torchpace.measure.bench import BenchOptions
 from torchpace.measure.result import BenchResult
-from torchpace.protocol import is_nonfinite
+from torchpace.protocol import check_eval_batches, is_nonfinite
 from torchpace.runtime import pending_env_knobs
 from torchpace.trial import TrialSpec, run_trial
 from torchpace.trial.bench import run_bench
@@ -64,6 +64,7 @@ def bench_workload(spec: str | None, config: RunConfig, options: BenchOptions, *
         accuracy_batches: for inference workloads, also report the outputs' distance from the fp32
             eager reference on this many batches (reported, never rejected; 0 skips it).
     """
+    check_eval_batches(accuracy_batches)
     workload = load_workload(spec)
     pending = pending_env_knobs(config, host)
     _log.info("bench in %s", f"a trial process: {pending} take effect only in a new process" if pending else "this process")

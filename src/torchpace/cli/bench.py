@@ -8,6 +8,7 @@ from torchpace.cli._common import check_outputs, json_option, output_result
 from torchpace.cli._options import SECONDS, build_config, config_options, device_option, workload_argument, workload_inputs
 from torchpace.cli._script import (ScriptVerb, check_show_output, samples_per_step_option, script_command,
                                      script_inputs, show_output_option)
+from torchpace.protocol import MAX_EVAL_BATCHES
 
 
 @click.command("bench", cls=ScriptVerb)
@@ -17,7 +18,7 @@ from torchpace.cli._script import (ScriptVerb, check_show_output, samples_per_st
               help="Time cap in seconds (warm-up + measurement).")
 @device_option
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Also save the JSON result here.")
-@click.option("--accuracy-batches", type=click.IntRange(min=0), default=4, show_default=True,
+@click.option("--accuracy-batches", type=click.IntRange(0, MAX_EVAL_BATCHES), default=4, show_default=True,
               help="Inference workloads: report the outputs' distance from the fp32 eager reference on this many batches (0: skip).")
 @samples_per_step_option
 @show_output_option

@@ -31,7 +31,7 @@ import torch
 from torchpace.errors import TorchpaceError
 from torchpace.measure.result import AccuracyReport  # noqa: F401  (the record lives with the other results)
 
-DEFAULT_EVAL_BATCHES = 4
+DEFAULT_EVAL_BATCHES = 4  # at most `torchpace.protocol.MAX_EVAL_BATCHES`
 # bf16 autocast and int8 weights move a small CNN's logits by ~0.5% of their scale; a broken
 # conversion moves them by tens of percent and flips predictions.
 DEFAULT_RTOL = 0.05

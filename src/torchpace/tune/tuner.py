@@ -22,7 +22,7 @@ from torchpace.errors import UsageError
 from torchpace.files import OutputWriteFailed
 from torchpace.knobs import REGISTRY
 from torchpace.launch.command import parse_python_command
-from torchpace.protocol import TIMEOUT, TrialResult, compile_allowance_s
+from torchpace.protocol import TIMEOUT, TrialResult, check_eval_batches, compile_allowance_s
 from torchpace.redact import redact_url
 from torchpace.script.knobs import script_target
 from torchpace.trial import TrialSpec, run_trial
@@ -144,6 +144,7 @@ class Tuner:
         if options.strategy not in STRATEGIES:
             raise UsageError(f"--strategy {options.strategy!r} is not valid; valid strategies: {', '.join(STRATEGIES)}")
         check_guard_steps(options.guard_steps)
+        check_eval_batches(options.accuracy_batches)
         self.options, self.host = options, host
         self.write_failure: OutputWriteFailed | None = None  # --out could not be written (the outcome is still reported)
         self.on_event = on_event or (lambda kind, **data: None)
