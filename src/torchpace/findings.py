@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 
 class Severity(str, enum.Enum):
@@ -37,6 +37,10 @@ class Remedy:
 
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "command": self.command}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Remedy":
+        return cls(str(data["text"]), data.get("command"))
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,13 @@ class Finding:
             "area": self.area,
             "data": self.data,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Finding":
+        """The finding `to_dict` wrote (KeyError naming a field it lacks; ValueError for an unknown severity)."""
+        remedy = data.get("remedy")
+        return cls(str(data["id"]), Severity(data["severity"]), str(data["title"]), str(data.get("evidence", "")),
+                   Remedy.from_dict(remedy) if remedy else None, str(data.get("area", "general")), dict(data.get("data") or {}))
 
 
 def worst_severity(findings: list[Finding]) -> Severity:

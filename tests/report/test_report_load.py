@@ -114,9 +114,16 @@ def test_results_are_told_by_kind():
     bench = {**dict.fromkeys(BENCH_RESULT_SCHEMA["required"]), "kind": "torchpace.bench", "schema_version": 1,
              "workload": "w", "config": {"data.num_workers": 1}, "host": {"fingerprint": "f"}}
     assert build_result_data(bench, "b.json").kind == "bench"
-    profile = {"kind": "torchpace.profile", "schema_version": 1, "workload": "w", "config": {}}
+    profile = {"kind": "torchpace.profile", "schema_version": 1, "workload": "w", "device": "cpu", "config": {}, "steps": 5,
+               "verdict": {"kind": "compute-bound", "evidence": ["the step computes"]}, "findings": []}
     data = build_result_data(profile, "p.json")
     assert data.kind == "profile" and data.host is None and data.config == {}
+    assert data.profile.verdict.kind.value == "compute-bound" and data.profile.step_split is None
+    for lacking, named in (("verdict", "'verdict'"), ("steps", "'steps'")):
+        with pytest.raises(UsageError, match=f"is a profile result without the field {named}"):
+            build_result_data({k: v for k, v in profile.items() if k != lacking}, "p.json")
+    with pytest.raises(UsageError, match="cannot read .*'slow-bound' is not a valid VerdictKind"):
+        build_result_data({**profile, "verdict": {"kind": "slow-bound"}}, "p.json")
 
 
 def test_study_and_json_result_cannot_be_combined(tmp_path):

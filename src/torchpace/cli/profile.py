@@ -71,7 +71,7 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
         result = profile_workload(workload, config, options, device=device, trace_path=trace_path if ranks.rank == 0 else None)
     if ranks.rank != 0:
         return 0  # rank 0 reports for the job
-    return _report(result.to_dict(), as_json)
+    return _report(result, as_json)
 
 
 @contextlib.contextmanager
@@ -82,19 +82,19 @@ def _figures_before_a_write_failure(as_json: bool):
         yield
     except OutputWriteFailed as failure:
         if failure.figures is not None:
-            _report(failure.figures.to_dict(), as_json)
+            _report(failure.figures, as_json)
         raise
 
 
-def _report(payload: dict, as_json: bool) -> int:
-    """Print a profile result as JSON or as the Rich report; exit 0."""
+def _report(result, as_json: bool) -> int:
+    """Print a profile result (`ProfileResult`) as JSON or as the Rich report; exit 0."""
     if as_json:
-        emit_json(payload)
+        emit_json(result.to_dict())
     else:
         # lazy: `torchpace profile --help` loads this module; the verb's work loads only when it runs
         from torchpace.profile.render import render_profile
 
-        render_profile(make_console(), payload)
+        render_profile(make_console(), result)
     return 0
 
 
@@ -109,7 +109,7 @@ def _profile_script(command_argv: list[str], config, steps: int, python_steps: i
     with _figures_before_a_write_failure(as_json):
         result = profile_script(command_argv, config, options, probe_host(), trace_path=trace_path, show_progress=not as_json,
                                 show_output=show_output)
-    return _report(result.to_dict(), as_json)
+    return _report(result, as_json)
 
 
 def _under_torchrun(workload: str | None, config, args: list[str]) -> int:

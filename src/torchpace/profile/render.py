@@ -1,63 +1,64 @@
-"""Rich rendering of a profile result (a dict as `ProfileResult.to_dict` returns it)."""
+"""Rich rendering of a profile result (`ProfileResult`, as measured or read back from its JSON)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
 from torchpace.measure.render import noise_warnings
+from torchpace.profile.result import ProfileResult
+from torchpace.profile.verdict import Verdict
 
 _PHASES = (("input_wait", "input wait"), ("h2d", "host→device copy"), ("forward", "forward + loss"),
            ("backward", "backward"), ("optimizer", "optimizer"), ("other", "other"))
 _SEVERITY_STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "red"}
 _BAR_WIDTH = 30
+SHOWN_AS_TABLES = ("profile.step_split", "profile.top_ops")  # findings shown as their own tables, not in the list
 
 
-def _finding(result: dict[str, Any], finding_id: str) -> dict[str, Any] | None:
-    return next((f for f in result["findings"] if f["id"] == finding_id), None)
-
-
-def split_rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+def split_rows(result: ProfileResult) -> list[tuple[str, str, str, str]]:
     """(phase, ms per step, share, bar) rows of the step-split table; empty without a split."""
-    split = _finding(result, "profile.step_split")
-    if not split or not split["data"].get("labelled"):
+    data = result.step_split
+    if data is None:
         return []
-    data = split["data"]
     return [(title, f"{data[f'{key}_us'] / 1000:.2f}", f"{data[f'{key}_frac']:.1%}",
              "█" * round(data[f"{key}_frac"] * _BAR_WIDTH)) for key, title in _PHASES]
 
 
-def top_op_rows(result: dict[str, Any], limit: int = 8) -> list[tuple[str, str, str, str]]:
+def top_op_rows(result: ProfileResult, limit: int = 8) -> list[tuple[str, str, str, str]]:
     """(operator, calls, self ms per step, share) rows."""
-    top, split = _finding(result, "profile.top_ops"), _finding(result, "profile.step_split")
+    top, split = result.finding("profile.top_ops"), result.finding("profile.step_split")
     if not top or not split:
         return []
-    steps = max(1, split["data"].get("steps", 1))
+    steps = max(1, split.data.get("steps", 1))
     return [(row["name"], str(row["calls"]), f"{row['self_us'] / steps / 1000:.2f}", f"{row['self_frac']:.1%}")
-            for row in top["data"]["ops"][:limit]]
+            for row in top.data["ops"][:limit]]
 
 
-def render_profile(console, result: dict[str, Any]) -> None:
+def profile_warnings(result: ProfileResult) -> list[str]:
+    """The noise warnings of a profile (bench's, over the profiled steps' times)."""
+    return noise_warnings(result.noise_warning, result.step_time_iqr_frac, "profiled steps' times", "raise --steps",
+                          result.other_load_cores, result.usable_cores)
+
+
+def render_profile(console, result: ProfileResult) -> None:
     """Print the verdict, the step split, findings, top operators, remedies and the trace path."""
-    config = ", ".join(f"{k}={v}" for k, v in result["config"].items()) or "defaults"
-    console.print(f"[bold]torchpace profile[/]: {result['workload']} on {result['device']} ({config}), "
-                  f"{result['steps']} profiled steps")
-    verdict = result["verdict"]
-    body = "\n".join(f"• {line}" for line in verdict["evidence"])
-    if verdict["also"]:
-        body += "\nalso: " + ", ".join(verdict["also"])
-    console.print(Panel(body, title=f"[bold]verdict: {verdict['kind']}[/]", expand=False))
+    config = ", ".join(f"{k}={v}" for k, v in result.config.items()) or "defaults"
+    console.print(f"[bold]torchpace profile[/]: {result.workload} on {result.device} ({config}), "
+                  f"{result.steps} profiled steps")
+    verdict = result.verdict
+    body = "\n".join(f"• {line}" for line in verdict.evidence)
+    if verdict.also:
+        body += "\nalso: " + ", ".join(kind.value for kind in verdict.also)
+    console.print(Panel(body, title=f"[bold]verdict: {verdict.kind.value}[/]", expand=False))
     _render_split(console, result)
     _render_findings(console, result)
     _render_top_ops(console, result)
     _render_remedies(console, verdict)
-    if result.get("trace_path"):
-        console.print(f"trace: {result['trace_path']}  (open in https://ui.perfetto.dev or chrome://tracing)")
-    for warning in noise_warnings(result.get("noise_warning", False), result.get("step_time_iqr_frac"), "profiled steps' times",
-                                  "raise --steps", result.get("other_load_cores"), result.get("usable_cores")):
+    if result.trace_path:
+        console.print(f"trace: {result.trace_path}  (open in https://ui.perfetto.dev or chrome://tracing)")
+    for warning in profile_warnings(result):
         console.print(f"[yellow]warning:[/] {warning}")
 
 
@@ -68,7 +69,7 @@ def _table(title: str, *columns: str):
     return table
 
 
-def _render_split(console, result: dict[str, Any]) -> None:
+def _render_split(console, result: ProfileResult) -> None:
     rows = split_rows(result)
     if not rows:
         return
@@ -78,20 +79,20 @@ def _render_split(console, result: dict[str, Any]) -> None:
     console.print(table)
 
 
-def _render_findings(console, result: dict[str, Any]) -> None:
+def _render_findings(console, result: ProfileResult) -> None:
     table = _table("findings", "", "finding", "evidence")
-    for f in result["findings"]:
-        if f["id"] in ("profile.step_split", "profile.top_ops"):
-            continue  # shown as their own tables
-        style = _SEVERITY_STYLE.get(f["severity"], "")
-        evidence = f["evidence"]
-        if f["severity"] == "warn" and f.get("remedy"):
-            evidence += f"\n[dim]→ {f['remedy']['text']}[/]"
-        table.add_row(f"[{style}]{f['severity']}[/]", f["title"], evidence)
+    for f in result.findings:
+        if f.id in SHOWN_AS_TABLES:
+            continue
+        severity = f.severity.value
+        evidence = f.evidence
+        if severity == "warn" and f.remedy:
+            evidence += f"\n[dim]→ {f.remedy.text}[/]"
+        table.add_row(f"[{_SEVERITY_STYLE.get(severity, '')}]{severity}[/]", f.title, evidence)
     console.print(table)
 
 
-def _render_top_ops(console, result: dict[str, Any]) -> None:
+def _render_top_ops(console, result: ProfileResult) -> None:
     rows = top_op_rows(result)
     if not rows:
         return
@@ -101,13 +102,14 @@ def _render_top_ops(console, result: dict[str, Any]) -> None:
     console.print(table)
 
 
-def _render_remedies(console, verdict: dict[str, Any]) -> None:
+def _render_remedies(console, verdict: Verdict) -> None:
     console.print("[bold]what to do[/]")
-    for remedy in verdict["remedies"]:
-        console.print(f"• {remedy['title']}: {remedy['remedy']['text']}")
-        if remedy["remedy"].get("command"):
-            console.print(f"    $ {remedy['remedy']['command']}")
-    for item in verdict.get("not_offered", ()):
-        console.print(f"[dim]• not offered: {escape(item['reason'])}[/]", highlight=False)
-    knobs = ", ".join(verdict["knobs_to_try"]) or "none registered yet"
-    console.print(f"[bold]tune tries first[/] (stage {', '.join(verdict['stages_to_try'])}): {knobs}")
+    for remedy in verdict.remedies:
+        text = remedy.remedy.text if remedy.remedy else ""
+        console.print(f"• {remedy.title}: {text}")
+        if remedy.remedy and remedy.remedy.command:
+            console.print(f"    $ {remedy.remedy.command}")
+    for _, reason in verdict.not_offered:
+        console.print(f"[dim]• not offered: {escape(reason)}[/]", highlight=False)
+    knobs = ", ".join(verdict.knobs_to_try) or "none registered yet"
+    console.print(f"[bold]tune tries first[/] (stage {', '.join(verdict.stages_to_try)}): {knobs}")

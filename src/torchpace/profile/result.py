@@ -54,6 +54,33 @@ class ProfileResult:
             "findings": [f.to_dict() for f in self.findings],
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ProfileResult":
+        """The result `to_dict` wrote (`torchpace profile --json`, schema version 1).
+
+        Raises:
+            KeyError: a field it needs is missing (its name).
+            ValueError: a verdict kind or a severity this torchpace does not know.
+        """
+        command = data.get("command")
+        return cls(
+            workload=str(data["workload"]), device=str(data["device"]), config=dict(data.get("config") or {}),
+            steps=int(data["steps"]), verdict=Verdict.from_dict(data["verdict"]),
+            findings=tuple(Finding.from_dict(f) for f in data.get("findings", ())), trace_path=data.get("trace_path"),
+            wall_time_s=data.get("wall_time_s"), step_time_iqr_frac=data.get("step_time_iqr_frac"),
+            noise_warning=bool(data.get("noise_warning", False)), other_load_cores=data.get("other_load_cores"),
+            usable_cores=data.get("usable_cores"), command=tuple(command) if command else None)
+
+    def finding(self, finding_id: str) -> Finding | None:
+        """The finding with id `finding_id` (e.g. `profile.step_split`), None when the profile has none."""
+        return next((f for f in self.findings if f.id == finding_id), None)
+
+    @property
+    def step_split(self) -> Mapping[str, Any] | None:
+        """The step-split figures (`profile.step_split`'s data), None when the steps carried no phase labels."""
+        split = self.finding("profile.step_split")
+        return split.data if split is not None and split.data.get("labelled") else None
+
 
 def analyze_trace(trace: Trace, *, workload_spec: str = "WORKLOAD",
                   knobs_by_stage: Mapping[str, Sequence[str]] | None = None,

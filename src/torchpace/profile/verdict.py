@@ -149,6 +149,16 @@ class Verdict:
             "not_offered": [{"knob": knob, "reason": why} for knob, why in self.not_offered],
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Verdict":
+        """The verdict `to_dict` wrote (KeyError naming a field it lacks; ValueError for an unknown kind)."""
+        return cls(
+            kind=VerdictKind(data["kind"]), evidence=tuple(data.get("evidence", ())),
+            remedies=tuple(Finding.from_dict(r) for r in data.get("remedies", ())),
+            knobs_to_try=tuple(data.get("knobs_to_try", ())), stages_to_try=tuple(data.get("stages_to_try", ())),
+            shares=dict(data.get("shares") or {}), also=tuple(VerdictKind(k) for k in data.get("also", ())),
+            not_offered=tuple((item["knob"], item["reason"]) for item in data.get("not_offered", ())))
+
 
 def stages_to_try_first(verdict: Verdict | VerdictKind | str) -> list[str]:
     """The knob stage names the tuner should try first for `verdict`.

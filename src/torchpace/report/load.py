@@ -25,6 +25,7 @@ from torchpace.knobs import REGISTRY, knobs_in_stage_order
 from torchpace.measure.result import RESULT_KIND as BENCH_KIND
 from torchpace.measure.result import BenchResult
 from torchpace.profile.result import RESULT_KIND as PROFILE_KIND
+from torchpace.profile.result import ProfileResult
 from torchpace.records import MissingFields
 from torchpace.tune.attrs import STUDY_SCHEMA_VERSION, StudyAttrs
 from torchpace.tune.outcome import StudyMeta, TrialRow, TuneOutcome, build_guard_note, build_outcome, trial_rows
@@ -70,7 +71,7 @@ class ReportData:
         host: the measured host's summary (`HostFacts.summary()`), None when the input has none.
         tune: the outcome of a study.
         bench: a bench result.
-        profile: `ProfileResult.to_dict()`.
+        profile: a profile result.
         config_path: where the config was saved as TOML, when known.
         note: a line about how the input was read (e.g. which of several studies).
         doctor: the doctor's summary, when it ran.
@@ -84,7 +85,7 @@ class ReportData:
     host: Mapping[str, Any] | None = None
     tune: TuneOutcome | None = None
     bench: BenchResult | None = None
-    profile: Mapping[str, Any] | None = None
+    profile: ProfileResult | None = None
     config_path: str | None = None
     note: str | None = None
     doctor: DoctorSummary | None = None
@@ -155,9 +156,20 @@ def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
         command = bench.script.command if bench.script is not None else ()
         return ReportData("bench", source, bench.workload, dict(bench.config), host=bench.host or None, bench=bench,
                           command=tuple(command) or None)
-    command = doc.get("command")
-    return ReportData("profile", source, str(doc.get("workload", "?")), dict(doc.get("config") or {}), profile=doc,
-                      command=tuple(command) if command else None)
+    profile = read_profile(doc, source)
+    return ReportData("profile", source, profile.workload, dict(profile.config), profile=profile, command=profile.command)
+
+
+def read_profile(doc: Mapping[str, Any], source: str) -> ProfileResult:
+    """The profile result of a document (UsageError naming a field it lacks or a value it cannot read)."""
+    try:
+        return ProfileResult.from_dict(doc)
+    except KeyError as err:
+        raise UsageError(f"{source!r} is a profile result without the field {err.args[0]!r}; write it again with "
+                         "`torchpace profile --json > FILE`") from None
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{source!r} is a profile result this torchpace cannot read ({err}); write it again with "
+                         "`torchpace profile --json > FILE`") from None
 
 
 def read_bench(doc: Mapping[str, Any], source: str) -> BenchResult:

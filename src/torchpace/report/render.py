@@ -16,7 +16,7 @@ from torchpace._version import __version__
 from torchpace.files import write_atomic
 from torchpace.report import charts
 from torchpace.report.load import ReportData
-from torchpace.report.view import build_view, guard_curves, step_split, tuned_row
+from torchpace.report.view import build_view, guard_curves, tuned_row
 from torchpace.tune.outcome import TuneOutcome
 
 TEMPLATE = "report.html.j2"
@@ -31,7 +31,7 @@ def build_charts(data: ReportData) -> dict[str, str]:
     if data.bench and data.bench.throughput.window_rates:
         svgs["windows"] = charts.render_windows_svg(data.bench)
     if data.profile:
-        split = step_split(data.profile)
+        split = data.profile.step_split
         if split:
             svgs["split"] = charts.render_split_svg(split)
     return svgs

@@ -15,9 +15,10 @@ import tomli_w
 
 from torchpace.config import SCHEMA_VERSION
 from torchpace.knobs import REGISTRY
-from torchpace.measure.render import bench_rows, bench_warnings, format_bytes, noise_warnings
+from torchpace.measure.render import bench_rows, bench_warnings, format_bytes
 from torchpace.measure.result import SAMPLES_PER_S, BenchResult, Objective
-from torchpace.profile.render import split_rows, top_op_rows
+from torchpace.profile.render import SHOWN_AS_TABLES, profile_warnings, split_rows, top_op_rows
+from torchpace.profile.result import ProfileResult
 from torchpace.report.load import ReportData
 from torchpace.tune.figures import ReportedDecision, speedup
 from torchpace.tune.outcome import AcceptedChange, TrialRow, TuneOutcome
@@ -66,12 +67,6 @@ def guard_curves(tune: TuneOutcome) -> tuple[list[float], list[float] | None, li
     tuned_losses = list(tuned.guard_losses) if tuned and tune.best_config else None
     rejected = [(trial_label(t), list(t.guard_losses)) for t in tune.trials if t.guard == "fail" and t.guard_losses]
     return baseline, tuned_losses, rejected[:_MAX_REJECTED_CURVES]
-
-
-def step_split(profile: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The profile's step-split data, None when the steps carried no phase labels."""
-    split = next((f for f in profile.get("findings", []) if f["id"] == "profile.step_split"), None)
-    return split["data"] if split and split["data"].get("labelled") else None
 
 
 # ---- formatting -------------------------------------------------------------------------------------
@@ -165,11 +160,11 @@ def summary_cards(data: ReportData) -> list[dict[str, str]]:
                 {"label": "input-bound", "value": "-" if b.input_bound_frac is None else f"{b.input_bound_frac:.0%}",
                  "detail": "of the step waits for data"},
                 {"label": "peak memory", "value": format_bytes(b.peak_memory_bytes), "detail": b.peak_memory_kind}]
-    p = data.profile or {}
-    split = step_split(p) or {}
-    return [{"label": "verdict", "value": p.get("verdict", {}).get("kind", "-"), "detail": f"{p.get('steps', '?')} profiled steps"},
+    p = data.profile
+    split = p.step_split if p else None
+    return [{"label": "verdict", "value": p.verdict.kind.value if p else "-", "detail": f"{p.steps if p else '?'} profiled steps"},
             {"label": "step time", "value": f"{split['step_time_us'] / 1000:.1f} ms" if split else "-", "detail": "mean per step"},
-            {"label": "device", "value": str(p.get("device", "-")), "detail": ""}]
+            {"label": "device", "value": p.device if p else "-", "detail": ""}]
 
 
 # ---- tune -------------------------------------------------------------------------------------------
@@ -286,20 +281,15 @@ def bench_view(bench: BenchResult) -> dict[str, Any]:
             "has_windows": bool(bench.throughput.window_rates), "unit": bench.objective.unit}
 
 
-def profile_view(profile: Mapping[str, Any]) -> dict[str, Any]:
+def profile_view(profile: ProfileResult) -> dict[str, Any]:
     """The profile section: verdict, evidence, remedies, the split table, other findings, top operators."""
-    verdict = profile.get("verdict") or {}
-    shown_elsewhere = ("profile.step_split", "profile.top_ops")
-    warnings = noise_warnings(bool(profile.get("noise_warning")), profile.get("step_time_iqr_frac"), "profiled steps' times",
-                              "raise --steps", profile.get("other_load_cores"), profile.get("usable_cores"))
-    return {"noisy": " ".join(warnings) or None,
-        "kind": verdict.get("kind"), "evidence": verdict.get("evidence", []), "also": verdict.get("also", []),
-        "remedies": verdict.get("remedies", []), "not_offered": verdict.get("not_offered", []),
-        "knobs_to_try": verdict.get("knobs_to_try", []),
-        "stages_to_try": verdict.get("stages_to_try", []), "device": profile.get("device"), "steps": profile.get("steps"),
-        "split_rows": [row[:3] for row in split_rows(profile)] if step_split(profile) else [],
-        "top_ops": top_op_rows(profile), "trace_path": profile.get("trace_path"),
-        "findings": sorted_findings([f for f in profile.get("findings", []) if f["id"] not in shown_elsewhere]),
+    verdict = profile.verdict.to_dict()  # the template's shape: the JSON's
+    return {"noisy": " ".join(profile_warnings(profile)) or None,
+        "kind": verdict["kind"], "evidence": verdict["evidence"], "also": verdict["also"],
+        "remedies": verdict["remedies"], "not_offered": verdict["not_offered"], "knobs_to_try": verdict["knobs_to_try"],
+        "stages_to_try": verdict["stages_to_try"], "device": profile.device, "steps": profile.steps,
+        "split_rows": [row[:3] for row in split_rows(profile)], "top_ops": top_op_rows(profile), "trace_path": profile.trace_path,
+        "findings": sorted_findings([f.to_dict() for f in profile.findings if f.id not in SHOWN_AS_TABLES]),
     }
 
 
