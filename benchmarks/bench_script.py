@@ -71,11 +71,13 @@ def hook_overhead_s(steps: int = 20000, batch: int = 64) -> float:
     batch, a backward, an optimizer step), fed to a ScriptProbe whose meter never finishes."""
     import torch
 
+    from torchpace.script.inprocess import HookReport
     from torchpace.script.probe import ScriptProbe
     from torchpace.script.spec import ScriptMeasure
 
     with tempfile.TemporaryDirectory() as tmp:
-        probe = ScriptProbe(ScriptMeasure(result_path=str(Path(tmp) / "r.json"), max_time_s=1e9, target_ci_rel=0.0))
+        spec = ScriptMeasure(result_path=str(Path(tmp) / "r.json"), max_time_s=1e9, target_ci_rel=0.0)
+        probe = ScriptProbe(spec, HookReport())
         probe.on_optimizer_built()
         batch_data, loss, optimizer = (torch.zeros(batch, 4), torch.zeros(batch)), torch.tensor(1.0), object()
         start = time.perf_counter()

@@ -52,3 +52,10 @@ def test_a_benchmark_refuses_nan_with_exit_2_before_running():
     assert done.returncode == 2
     assert "--duration" in done.stderr and "'nan' is not valid" in done.stderr
     assert "sleep child" not in done.stdout
+
+
+def test_the_script_benchmarks_hook_cost_runs_on_the_probe_scripts_use():
+    import bench_script  # noqa: E402  (benchmarks/ is on the path above)
+
+    per_step_s = bench_script.hook_overhead_s(steps=200)
+    assert 0.0 < per_step_s < 1.0
