@@ -7,6 +7,8 @@ from pathlib import Path
 from torchpace.errors import UsageError
 from torchpace.host import probe_host, probe_tools, which
 
+FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
+
 
 def _executable(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,3 +80,15 @@ def test_probe_host_takes_the_facts_the_environment_names(monkeypatch):
     monkeypatch.setenv(HOST_FACTS_ENV, "[1]")
     with pytest.raises(UsageError, match=HOST_FACTS_ENV):
         probe_host(with_gpus=False)
+
+
+def test_faked_facts_fake_this_machine_not_a_fixture_host(monkeypatch):
+    import json
+
+    from torchpace.host import HOST_FACTS_ENV
+
+    root = FIXTURES / "debian12-vm"
+    probed = probe_host(root, with_gpus=False)
+    monkeypatch.setenv(HOST_FACTS_ENV, json.dumps({"bf16": not probed.native_bf16, "usable_cores": 7}))
+    assert probe_host(root, with_gpus=False) == probed
+    assert probe_host(with_gpus=False).usable_cores == 7

@@ -9,7 +9,9 @@ Knobs and the child planner read these facts only; they never search the machine
 `TORCHPACE_HOST_FACTS` (a JSON object, read by `probe_host`) makes the probed facts those of another
 host: `{"bf16": false, "usable_cores": 2, "numa_nodes": 1, "gpus": 0}` (any subset). torchpace then
 plans, checks and refuses as it would there; what really runs is still this machine (a faked GPU or
-NUMA node can be planned for, not used). `override_host_facts` is the same change in-process.
+NUMA node can be planned for, not used). `override_host_facts` is the same change in-process. The
+variable fakes this machine only: a probe of another root (a fixture tree of another host) reads that
+host's files as they are.
 """
 
 from __future__ import annotations
@@ -431,7 +433,8 @@ def host_overrides_from_env(env: Mapping[str, str] | None = None) -> dict[str, A
 def probe_host(root: str | Path = "/", with_gpus: bool = True, env: Mapping[str, str] | None = None) -> HostFacts:
     """Collect HostFacts. `root` re-roots /proc, /sys, /etc and the library and PATH directories for
     tests; `env` is the environment a child would get (default: ours), for PATH and CONDA_PREFIX.
-    The facts `TORCHPACE_HOST_FACTS` names (in our environment) replace what was probed."""
+    The facts `TORCHPACE_HOST_FACTS` names (in our environment) replace what was probed of this machine
+    (`root` "/"; another root is another host's files, read as they are)."""
     root = Path(root)
     model, flags = parse_cpuinfo(read_text(root, "proc/cpuinfo") or "")
     logical = os.cpu_count() or 1
@@ -457,7 +460,7 @@ def probe_host(root: str | Path = "/", with_gpus: bool = True, env: Mapping[str,
         gpus=gpus,
         **probe_tools(root, os.environ if env is None else env),
     )
-    overrides = host_overrides_from_env()
+    overrides = host_overrides_from_env() if str(root) == "/" else {}
     if overrides:
         facts = override_host_facts(facts, overrides, HOST_FACTS_ENV)
     if _log.isEnabledFor(logging.DEBUG):
