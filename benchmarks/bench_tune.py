@@ -135,8 +135,8 @@ def bench_workload(workload, args, workdir: Path, host, progress) -> dict:
         grid_size = math.prod(len(k.values) for k in build_space(host, load_workload(workload), only=frozenset(space)))
         grid, grid_s = run_strategy(workload, "grid", space, None, args.trial_time, args.guard_steps, workdir, host, progress,
                                     total=grid_size + 1)  # + the enqueued baseline
-    single = {_key(t["config"]): t["samples_per_s"] for t in grid.trials
-              if t["status"] == "ok" and t["guard"] != "fail" and t["samples_per_s"]}
+    single = {_key(t.config): t.throughput.value for t in grid.trials
+              if t.status == "ok" and t.guard != "fail" and t.throughput and t.throughput.value}
     runs = {"grid": {"outcome": grid, "wall_s": grid_s}}
     greedy_trials = None
     for strategy in STRATEGIES:
