@@ -121,7 +121,7 @@ def workload_rates(configs: dict[str, dict], rounds: int, seconds: float) -> dic
     options = BenchOptions(max_time_s=seconds, compute_only=False)
     for _ in range(rounds):
         for name, config in configs.items():
-            figures[name].append(run_bench(load_workload("vision"), config, options).samples_per_s)
+            figures[name].append(run_bench(load_workload("vision"), config, options).throughput.samples_per_s)
     first = next(iter(figures.values()))
     return {name: (statistics.median(f), statistics.median(a / b for a, b in zip(f, first)), f)
             for name, f in figures.items()}

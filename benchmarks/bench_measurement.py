@@ -68,9 +68,10 @@ def torchpace_samples_per_s(name: str, max_time_s: float, host) -> tuple[float, 
     would see; the median is torchpace's reported, outlier-robust figure.
     """
     r = run_bench(load_workload(name), None, BenchOptions(max_time_s=max_time_s, compute_only=False), host=host)
-    per_window = r.measured_steps // r.windows * r.batch_size
-    aggregate = r.windows * per_window / sum(per_window / sps for sps in r.window_samples_per_s)
-    return r.samples_per_s, r.step_time_s, r.measured_steps, aggregate
+    t = r.throughput
+    per_window = t.measured_steps // t.windows * r.step.batch_size
+    aggregate = t.windows * per_window / sum(per_window / sps for sps in t.window_samples_per_s)
+    return t.samples_per_s, t.step_time_s, t.measured_steps, aggregate
 
 
 def instrumentation_overhead_s(host) -> float:

@@ -59,3 +59,10 @@ def test_the_script_benchmarks_hook_cost_runs_on_the_probe_scripts_use():
 
     per_step_s = bench_script.hook_overhead_s(steps=200)
     assert 0.0 < per_step_s < 1.0
+
+
+def test_the_measurement_benchmark_reads_a_bench_result_as_it_is_now(host):
+    import bench_measurement  # noqa: E402  (benchmarks/ is on the path above)
+
+    median, step_time_s, steps, aggregate = bench_measurement.torchpace_samples_per_s("tabular", 1.0, host)
+    assert median > 0 and step_time_s > 0 and steps >= 1 and aggregate > 0
