@@ -349,4 +349,3 @@ def _read_losses(losses: list) -> list[float]:
 def write_result(result: TrialResult, path: str) -> None:
     """Write the trial result atomically (the parent reads it after the process ends)."""
     write_atomic(path, json.dumps(result.to_dict()))
-
