@@ -283,11 +283,13 @@ def bench_view(bench: BenchResult) -> dict[str, Any]:
 
 def profile_view(profile: ProfileResult) -> dict[str, Any]:
     """The profile section: verdict, evidence, remedies, the split table, other findings, top operators."""
-    verdict = profile.verdict.to_dict()  # the template's shape: the JSON's
+    verdict = profile.verdict
     return {"noisy": " ".join(profile_warnings(profile)) or None,
-        "kind": verdict["kind"], "evidence": verdict["evidence"], "also": verdict["also"],
-        "remedies": verdict["remedies"], "not_offered": verdict["not_offered"], "knobs_to_try": verdict["knobs_to_try"],
-        "stages_to_try": verdict["stages_to_try"], "device": profile.device, "steps": profile.steps,
+        "kind": verdict.kind.value, "evidence": list(verdict.evidence), "also": [kind.value for kind in verdict.also],
+        "remedies": [remedy.to_dict() for remedy in verdict.remedies],
+        "not_offered": [{"knob": knob, "reason": why} for knob, why in verdict.not_offered],
+        "knobs_to_try": list(verdict.knobs_to_try), "stages_to_try": list(verdict.stages_to_try),
+        "device": profile.device, "steps": profile.steps,
         "split_rows": [row[:3] for row in split_rows(profile)], "top_ops": top_op_rows(profile), "trace_path": profile.trace_path,
         "findings": sorted_findings([f.to_dict() for f in profile.findings if f.id not in SHOWN_AS_TABLES]),
     }
