@@ -10,6 +10,13 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
+def whole_number_in(value: object, least: int, most: int | None = None) -> bool:
+    """Whether `value` is an int (not a bool, which Python counts as one) from `least` to `most` (no upper
+    bound when None): the one test behind every "a whole number from A to B" usage check."""
+    return (isinstance(value, int) and not isinstance(value, bool) and value >= least
+            and (most is None or value <= most))
+
+
 class TorchpaceError(Exception):
     """Base class; `exit_code` is what the CLI returns."""
 

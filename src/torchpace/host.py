@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from torchpace.errors import UsageError
+from torchpace.errors import UsageError, whole_number_in
 
 _log = logging.getLogger(__name__)
 
@@ -391,7 +391,7 @@ def override_host_facts(facts: HostFacts, overrides: Mapping[str, Any], source: 
     """
     def count(name: str, least: int) -> int:
         value = overrides[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        if not whole_number_in(value, least):
             raise UsageError(f"{source}: {name} = {value!r}; expected a whole number >= {least}")
         return value
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchpace.errors import UsageError
+from torchpace.errors import UsageError, whole_number_in
 from torchpace.measure.result import AccuracyReport, BenchResult, ScriptInfo
 from torchpace.records import from_json, to_json
 
@@ -32,7 +32,7 @@ MAX_EVAL_BATCHES = 256
 
 def check_eval_batches(batches: int) -> None:
     """Raise UsageError unless `batches` is a number of evaluation batches a trial can hold (0: skip)."""
-    if isinstance(batches, bool) or not isinstance(batches, int) or not 0 <= batches <= MAX_EVAL_BATCHES:
+    if not whole_number_in(batches, 0, MAX_EVAL_BATCHES):
         raise UsageError(f"--accuracy-batches must be a whole number of batches from 0 (skip) to {MAX_EVAL_BATCHES}, "
                          f"got {batches!r}")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from torchpace.errors import UsageError, UserCodeError
+from torchpace.errors import UsageError, UserCodeError, whole_number_in
 
 _log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def _model_problem(workload: Workload) -> str | None:
 
 def _batch_size_problem(workload: Workload) -> str | None:
     size = workload.batch_size
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+    if not whole_number_in(size, 1):
         return f"Workload.batch_size is {size!r}; expected a positive int (samples in one optimizer step)"
     return None
 

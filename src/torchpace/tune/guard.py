@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from torchpace.errors import UsageError
+from torchpace.errors import UsageError, whole_number_in
 
 # The guard's defaults: a candidate's smoothed loss may sit at most 10% (and 0.05 absolute) above the
 # baseline's over the second half of the guard steps; bf16 and reordered reductions move curves a
@@ -26,7 +26,7 @@ MAX_GUARD_STEPS = 1000
 
 def check_guard_steps(steps: int) -> None:
     """Raise UsageError unless `steps` is a number of guard steps a trial can run (0: no guard)."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_GUARD_STEPS:
+    if not whole_number_in(steps, 0, MAX_GUARD_STEPS):
         raise UsageError(f"--guard-steps must be a whole number of steps from 0 (no guard) to {MAX_GUARD_STEPS}, "
                          f"got {steps!r}")
 
