@@ -152,10 +152,8 @@ class ScriptProbe:
 
     def finish_invalid(self, why: str) -> None:
         """A knob of the config cannot run in this script: write an `invalid` result and end the process."""
-        with self._lock:
-            if self.finished:
-                return
-            self.finished = True
+        if not self.claim_end():
+            return
         write_result(TrialResult(INVALID, error=why, wall_time_s=self.clock() - self.started_s), self.spec.result_path)
         self.end()
 
@@ -211,20 +209,16 @@ class ScriptProbe:
     # ---- the end --------------------------------------------------------------------------------
     def finish(self, ended_early: bool) -> None:
         """Write the result; end the process unless the script is already exiting by itself."""
-        with self._lock:
-            if self.finished:
-                return
-            self.finished = True
+        if not self.claim_end():
+            return
         write_result(self.build_result(ended_early), self.spec.result_path)
         if not ended_early:
             self.end()
 
     def on_no_step(self) -> None:
         """The watchdog: no step after `no_step_timeout_s` ends the script with a `timeout` result."""
-        with self._lock:
-            if self.finished or self.steps:
-                return
-            self.finished = True
+        if self.steps or not self.claim_end():
+            return
         waited = self.spec.no_step_timeout_s
         write_result(TrialResult(TIMEOUT, error=f"{NO_STEP_MESSAGE} (waited {waited:.0f} s after `import torch`)",
                                  wall_time_s=self.clock() - self.started_s), self.spec.result_path)
@@ -253,10 +247,8 @@ class ScriptProbe:
 
     def on_stall(self, gap_s: float) -> None:
         """The script made no step for `gap_s`: what was measured (enough windows) or a `timeout` naming the stall."""
-        with self._lock:
-            if self.finished:
-                return
-            self.finished = True
+        if not self.claim_end():
+            return
         self.ended_how = "script-stalled"
         result = self.build_result(ended_early=True)
         if not result.ok:
@@ -310,6 +302,15 @@ class ScriptProbe:
         """atexit: the script finished before the measurement did."""
         if not self.finished:
             self.finish(ended_early=True)
+
+    def claim_end(self) -> bool:
+        """True for the one caller that ends the measurement (the script's steps, the watchdogs and the exit
+        handler race for it); False once another did."""
+        with self._lock:
+            if self.finished:
+                return False
+            self.finished = True
+            return True
 
     def script_raised(self) -> None:
         """The script's own uncaught exception: its crash, so no partial result is written for it."""

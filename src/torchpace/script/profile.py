@@ -128,10 +128,8 @@ class ScriptProfiler(ScriptProbe):
 
     def on_stall(self, gap_s: float) -> None:
         """The script made no step for `gap_s`: the profile ends with a `timeout` naming the stall."""
-        with self._lock:
-            if self.finished:
-                return
-            self.finished = True
+        if not self.claim_end():
+            return
         needed = self.wait + self.warmup + self.active + self.python_steps
         write_result(TrialResult(TIMEOUT, wall_time_s=self.clock() - self.started_s, error=(
             f"the script made no step for {gap_s:.0f} s after step {self.steps} of the profile's {needed} (it stalled: "
