@@ -296,6 +296,65 @@ def test_a_stop_signal_to_a_forked_child_is_not_taken_for_the_parents():
     assert (proc.returncode, proc.stdout) == (0, "ran on\n"), proc.stderr[-3000:]
 
 
+# A stop whose handler Python has not run while the main thread sits in a blocking call: the main thread
+# blocks SIGTERM, so the process's SIGTERM is taken by the watcher thread, and the main thread's read is never
+# interrupted by it (as when the signal came just before the call began). The watcher's poke interrupts the
+# read, the pending stop's handler runs, and the command ends as stopped, before the emergency at 5 s.
+STOP_BEFORE_A_BLOCKING_CALL = textwrap.dedent("""
+    import signal, sys
+    from torchpace.process import stop_exit_code, stop_signals_raise
+    try:
+        with stop_signals_raise(lambda line: print(line, file=sys.stderr, flush=True)):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # this thread only: the watcher takes it
+            print("reading", flush=True)
+            sys.stdin.readline()  # the test writes nothing and keeps stdin open: only the stop ends this
+    except BaseException as stop:
+        sys.exit(stop_exit_code(stop))
+""")
+
+
+def test_a_stop_that_came_before_a_blocking_call_is_handled_without_the_emergency():
+    proc = subprocess.Popen([PY, "-c", STOP_BEFORE_A_BLOCKING_CALL], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "reading\n"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=_WAIT_S)
+        err = proc.stderr.read()
+        assert proc.returncode == 143, err[-3000:]
+        assert "while blocked" not in err  # the handler ran: not the watcher's emergency stop
+    finally:
+        proc.kill()
+        proc.stdin.close()
+
+
+# The watcher pokes the main thread when it looks and sees a stop not yet handled; the main thread may run
+# the handler between that look and the poke. The poke then lands while the first stop unwinds, and must not
+# count as the second stop (which kills every child at once instead of stopping it in order).
+LATE_POKE = textwrap.dedent("""
+    import signal, sys, time
+    import torchpace.process as process
+    from torchpace.process import start_child, stop_signals_raise, stop_tree
+    with stop_signals_raise():
+        child = start_child([sys.executable, "-c", "import time; time.sleep(600)"])
+        try:
+            try:
+                signal.raise_signal(signal.SIGTERM)  # the first stop, handled at once
+            except process.Terminated:
+                (watcher,) = process._WATCHERS
+                watcher.poke()  # as if the watcher had looked just before the handler ran
+                time.sleep(0.5)  # the poke is delivered to this thread, and its handler runs, in here
+                print("child running" if child.poll() is None else f"child ended: {child.returncode}", flush=True)
+        finally:
+            stop_tree(child, 5.0)
+""")
+
+
+def test_a_poke_that_lands_after_the_handler_ran_is_not_a_second_stop():
+    proc = subprocess.run([PY, "-c", LATE_POKE], capture_output=True, text=True, timeout=_WAIT_S)
+    assert (proc.returncode, proc.stdout) == (0, "child running\n"), proc.stderr[-3000:]
+
+
 def test_a_keeper_reports_the_childs_exit_and_ends_what_it_left_when_stopped(tmp_path):
     from torchpace.process import start_child, stop_tree
 

@@ -559,7 +559,11 @@ class Terminated(KeyboardInterrupt):
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _STUCK_S = 5.0  # a stop signal the main thread has not handled after this long: it is blocked in C code
-_POKE_S = 0.2  # a stop signal not handled after this long is sent again, to interrupt the call it came before
+_POKE_S = 0.2  # a stop signal not handled after this long: the main thread is poked, to interrupt the call it came before
+# The poke: ignored by default and used by nothing torchpace runs in its own process (Go's runtime preempts
+# threads with it for that reason). Never a stop signal, so a poke that lands just after the handler ran
+# cannot count as a second stop.
+_POKE = signal.SIGURG
 _TEMP_FOLDERS: set[str] = set()  # live temporary folders (`temporary_folder`), removed on an emergency stop
 
 
@@ -609,7 +613,10 @@ def stop_signals_raise(on_emergency: Callable[[str], None] | None = None) -> Ite
     a `__del__`, a weakref or gc callback, where an exception is only printed as "Exception ignored"
     (`sys.unraisablehook`) and the code goes on. The stop raised there is recognised in that hook, not
     printed, and the watcher sends the same signal to the main thread again, so it raises once the main
-    thread is back in ordinary code. A process forked under the policy (DataLoader workers, fork-started
+    thread is back in ordinary code. A stop that came just as the main thread entered a blocking call
+    (where Python runs the handler only when the call returns) is not left there: the watcher pokes the
+    main thread with SIGURG every `_POKE_S`, which interrupts the call, and the stop's handler runs. The
+    poke is not a stop signal, so one that lands after the handler ran changes nothing. A process forked under the policy (DataLoader workers, fork-started
     multiprocessing) leaves the watcher's pipe alone: a signal to that child is not one to this process.
 
     A signal this process was told to ignore (SIGHUP under nohup, SIGINT in a background job) stays
@@ -624,6 +631,9 @@ def stop_signals_raise(on_emergency: Callable[[str], None] | None = None) -> Ite
     for signum, handler in previous.items():
         if handler is not signal.SIG_IGN:
             signal.signal(signum, state.handle)
+    previous_poke = signal.getsignal(_POKE)
+    if previous_poke == signal.SIG_DFL:  # a handler of Python's makes the poke interrupt a blocking call
+        signal.signal(_POKE, _poked)
     watcher = state.start_watching()
     previous_hook, sys.unraisablehook = sys.unraisablehook, state.unraisable_hook(sys.unraisablehook)
     try:
@@ -634,9 +644,16 @@ def stop_signals_raise(on_emergency: Callable[[str], None] | None = None) -> Ite
         watcher.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if previous_poke == signal.SIG_DFL:  # a poke still on its way is ignored, as by default
+            signal.signal(_POKE, previous_poke)
     kept = state.kept + state.dropped  # a stop that came as the command ended: it ends as stopped
     if kept:
         raise KeyboardInterrupt() if kept[0] == signal.SIGINT else Terminated(kept[0])
+
+
+def _poked(signum: int, frame: Any = None) -> None:
+    """The poke's handler: its delivery interrupted the main thread's blocking call, so the pending stop's
+    handler runs now; there is nothing else to do."""
 
 
 class _StopState:
@@ -702,7 +719,6 @@ class _Watcher:
     def __init__(self, state: _StopState):
         self.state = state
         self.pid = os.getpid()
-        self.echoes: dict[int, int] = {}  # signals sent again by `await_handler`, still to be read from the pipe
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.write_fd, False)
         self.previous_fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
@@ -744,8 +760,7 @@ class _Watcher:
             if _WAKE[0] in data:
                 self.send_dropped()
             # only signals our handler is in place for (a `SignalForwarder` handles its own while its child runs)
-            stops = [signum for signum in data if signum in STOP_SIGNALS and not self.echo(signum)
-                     and signal.getsignal(signum) == self.state.handle]
+            stops = [signum for signum in data if signum in STOP_SIGNALS and signal.getsignal(signum) == self.state.handle]
             if not stops:
                 continue
             received += len(stops)
@@ -754,32 +769,24 @@ class _Watcher:
     def await_handler(self, received: int, signum: int) -> None:
         """Wait for the main thread to have run the handler `received` times. A signal that came as the main
         thread entered a blocking call (Python runs the handler when the call returns, which may be never) is
-        sent again every `_POKE_S` to interrupt it; one still not handled `_STUCK_S` later is an emergency."""
+        followed by a poke every `_POKE_S` to interrupt the call; one still not handled `_STUCK_S` later is an
+        emergency."""
         start = time.monotonic()
         poke_at = start + _POKE_S
         while self.state.handled < received:
             now = time.monotonic()
             if now >= start + _STUCK_S:
                 self.emergency(signum)
-            if now >= poke_at and not self.main_in_handler():
-                # the handler has not run (this thread holds the GIL from the check to the send): the signal
-                # is still pending, and this one joins it, so the handler runs once for both
-                self.echoes[signum] = self.echoes.get(signum, 0) + 1
-                signal.pthread_kill(threading.main_thread().ident, signum)
+            if now >= poke_at:
+                self.poke()
                 poke_at = now + _POKE_S
             time.sleep(0.01)
 
-    def echo(self, signum: int) -> bool:
-        """Whether a `signum` read from the pipe is the echo of one `await_handler` sent (and counts no more)."""
-        if self.echoes.get(signum, 0) > 0:
-            self.echoes[signum] -= 1
-            return True
-        return False
-
-    def main_in_handler(self) -> bool:
-        """Whether the main thread is running the handler now (it took the signal, and is yet to count it)."""
-        frame = sys._current_frames().get(threading.main_thread().ident)  # no public way to see another thread
-        return frame is not None and frame.f_code is _StopState.handle.__code__
+    def poke(self) -> None:
+        """Interrupt the main thread's blocking call, so that it runs the handler of a stop still pending.
+        Harmless at any moment: the handler may have run since the caller looked, and the poke is no stop."""
+        if signal.getsignal(_POKE) is _poked:  # not where SIGURG is someone else's, or ignored
+            signal.pthread_kill(threading.main_thread().ident, _POKE)
 
     def emergency(self, signum: int) -> None:
         # lazy: every command loads this module at start-up; what else it needs loads where it is used
