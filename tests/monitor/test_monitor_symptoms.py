@@ -64,14 +64,29 @@ def test_input_bound_ignores_gpus_the_job_does_not_use(make_sample):
     assert check_symptoms(_sequence(make_sample, "xxxxxxxx", no_gpu), CTX) == []
 
 
+READING = {"tree_read_bytes_per_s": 80e6, "tree_write_bytes_per_s": 0.0}  # CMD's tree reads from storage
+
+
 @pytest.mark.parametrize("bad, expected", [
     ({"iowait_pct": 35.0}, "iowait 35%"),
     ({"io_pressure_frac": 0.6}, "stalled on I/O 60%"),
     ({"disk_busy_frac": 0.99}, "busy 99%"),
 ])
 def test_storage_bound(make_sample, bad, expected):
-    [alert] = check_symptoms(_sequence(make_sample, "xxxxx", bad), CTX)
+    [alert] = check_symptoms(_sequence(make_sample, "xxxxx", {**bad, **READING}), CTX)
     assert alert.id == "monitor.storage_bound" and expected in alert.evidence
+    assert "CMD's processes read 80.0 MB/s" in alert.evidence
+
+
+def test_storage_bound_needs_the_trees_own_storage_io(make_sample):
+    # another job's disk traffic on a shared host: the host waits on I/O, CMD's tree reads and writes nothing
+    host_waits = {"iowait_pct": 35.0, "io_pressure_frac": 0.6, "disk_busy_frac": 0.99}
+    assert check_symptoms(_sequence(make_sample, "xxxxxxxx", host_waits), CTX) == []
+    writing = {**host_waits, "tree_write_bytes_per_s": 5e6}  # a checkpoint that does not end: the tree's own
+    assert [a.id for a in check_symptoms(_sequence(make_sample, "xxxxx", writing), CTX)] == ["monitor.storage_bound"]
+    unaccounted = {**host_waits, "tree_read_bytes_per_s": None, "tree_write_bytes_per_s": None}
+    [alert] = check_symptoms(_sequence(make_sample, "xxxxx", unaccounted), CTX)  # the host's signs alone decide
+    assert alert.id == "monitor.storage_bound" and "CMD's processes" not in alert.evidence
 
 
 def test_gpu_memory_near_full(make_sample):
@@ -118,7 +133,7 @@ def test_cpu_oversubscribed_without_schedstat_uses_pressure_or_run_queue(make_sa
 
 def test_tracker_reports_raise_and_clear_events(make_sample):
     tracker = SymptomTracker(CTX, raise_after=2, clear_after=2)
-    bad = {"iowait_pct": 50.0}
+    bad = {"iowait_pct": 50.0, **READING}
     kinds = [[e.kind for e in tracker.update(s)] for s in _sequence(make_sample, "xx..", bad)]
     assert kinds == [[], ["raised"], [], ["cleared"]]
     assert tracker.active() == [] and len(tracker.alerts()) == 1

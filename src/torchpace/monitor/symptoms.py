@@ -83,7 +83,13 @@ def check_input_bound(sample: Sample, context: SymptomContext) -> str | None:
 
 
 def check_storage_bound(sample: Sample, context: SymptomContext) -> str | None:
-    """Tasks wait on the disk: high iowait, I/O pressure, or a saturated disk."""
+    """Tasks wait on the disk (high iowait, I/O pressure, or a saturated disk) while CMD's tree does storage
+    I/O. These signs are the host's: on a shared host another job's disk traffic shows in them, and a tree
+    that read and wrote nothing from storage in the interval did not wait on the disk. Where the kernel
+    does not account the tree's I/O, the host's signs alone decide."""
+    tree_io = (sample.tree_read_bytes_per_s, sample.tree_write_bytes_per_s)
+    if None not in tree_io and not any(tree_io):
+        return None
     signs = []
     if sample.iowait_pct >= _IOWAIT_PCT:
         signs.append(f"iowait {sample.iowait_pct:.0f}% (>= {_IOWAIT_PCT:.0f}%)")
@@ -91,7 +97,11 @@ def check_storage_bound(sample: Sample, context: SymptomContext) -> str | None:
         signs.append(f"tasks stalled on I/O {sample.io_pressure_frac:.0%} of the time (>= {_IO_PRESSURE_FRAC:.0%})")
     if sample.disk_busy_frac >= _DISK_BUSY_FRAC:
         signs.append(f"busiest disk busy {sample.disk_busy_frac:.0%} of the time (>= {_DISK_BUSY_FRAC:.0%})")
-    return "; ".join(signs) or None
+    if not signs:
+        return None
+    if None not in tree_io:
+        signs.append(f"CMD's processes read {tree_io[0] / 1e6:.1f} MB/s and write {tree_io[1] / 1e6:.1f} MB/s from storage")
+    return "; ".join(signs)
 
 
 def check_gpu_memory_full(sample: Sample, context: SymptomContext) -> str | None:
