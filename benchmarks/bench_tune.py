@@ -16,8 +16,9 @@ upward on a noisy host (the winner's curse), so neither the oracle nor a strateg
 a lucky single run; and picked / oracle is measured as one paired ratio rather than divided out of
 two comparisons with the defaults, whose noise would add (two configs that differ only by a value
 equal to the default, `threads.intra_op=2` on a 2-core host, scored 0.78 that way). Printed per
-workload: picked / oracle, trial processes used, wall time, and tuned / default speedup. Targets: greedy >= 0.95 of the oracle with <= 30% of the
-grid's trial processes, and greedy beats or ties tpe and random on at least 2 of 3 workloads.
+workload: picked / oracle, trial processes used, wall time, and tuned / default speedup. Targets:
+greedy >= 0.95 of the oracle with <= 30% of the grid's trial processes, and greedy beats or ties tpe
+and random on at least 2 of 3 workloads.
 `--busy N` runs N processes that spin for the whole benchmark (another user's jobs). `--strategies
 greedy` runs greedy alone (tune's default; tpe and random only serve the comparison of strategies).
 
@@ -217,7 +218,7 @@ def main() -> None:
     parser.add_argument("--trial-time", type=seconds, default=6.0, help="each trial's bench cap, seconds")
     parser.add_argument("--guard-steps", type=count, default=10)
     parser.add_argument("--rounds", type=count, default=2,
-                        help="comparisons with the defaults of each scored config, interleaved")
+                        help="comparisons of each scored config with the defaults, interleaved, and of each pick with the oracle")
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES),
                         help="greedy and which of the others to run (default: all three)")
     parser.add_argument("--busy", type=busy, default=0, metavar="N", help="processes that spin meanwhile (0-8)")

@@ -616,8 +616,9 @@ def stop_signals_raise(on_emergency: Callable[[str], None] | None = None) -> Ite
     thread is back in ordinary code. A stop that came just as the main thread entered a blocking call
     (where Python runs the handler only when the call returns) is not left there: the watcher pokes the
     main thread with SIGURG every `_POKE_S`, which interrupts the call, and the stop's handler runs. The
-    poke is not a stop signal, so one that lands after the handler ran changes nothing. A process forked under the policy (DataLoader workers, fork-started
-    multiprocessing) leaves the watcher's pipe alone: a signal to that child is not one to this process.
+    poke is not a stop signal, so one that lands after the handler ran changes nothing. A process forked
+    under the policy (DataLoader workers, fork-started multiprocessing) leaves the watcher's pipe alone: a
+    signal to that child is not one to this process.
 
     A signal this process was told to ignore (SIGHUP under nohup, SIGINT in a background job) stays
     ignored. Outside the main thread nothing is installed. A child started with its own forwarding
