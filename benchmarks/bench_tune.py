@@ -83,21 +83,24 @@ def run_strategy(workload, strategy, knobs, max_trials, trial_time_s, guard_step
     return outcome, time.monotonic() - start
 
 
+def paired_ratio(workload, reference: dict, config: dict, trial_time_s, host) -> float:
+    """`config` over `reference`, compared in alternation the way greedy decides: the median of the rounds'
+    ratios (0 for a failed comparison)."""
+    pair = run_pair(TrialSpec(workload=workload, config=reference, max_time_s=trial_time_s),
+                    TrialSpec(workload=workload, config=config, max_time_s=trial_time_s), host,
+                    timeout_s=trial_time_s * 3 + 60, options=PairOptions(rounds_s=trial_time_s))
+    return pair.summary.median if pair.ok else 0.0
+
+
 def remeasure(workload, configs: dict[str, dict], rounds, trial_time_s, host, progress) -> dict[str, list[float]]:
     """Each config's speedup over the defaults: compared with them in alternation, `rounds` times, the
     configs interleaved (0 for a failed comparison; the defaults themselves are 1)."""
     figures: dict[str, list[float]] = {key: [] for key in configs}
     task = progress.add_task(f"{workload}: comparing {len(configs)} configs with the defaults", total=rounds * len(configs))
     keys = list(configs)
-    defaults = TrialSpec(workload=workload, config={}, max_time_s=trial_time_s)
     for round_index in range(rounds):
         for key in keys[round_index % len(keys):] + keys[:round_index % len(keys)]:
-            if not configs[key]:
-                figures[key].append(1.0)
-            else:
-                spec = TrialSpec(workload=workload, config=configs[key], max_time_s=trial_time_s)
-                pair = run_pair(defaults, spec, host, timeout_s=trial_time_s * 3 + 60, options=PairOptions(rounds_s=trial_time_s))
-                figures[key].append(pair.summary.median if pair.ok else 0.0)
+            figures[key].append(paired_ratio(workload, {}, configs[key], trial_time_s, host) if configs[key] else 1.0)
             progress.advance(task)
     progress.remove_task(task)
     return figures
@@ -108,10 +111,7 @@ def head_to_head(workload, oracle: dict, picked: dict, rounds, trial_time_s, hos
     task = progress.add_task(f"{workload}: a pick against the oracle", total=rounds)
     ratios = []
     for _ in range(rounds):
-        pair = run_pair(TrialSpec(workload=workload, config=oracle, max_time_s=trial_time_s),
-                        TrialSpec(workload=workload, config=picked, max_time_s=trial_time_s), host,
-                        timeout_s=trial_time_s * 3 + 60, options=PairOptions(rounds_s=trial_time_s))
-        ratios.append(pair.summary.median if pair.ok else 0.0)
+        ratios.append(paired_ratio(workload, oracle, picked, trial_time_s, host))
         progress.advance(task)
     progress.remove_task(task)
     return ratios
