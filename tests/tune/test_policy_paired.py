@@ -173,3 +173,52 @@ def test_a_loss_on_fewer_rounds_than_a_ci_needs_is_compared_again_before_it_is_r
     decision = state.decisions[0]
     assert decision.accepted_value == "bf16" and decision.rounds == 12  # both comparisons' rounds pooled
     assert decision.ratio_ci_low > 1
+
+
+# a compute-bound baseline puts the compute stage first; threads (system) shares cores
+LOADED_SPACE = [
+    KnobSpace("system", "threads.intra_op", "auto", ("auto", 1), shares_cores=True),
+    KnobSpace("compute", "precision.amp", "off", ("off", "bf16")),
+]
+ONE_THREAD = {"threads.intra_op": 1}
+
+
+def loaded_aa(other_load_cores, usable_cores=2):
+    return pair("noise", {}, [0.9, 1.1, 1.0, 1.05, 0.95, 1.0, 1.02], other_load_cores=other_load_cores,
+                usable_cores=usable_cores)
+
+
+def test_under_material_load_the_knobs_that_share_cores_are_decided_first():
+    start = [base(verdict="compute-bound"), loaded_aa(1.9)]
+    state = plan_greedy(LOADED_SPACE, start)
+    assert state.stage_order == ["compute", "system"]  # the profile's order is kept and shown
+    assert state.next.slot == "pair:threads.intra_op=1" and state.cores_first_knobs == ["threads.intra_op"]
+    assert "1.9 of 2 cores during the A/A comparison" in state.cores_first
+    # the other knobs are then compared with the incumbent that fits the load
+    state = plan_greedy(LOADED_SPACE, [*start, pair("pair:threads.intra_op=1", ONE_THREAD, [5.0, 4.8, 5.2, 5.1, 4.9, 5.3])])
+    assert state.incumbent == ONE_THREAD
+    assert state.next.slot == "pair:precision.amp=bf16" and state.next.reference == ONE_THREAD
+    assert state.next.config == {**ONE_THREAD, **BF16}
+
+
+def test_on_a_quiet_host_or_for_a_study_tuned_before_the_stage_order_decides():
+    quiet = plan_greedy(LOADED_SPACE, [base(verdict="compute-bound"), loaded_aa(0.2)])
+    assert quiet.next.slot == "pair:precision.amp=bf16" and quiet.cores_first is None
+    # a study of revision 1 is replayed as it was tuned, whatever the load its A/A comparison saw
+    before = plan_greedy(LOADED_SPACE, [base(verdict="compute-bound"), loaded_aa(1.9)], revision=1)
+    assert before.next.slot == "pair:precision.amp=bf16" and before.cores_first is None
+    # material is relative to the host: half a core of 64 is not
+    large = plan_greedy(LOADED_SPACE, [base(verdict="compute-bound"), loaded_aa(1.9, usable_cores=64)])
+    assert large.next.slot == "pair:precision.amp=bf16"
+
+
+def test_a_gain_confirmed_on_fewer_pooled_rounds_than_a_ci_needs_is_not_accepted():
+    first = pair("pair:precision.amp=bf16", BF16, [4.9, 5.1])  # the time cap ended both comparisons early
+    again = pair("confirm-pair:precision.amp=bf16", BF16, [4.7, 5.2])
+    state = play([base(), aa(), first, again], SPACE[1:])
+    decision = state.decisions[0]
+    assert decision.accepted_value is None and decision.rounds == 4 and state.incumbent == {}
+    assert "fewer rounds than the 6 a CI needs" in decision.reason and "--trial-time" in decision.reason
+    # a study of revision 1 accepted it, and is replayed so
+    before = plan_greedy(SPACE[1:], [base(), aa(), first, again], revision=1)
+    assert before.decisions[0].accepted_value == "bf16" and before.incumbent == BF16

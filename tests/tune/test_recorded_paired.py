@@ -9,9 +9,13 @@ import pytest
 from _support import FIXTURES, restore_recorded_study
 from torchpace.report import write_report
 from torchpace.report.load import load_report_data
+from torchpace.tune.attrs import StudyAttrs
 from torchpace.tune.figures import PAIRED_FIGURES_NOTE, SPEEDUP_FROM_FINAL
+from torchpace.tune.policy import GREEDY_REVISION
+from torchpace.tune.tuner import TuneOptions, Tuner
 
 RECORDED = FIXTURES / "studies" / "paired_greedy.json"
+WORKLOAD = str(FIXTURES / "pair_workloads.py") + ":sleepy_loader"
 # what `torchpace tune --json` printed when the study was tuned
 PRINTED_SPEEDUP = (2.2715785229889356, 1.6014072084213755, 3.306874466938018, 4)
 PRINTED_DECISIONS = {"data.num_workers": (2, 2.295532273097699, 1.8421176138013717, 4.544122587670398, 6),
@@ -24,7 +28,7 @@ PRINTED_NOISE = (0.870072437763424, 0.6660754997441665, 1.200291950916552, 3)
 @pytest.fixture
 def recorded_db(tmp_path, host):
     db = tmp_path / "paired.db"
-    restore_recorded_study(RECORDED, f"sqlite:///{db}", host, str(FIXTURES / "pair_workloads.py") + ":sleepy_loader")
+    restore_recorded_study(RECORDED, f"sqlite:///{db}", host, WORKLOAD)
     return db
 
 
@@ -51,3 +55,12 @@ def test_a_recorded_paired_study_reports_the_figures_tune_printed(recorded_db):
 def test_a_recorded_paired_study_renders(recorded_db, tmp_path):
     html = write_report(load_report_data(str(recorded_db)), tmp_path / "paired.html", with_doctor=False).read_text()
     assert "2.27× [1.60, 3.31], 4 rounds" in html and "data.num_workers" in html
+
+
+def test_a_study_is_resumed_with_the_policy_revision_it_was_tuned_with(recorded_db, tmp_path, host):
+    # the recorded study predates revisions of the policy: it is revision 1, and a resume replays it so
+    old = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{recorded_db}", study="paired-sleepy",
+                            resume=True, out=tmp_path / "old.toml"), host)
+    assert StudyAttrs.of(old.study).greedy_revision == 1 and (old.sampler.paired, old.sampler.revision) == (True, 1)
+    new = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "new.toml"), host)
+    assert StudyAttrs.of(new.study).greedy_revision == new.sampler.revision == GREEDY_REVISION > 1

@@ -246,7 +246,7 @@ def build_stored_outcome(study, name: str, url: str, meta: StudyAttrs) -> TuneOu
     state, stopped = None, "stored"
     if meta.strategy == "greedy":
         state = plan_greedy(rebuild_space(rows), build_records(study.get_trials(deepcopy=False)), lambda config: None,
-                            paired=meta.paired)
+                            paired=meta.paired, revision=meta.greedy_revision)
         stopped = "done" if state.done else ("baseline failed" if state.failed_baseline else "unfinished")
     study_meta = StudyMeta(name, url, meta.strategy, meta.workload or "?", meta.objective,
                            build_guard_note(len(base.guard_losses) if base else 0), command=meta.command)
@@ -269,7 +269,7 @@ def rebuild_space(rows: Sequence[TrialRow]) -> list:
                 values.append(row.value)
             stages[row.knob] = row.stage
     order = [k.name for k in knobs_in_stage_order()]
-    return [KnobSpace(stages[n], n, REGISTRY[n].default, (REGISTRY[n].default, *tried[n]))
+    return [KnobSpace(stages[n], n, REGISTRY[n].default, (REGISTRY[n].default, *tried[n]), shares_cores=REGISTRY[n].shares_cores)
             for n in sorted(tried, key=order.index)]
 
 

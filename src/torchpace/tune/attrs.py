@@ -39,6 +39,9 @@ class StudyAttrs:
         host_fingerprint: the fingerprint of the host it was tuned on (`host` its summary).
         strategy: greedy, tpe, random or grid.
         paired: greedy decides by paired comparisons (False for studies tuned before they came).
+        greedy_revision: the revision of the paired greedy policy it was tuned with
+            (`torchpace.tune.policy.GREEDY_REVISION`; 1 for studies from before revisions were recorded):
+            a study is replayed, resumed and reported with its own.
         objective: `throughput` or `latency`.
         command: script mode: the command (None for a Workload).
     """
@@ -50,6 +53,7 @@ class StudyAttrs:
     host: Mapping[str, Any] = field(default_factory=dict)
     strategy: str = "greedy"
     paired: bool = False
+    greedy_revision: int = 1
     objective: str = "throughput"
     command: tuple[str, ...] | None = None
 

@@ -13,6 +13,11 @@ decision is the spread of its own paired ratios, not the spread between two sepa
 2. for each stage (system -> data -> compute -> memory; the stage the baseline's profile verdict
    points at goes first), for each knob, compare every value with the incumbent, one knob at a time
    (slots `pair:KNOB=VALUE`); a failed value (crash, OOM, NaN, timeout) is never retried;
+   When the A/A comparison saw other processes' load that is material (`measure.contention.is_material`),
+   the knobs that share cores (`KnobSpace.shares_cores`: threads, workers, ranks) are decided before
+   all others, in stage order: under load their effect is the largest and changes how every other
+   comparison behaves (a two-thread step beside busy processes takes bimodal turns), so the other
+   knobs are then judged against an incumbent that fits the load, not against the defaults' threads;
 3. the best value (highest median ratio) is accepted when the convergence guard passed, its median
    gain is over 1% and its whole 95% CI is above 1; rejected when its median gain is 1% or less
    (its rounds stop early once the CI lies wholly above or below a 1% gain: more would not change
@@ -20,13 +25,19 @@ decision is the spread of its own paired ratios, not the spread between two sepa
 4. a gain in between (its CI reaches 1), a comparison that is not *settled* (fewer rounds than a
    CI needs, an arm whose warm-up did not converge), or a loss on fewer rounds than a CI needs (the
    budget or the time cap ended it early), is compared once more (`confirm-pair:KNOB=VALUE`)
-   and decided on the two comparisons' rounds pooled: one lucky comparison of one value among several
+   and decided on the two comparisons' rounds pooled, accepted only on at least the rounds a CI
+   needs (`MIN_WINDOWS_FOR_CI`), as a loss is: one lucky comparison of one value among several
    then decides less;
 5. once every knob is decided, the tuned config is compared with the defaults (slot `final`): that
    ratio and its CI are the speedup reported.
 
 Because every decision is recomputed from the trial records, a killed tune resumes exactly where
 it stopped, and several processes on one study each take a different pending trial.
+
+Paired studies carry the policy's revision (`GREEDY_REVISION`, stored as `StudyAttrs.greedy_revision`) and
+are replayed with their own: revision 1 (studies tuned before revisions were recorded) decides the knobs in
+stage order whatever the load, and accepts after a second comparison on any number of pooled rounds;
+revision 2 brought the cores-first order and the pooled rounds' floor above.
 
 Studies tuned before paired comparisons (their metadata has no `paired`) are replayed, resumed and
 reported with the policy they were tuned with (`plan_greedy(..., paired=False)`): each trial one
@@ -43,10 +54,12 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
+from torchpace.measure.contention import is_material
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.profile.verdict import stages_to_try_first
 from torchpace.tune.space import KnobSpace
 
+GREEDY_REVISION = 2  # the paired policy's revision a new study is tuned with (see the module's docstring)
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
 ACCEPT_FLOOR = _NOISE_FLOOR  # the smallest gain a paired comparison must show (the tuner stops its rounds once clear of it)
 _INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
@@ -82,6 +95,7 @@ class Record:
         reference_figure, reference_warmup_converged: the incumbent arm's figure and warm-up.
         mode: `alternating` or `sequential` (separate runs).
         other_load_cores: the most cores other processes used during either arm's turns.
+        usable_cores: the cores the host gave torchpace (a paired comparison's; None: unknown).
     """
 
     slot: str
@@ -101,6 +115,7 @@ class Record:
     reference_warmup_converged: bool | None = None
     mode: str | None = None
     other_load_cores: float | None = None
+    usable_cores: int | None = None
 
     @property
     def usable(self) -> bool:
@@ -192,6 +207,9 @@ class GreedyState:
     decisions: list[Decision] = field(default_factory=list)
     stage_order: list[str] = field(default_factory=list)
     paired: bool = True
+    revision: int = GREEDY_REVISION  # paired: the policy's revision the study is replayed with
+    cores_first: str | None = None  # paired: why the knobs that share cores are decided first (None: they are not)
+    cores_first_knobs: list[str] = field(default_factory=list)
     noise: Record | None = None  # paired: the defaults compared with themselves (A/A)
     final: Record | None = None  # paired: the tuned config compared with the defaults
 
@@ -253,7 +271,8 @@ def order_stages(stages: list[str], baseline: Record) -> list[str]:
 
 
 def plan_greedy(space: list[KnobSpace], records: Iterable[Record],
-                conflicts: Callable[[dict], str | None] = lambda config: None, paired: bool = True) -> GreedyState:
+                conflicts: Callable[[dict], str | None] = lambda config: None, paired: bool = True,
+                revision: int = GREEDY_REVISION) -> GreedyState:
     """Replay every decision from `records` and say what to run next.
 
     Args:
@@ -262,10 +281,11 @@ def plan_greedy(space: list[KnobSpace], records: Iterable[Record],
         conflicts: returns why a config cannot run (e.g. prefetch without workers), or None.
         paired: decide by paired comparisons (every study since they came); False replays a study tuned
             before, each trial measured alone.
+        revision: the paired policy's revision the study was tuned with (see the module's docstring).
     """
     replay = _Replay(records)
     state = replay.state
-    state.paired = paired
+    state.paired, state.revision = paired, revision
     try:
         (_walk_paired if paired else _walk)(space, replay, conflicts)
         state.done = state.next is None and not state.failed_baseline
@@ -284,11 +304,28 @@ def _walk_paired(space: list[KnobSpace], replay: _Replay, conflicts) -> None:
     noise = replay.need_all([Proposal("noise", "noise", {}, reference={})])[0]
     state.noise = noise if noise.usable else None  # a failed A/A comparison only leaves the noise unknown
     state.stage_order = order_stages(list(dict.fromkeys(k.stage for k in space)), base)
-    for stage in state.stage_order:
-        for knob in (k for k in space if k.stage == stage):
-            _decide_knob_paired(knob, replay, conflicts)
+    knobs = [k for stage in state.stage_order for k in space if k.stage == stage]
+    if state.revision >= 2:
+        state.cores_first = _cores_first(state.noise, knobs)
+        if state.cores_first:  # stable: each group keeps the stage order
+            knobs.sort(key=lambda k: not k.shares_cores)
+            state.cores_first_knobs = [k.name for k in knobs if k.shares_cores]
+    for knob in knobs:
+        _decide_knob_paired(knob, replay, conflicts)
     if state.incumbent:
         state.final = replay.need_all([Proposal("final", "final", dict(state.incumbent), reference={})])[0]
+
+
+def _cores_first(noise: Record | None, knobs: list[KnobSpace]) -> str | None:
+    """Why the knobs that share cores are decided first (None when they are not): the A/A comparison saw
+    other processes' load that is material, and some knob to tune shares cores."""
+    if noise is None or not any(k.shares_cores for k in knobs):
+        return None
+    usable = noise.usable_cores or 1
+    if not is_material(noise.other_load_cores, usable):
+        return None
+    return (f"other processes used {noise.other_load_cores:.1f} of {usable} cores during the A/A comparison, "
+            "and under load the knobs that share cores change how every other comparison behaves")
 
 
 def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
@@ -324,8 +361,12 @@ def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
         return
     pooled = summarize([*best.ratios, *again.ratios])
     accepted = pooled.median - 1 > _NOISE_FLOOR and pooled.ci_low > 1
+    short = ""
+    if accepted and state.revision >= 2 and pooled.n < MIN_WINDOWS_FOR_CI:  # a gain needs a CI's rounds, as a loss does
+        accepted = False
+        short = f", fewer rounds than the {MIN_WINDOWS_FOR_CI} a CI needs (a longer --trial-time gives more)"
     _decide(state, proposal, again, [best, again], accepted,
-            f"{'accepted' if accepted else 'rejected'}: {said}: both pooled give {_ratio_text(pooled)}")
+            f"{'accepted' if accepted else 'rejected'}: {said}: both pooled give {_ratio_text(pooled)}{short}")
 
 
 def _candidates(knob: KnobSpace, incumbent: dict, conflicts) -> list[Proposal]:

@@ -19,7 +19,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 
-from torchpace.tune.policy import GreedyState, Proposal, plan_greedy
+from torchpace.tune.policy import GREEDY_REVISION, GreedyState, Proposal, plan_greedy
 from torchpace.tune.space import KnobSpace
 from torchpace.tune.storage import assignment_lock
 from torchpace.tune.attrs import ATTR, Assignment, TrialRecord
@@ -31,20 +31,23 @@ _log = logging.getLogger(__name__)
 class GreedySampler(BaseSampler):
     """One knob at a time from the incumbent, stage by stage (see `torchpace.tune.policy`).
 
-    `paired` is the study's (`torchpace.tune.study.is_paired`): every new study decides by paired
-    comparisons; a study tuned before them is replayed with the policy it was tuned with."""
+    `paired` and `revision` are the study's (`StudyAttrs.paired`, `StudyAttrs.greedy_revision`): every new
+    study decides by paired comparisons, with the policy's latest revision; a study tuned before is replayed
+    with the policy it was tuned with."""
 
-    def __init__(self, space: list[KnobSpace], conflicts: Callable[[dict], str | None], paired: bool = True):
+    def __init__(self, space: list[KnobSpace], conflicts: Callable[[dict], str | None], paired: bool = True,
+                 revision: int = GREEDY_REVISION):
         self.space = space
         self.conflicts = conflicts
         self._logged_decisions = 0  # the policy's decisions already in the log (each replay repeats them all)
-        self._logged_stage_order = False
         self.paired = paired
+        self.revision = revision
+        self._logged_order = False
 
     def plan(self, study: optuna.Study, exclude_number: int | None = None) -> GreedyState:
         """Replay the study's trials (all but trial `exclude_number`) into the policy's state."""
         trials = [t for t in study.get_trials(deepcopy=False) if t.number != exclude_number]
-        return plan_greedy(self.space, build_records(trials), self.conflicts, paired=self.paired)
+        return plan_greedy(self.space, build_records(trials), self.conflicts, paired=self.paired, revision=self.revision)
 
     def assign(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> GreedyState:
         """Pin the next proposal (or wait/done) on `trial`; tuners sharing the study take turns here, so
@@ -67,10 +70,13 @@ class GreedySampler(BaseSampler):
         return state
 
     def _log_decisions(self, state: GreedyState) -> None:
-        """Log the policy's decisions not logged yet: the stage order, then each knob accepted or rejected."""
-        if state.stage_order and not self._logged_stage_order:
+        """Log the policy's decisions not logged yet: the stage order (and why the knobs that share cores come
+        first, when they do), then each knob accepted or rejected."""
+        if state.stage_order and not self._logged_order:
             _log.info("stage order: %s", " -> ".join(state.stage_order))
-            self._logged_stage_order = True
+            if state.cores_first:
+                _log.info("%s first: %s", ", ".join(state.cores_first_knobs), state.cores_first)
+            self._logged_order = True
         for decision in state.decisions[self._logged_decisions:]:
             value = "" if decision.accepted_value is None else f" = {decision.accepted_value!r}"
             _log.info("%s stage, %s%s: %s", decision.stage, decision.knob, value, decision.reason)

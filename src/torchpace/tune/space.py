@@ -12,13 +12,15 @@ TUNED_STAGES = ("system", "data", "compute", "memory", "distributed", "inference
 @dataclass(frozen=True)
 class KnobSpace:
     """One knob in the search: its stage, default, and every value worth trying (default first);
-    `companions[value]`: other knobs' values to set with it when the incumbent cannot take it alone."""
+    `companions[value]`: other knobs' values to set with it when the incumbent cannot take it alone;
+    `shares_cores`: its gain depends on how many cores are free (`Knob.shares_cores`)."""
 
     stage: str
     name: str
     default: object
     values: tuple
     companions: dict = field(default_factory=dict, compare=False)
+    shares_cores: bool = False
 
     @property
     def alternatives(self) -> tuple:
@@ -45,5 +47,5 @@ def build_space(host, workload, stages: tuple[str, ...] = TUNED_STAGES, only: se
         values = tuple(v for v in knob.candidates(host, workload) if not script or knob.script_reason(v) is None)
         if len(values) > 1:
             companions = {v: knob.companions(v) for v in values if knob.companions(v)}
-            space.append(KnobSpace(knob.stage, knob.name, knob.default, values, companions))
+            space.append(KnobSpace(knob.stage, knob.name, knob.default, values, companions, knob.shares_cores))
     return space

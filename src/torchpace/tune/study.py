@@ -22,7 +22,7 @@ from torchpace.errors import UsageError
 from torchpace.tune.attrs import (ATTR, STUDY_KIND, STUDY_SCHEMA_VERSION, PairRecord, StudyAttrs,  # noqa: F401
                                   TrialRecord)
 from torchpace.tune.guard import check_trial_guard, guard_cannot_judge
-from torchpace.tune.policy import COMPLETE, RETRY, RUNNING, Record
+from torchpace.tune.policy import COMPLETE, GREEDY_REVISION, RETRY, RUNNING, Record
 from torchpace.tune.storage import default_storage_url, open_storage  # noqa: F401  (where callers found them)
 
 _log = logging.getLogger(__name__)
@@ -31,10 +31,11 @@ _log = logging.getLogger(__name__)
 
 def study_metadata(workload: str, host, strategy: str, objective: str = "throughput",
                    command: tuple[str, ...] | None = None) -> StudyAttrs:
-    """A new study's metadata; `paired`: greedy decides by paired comparisons (a study without it was tuned
-    before they came, and is resumed and reported with the policy it was tuned with)."""
+    """A new study's metadata; `paired`: greedy decides by paired comparisons, `greedy_revision`: with this
+    torchpace's revision of that policy (a study tuned before either is resumed and reported with the policy
+    it was tuned with)."""
     return StudyAttrs(workload=workload, host_fingerprint=host.fingerprint(), host=host.summary(), strategy=strategy,
-                      paired=strategy == "greedy", objective=objective, command=command)
+                      paired=strategy == "greedy", greedy_revision=GREEDY_REVISION, objective=objective, command=command)
 
 
 def check_study_metadata(name: str, meta: StudyAttrs | None, expected: StudyAttrs) -> None:
@@ -208,4 +209,4 @@ def _pair_fields(reference: Mapping[str, Any] | None, pair: PairRecord | None) -
     ref = pair.reference_bench
     return {"reference": dict(reference), "ratios": pair.ratios, "reference_figure": pair.reference_value,
             "reference_warmup_converged": ref.throughput.warmup_converged if ref is not None else None,
-            "mode": pair.mode, "other_load_cores": pair.other_load_cores}
+            "mode": pair.mode, "other_load_cores": pair.other_load_cores, "usable_cores": pair.usable_cores}

@@ -175,8 +175,9 @@ class Tuner:
             self.trial_time_s = float(fitted)
             self.on_event("notice", message=f"the trials of study {self.study_name!r} measure for {fitted:g} s, sized "
                                             f"to the script when its baseline ran (not --trial-time {options.trial_time_s:g})")
-        if options.strategy == "greedy":  # a study tuned before paired comparisons goes on as it was tuned
-            self.sampler.paired = StudyAttrs.of(self.study).paired
+        if options.strategy == "greedy":  # a study tuned before (paired comparisons, a revision) goes on as it was tuned
+            stored = StudyAttrs.of(self.study)
+            self.sampler.paired, self.sampler.revision = stored.paired, stored.greedy_revision
         _log.info("study %r: %d trials stored; strategy %s over %s; budget %.0f s", self.study_name,
                   len(self.study.get_trials(deepcopy=False)), options.strategy, [k.name for k in self.space], options.budget_s)
         self.deadline = time.monotonic() + options.budget_s
