@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime, timezone
 
 import pytest
 
@@ -17,8 +18,12 @@ from torchpace.tune.storage import copy_study, mask_url
 from _support import fixture_workload
 
 
+# one stamp for both reports: two renders a moment apart may fall in two minutes
+_GENERATED_AT = datetime(2026, 1, 2, 3, 4, tzinfo=timezone.utc)
+
+
 def _html(data, path, *sources):
-    text = write_report(data, path, with_doctor=False).read_text()
+    text = write_report(data, path, with_doctor=False, generated_at=_GENERATED_AT).read_text()
     for source in sources:
         text = text.replace(source, "SOURCE")
     return text

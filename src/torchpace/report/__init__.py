@@ -13,6 +13,7 @@ Importing this package imports nothing heavy; matplotlib and Jinja2 load when a 
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -24,8 +25,10 @@ if TYPE_CHECKING:
     from torchpace.tune.outcome import TuneOutcome
 
 
-def write_report(data: "ReportData", path: str | Path, *, with_doctor: bool = True) -> Path:
-    """Render `data` (with the doctor's findings unless `with_doctor` is False) to HTML at `path`.
+def write_report(data: "ReportData", path: str | Path, *, with_doctor: bool = True,
+                 generated_at: datetime | None = None) -> Path:
+    """Render `data` (with the doctor's findings unless `with_doctor` is False) to HTML at `path`, stamped
+    `generated_at` (default: now).
 
     Returns:
         The path written.
@@ -35,7 +38,7 @@ def write_report(data: "ReportData", path: str | Path, *, with_doctor: bool = Tr
         from torchpace.report.doctor import collect_doctor_summary
 
         data = dataclasses.replace(data, doctor=collect_doctor_summary(data.host))
-    return save_report(render_html(data), path)
+    return save_report(render_html(data, generated_at), path)
 
 
 def report_data_from_tune(outcome: "TuneOutcome", host: Mapping[str, Any] | None) -> "ReportData":
