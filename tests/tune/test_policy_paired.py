@@ -222,3 +222,16 @@ def test_a_gain_confirmed_on_fewer_pooled_rounds_than_a_ci_needs_is_not_accepted
     # a study of revision 1 accepted it, and is replayed so
     before = plan_greedy(SPACE[1:], [base(), aa(), first, again], revision=1)
     assert before.decisions[0].accepted_value == "bf16" and before.incumbent == BF16
+
+
+def test_a_second_comparison_after_too_few_rounds_runs_longer_for_the_missing_ones():
+    first = pair("pair:precision.amp=bf16", BF16, [4.9, 5.1])  # a slow step: the warm-ups took most of the time
+    state = play([base(), aa(), first], SPACE[1:])
+    assert state.next.slot == "confirm-pair:precision.amp=bf16" and state.next.time_factor == 2  # 4 more at 2 a trial
+    assert play([base(), aa(), pair("pair:precision.amp=bf16", BF16, [1.5])], SPACE[1:]).next.time_factor == 4  # at most
+    settled = pair("pair:precision.amp=bf16", BF16, [1.08, 0.97, 1.1, 1.05, 1.12, 1.06])  # 6 rounds, CI reaching 1
+    assert play([base(), aa(), settled], SPACE[1:]).next.time_factor == 1
+    assert plan_greedy(SPACE[1:], [base(), aa(), first], revision=1).next.time_factor == 1  # as studies before were tuned
+    again = pair("confirm-pair:precision.amp=bf16", BF16, [4.7, 5.2, 5.0, 4.8, 5.3])
+    decision = play([base(), aa(), first, again], SPACE[1:]).decisions[0]
+    assert decision.accepted_value == "bf16" and decision.rounds == 7 and "for 2x the trial time" in decision.reason

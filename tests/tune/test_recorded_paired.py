@@ -9,7 +9,7 @@ import pytest
 from _support import FIXTURES, restore_recorded_study
 from torchpace.report import write_report
 from torchpace.report.load import load_report_data
-from torchpace.tune.attrs import StudyAttrs
+from torchpace.tune.attrs import Assignment, StudyAttrs
 from torchpace.tune.figures import PAIRED_FIGURES_NOTE, SPEEDUP_FROM_FINAL
 from torchpace.tune.policy import GREEDY_REVISION
 from torchpace.tune.tuner import TuneOptions, Tuner
@@ -64,3 +64,13 @@ def test_a_study_is_resumed_with_the_policy_revision_it_was_tuned_with(recorded_
     assert StudyAttrs.of(old.study).greedy_revision == 1 and (old.sampler.paired, old.sampler.revision) == (True, 1)
     new = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "new.toml"), host)
     assert StudyAttrs.of(new.study).greedy_revision == new.sampler.revision == GREEDY_REVISION > 1
+
+
+def test_a_stretched_comparison_runs_for_its_multiple_of_the_trial_time(tmp_path, host):
+    tuner = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "t.toml",
+                              trial_time_s=5.0), host)
+    plain, plain_cap, _ = tuner._trial_spec(Assignment(config={"data.num_workers": 2}, reference={}))
+    stretched, stretched_cap, _ = tuner._trial_spec(Assignment(config={"data.num_workers": 2}, reference={}, time_factor=2.0))
+    assert (plain.max_time_s, stretched.max_time_s) == (5.0, 10.0) and stretched_cap > plain_cap
+    # the factor is stored with the trial's assignment, so a resumed tune runs the same slot for as long
+    assert Assignment(time_factor=2.0).to_attrs()["time_factor"] == 2.0 and "time_factor" not in Assignment().to_attrs()

@@ -84,6 +84,7 @@ class Assignment:
         kind: `baseline`, `noise`, `candidate`, `remeasure` or `final`.
         config: knob values that differ from the defaults.
         reference: a comparison's other arm (its config), None for a trial measured alone.
+        time_factor: its trial time as a multiple of the tune's `--trial-time` (None: 1).
         lock_wait_s: how long the sampler waited for the study's assignment lock.
         worker: the tuner running it (host:pid).
         process: that tuner's process as `fail_stale_trials` recognises it.
@@ -97,6 +98,7 @@ class Assignment:
     value: Any = None
     config: Mapping[str, Any] = field(default_factory=dict)
     reference: Mapping[str, Any] | None = None
+    time_factor: float | None = None
     lock_wait_s: float | None = None
     worker: str | None = None
     process: str | None = None

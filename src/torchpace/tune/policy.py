@@ -27,7 +27,9 @@ decision is the spread of its own paired ratios, not the spread between two sepa
    budget or the time cap ended it early), is compared once more (`confirm-pair:KNOB=VALUE`)
    and decided on the two comparisons' rounds pooled, accepted only on at least the rounds a CI
    needs (`MIN_WINDOWS_FOR_CI`), as a loss is: one lucky comparison of one value among several
-   then decides less;
+   then decides less. When the first comparison had fewer rounds than a CI needs (a slow step on a
+   busy host: the warm-ups took most of the trial time), the second runs for a multiple of the trial
+   time (`Proposal.time_factor`, up to `_MAX_STRETCH`) sized to give the missing rounds;
 5. once every knob is decided, the tuned config is compared with the defaults (slot `final`): that
    ratio and its CI are the speedup reported.
 
@@ -37,7 +39,7 @@ it stopped, and several processes on one study each take a different pending tri
 Paired studies carry the policy's revision (`GREEDY_REVISION`, stored as `StudyAttrs.greedy_revision`) and
 are replayed with their own: revision 1 (studies tuned before revisions were recorded) decides the knobs in
 stage order whatever the load, and accepts after a second comparison on any number of pooled rounds;
-revision 2 brought the cores-first order and the pooled rounds' floor above.
+revision 2 brought the cores-first order, the pooled rounds' floor and the stretched second comparison above.
 
 Studies tuned before paired comparisons (their metadata has no `paired`) are replayed, resumed and
 reported with the policy they were tuned with (`plan_greedy(..., paired=False)`): each trial one
@@ -64,6 +66,7 @@ _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any hos
 ACCEPT_FLOOR = _NOISE_FLOOR  # the smallest gain a paired comparison must show (the tuner stops its rounds once clear of it)
 _INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
 _RECENT_MEASUREMENTS = 3  # the incumbent's figure is the median of its last three measurements
+_MAX_STRETCH = 4  # a second comparison runs for at most this many times the trial time
 _CONFIRM_BAND = (0.5, 2.0)  # a gain above this share of the threshold but not above this multiple is measured again
 
 COMPLETE, RUNNING, RETRY = "complete", "running", "retry"
@@ -154,6 +157,7 @@ class Proposal:
     knob: str | None = None
     value: object = None
     reference: dict | None = None  # a paired comparison: the config measured in alternation with `config`
+    time_factor: float = 1.0  # its trial time, as a multiple of the tune's `--trial-time`
 
 
 @dataclass(frozen=True)
@@ -352,10 +356,14 @@ def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
     if summary.ci_low > 1 and unsettled is None:
         _decide(state, proposal, best, [best], True, f"accepted: {_ratio_text(summary)}, the whole CI above 1")
         return
+    stretch = _stretch(len(best.ratios)) if state.revision >= 2 else 1
     again = replay.need_all([Proposal(f"confirm-pair:{knob.name}={proposal.value}", "candidate", proposal.config,
-                                      proposal.stage, knob.name, proposal.value, reference=dict(state.incumbent))])[0]
+                                      proposal.stage, knob.name, proposal.value, reference=dict(state.incumbent),
+                                      time_factor=stretch)])[0]
     why = f"not settled ({unsettled})" if unsettled else "its CI reaches 1"
     said = f"first comparison {_ratio_text(summary)}, {why}, so compared again"
+    if stretch > 1:
+        said += f" for {stretch}x the trial time"
     if not again.usable:
         _decide(state, proposal, best, [best], False, f"rejected: {said}, and the second comparison failed ({again.status})")
         return
@@ -367,6 +375,13 @@ def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
         short = f", fewer rounds than the {MIN_WINDOWS_FOR_CI} a CI needs (a longer --trial-time gives more)"
     _decide(state, proposal, again, [best, again], accepted,
             f"{'accepted' if accepted else 'rejected'}: {said}: both pooled give {_ratio_text(pooled)}{short}")
+
+
+def _stretch(rounds: int) -> int:
+    """The multiple of the trial time a second comparison runs for, after a first one of `rounds` rounds:
+    enough for the rounds a CI needs to be reached pooled, at the first one's pace (at most `_MAX_STRETCH`)."""
+    missing = MIN_WINDOWS_FOR_CI - rounds
+    return 1 if missing <= 0 else min(_MAX_STRETCH, max(1, math.ceil(missing / max(rounds, 1))))
 
 
 def _candidates(knob: KnobSpace, incumbent: dict, conflicts) -> list[Proposal]:

@@ -62,7 +62,8 @@ class GreedySampler(BaseSampler):
             if proposal:
                 assignment = replace(assignment, slot=proposal.slot, kind=proposal.kind, stage=proposal.stage,
                                      knob=proposal.knob, value=proposal.value, config=proposal.config,
-                                     reference=proposal.reference)
+                                     reference=proposal.reference,
+                                     time_factor=proposal.time_factor if proposal.time_factor != 1 else None)
             study._storage.set_trial_system_attr(trial._trial_id, ATTR, assignment.to_attrs())
         self._log_decisions(state)
         if assignment.action != "wait":  # a waiting tuner asks again every few seconds
