@@ -2,7 +2,6 @@
 
 from pathlib import Path
 
-
 FIXTURES = Path(__file__).parent / "fixtures"
 # Variables the launcher decides on; launch and script-mode tests start children without them, so
 # "auto" (or the config) is what the children see.

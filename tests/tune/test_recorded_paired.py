@@ -72,5 +72,8 @@ def test_a_stretched_comparison_runs_for_its_multiple_of_the_trial_time(tmp_path
     plain, plain_cap, _ = tuner._trial_spec(Assignment(config={"data.num_workers": 2}, reference={}))
     stretched, stretched_cap, _ = tuner._trial_spec(Assignment(config={"data.num_workers": 2}, reference={}, time_factor=2.0))
     assert (plain.max_time_s, stretched.max_time_s) == (5.0, 10.0) and stretched_cap > plain_cap
+    capped = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'capped.db'}", out=tmp_path / "c.toml",
+                               trial_time_s=5.0, trial_timeout_s=30.0), host)
+    assert capped._trial_spec(Assignment(config={}, reference={}, time_factor=2.0))[1] == 60.0  # a set cap stretches too
     # the factor is stored with the trial's assignment, so a resumed tune runs the same slot for as long
     assert Assignment(time_factor=2.0).to_attrs()["time_factor"] == 2.0 and "time_factor" not in Assignment().to_attrs()

@@ -328,21 +328,19 @@ class Tuner:
             result, cut_by_budget = self._run_single(assignment, log)
         return self._stored(number, assignment, result, cut_by_budget, log)
 
-    def _trial_time_s(self, assignment) -> float:
-        """The trial time of `assignment`: the tune's, times the policy's factor for it (a stretched second
-        comparison)."""
-        return self.trial_time_s * (assignment.time_factor or 1)
-
     def _trial_spec(self, assignment):
-        """(the TrialSpec of `assignment`'s config, its cap in seconds, whether the budget cut that cap short)."""
-        trial_time_s = self._trial_time_s(assignment)
+        """(the TrialSpec of `assignment`'s config, its cap in seconds, whether the budget cut that cap short).
+        Its trial time (`max_time_s`) is the tune's, times the policy's factor for it (a stretched second
+        comparison)."""
+        factor = assignment.time_factor or 1
+        trial_time_s = self.trial_time_s * factor
         spec = TrialSpec(workload=self.spec, config=dict(assignment.config), max_time_s=trial_time_s,
                          guard_steps=self.options.guard_steps, sys_path=[os.getcwd()],
                          profile=self.options.profile_baseline and assignment.slot == "baseline" and not self.options.command,
                          command=list(self.options.command), samples_per_step=self.options.samples_per_step,
                          **self._inference_spec())
         if self.options.trial_timeout_s:  # a cap given for the tune's trial time: stretched with it
-            cap_s = self.options.trial_timeout_s * trial_time_s / self.trial_time_s
+            cap_s = self.options.trial_timeout_s * factor
         else:
             cap_s = (trial_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
                      + compile_allowance_s({**(assignment.reference or {}), **assignment.config}))
@@ -398,7 +396,7 @@ class Tuner:
         # The trial time holds the warm-ups and the rounds, as a single trial's holds its warm-up and windows.
         decide_at = 1 + ACCEPT_FLOOR if assignment.kind == "candidate" else None
         pair = run_pair(reference, candidate, self.host, timeout_s,
-                        PairOptions(rounds_s=self._trial_time_s(assignment), decide_at=decide_at, warmups_count=True),
+                        PairOptions(rounds_s=spec.max_time_s, decide_at=decide_at, warmups_count=True),
                         sequential=self._hold_both_reason(reference, candidate),
                         figure=lambda bench: objective_value(bench, self.options.objective)[0],
                         on_round=lambda rounds, summary: self.on_event("round", number=number, rounds=rounds,
