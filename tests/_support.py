@@ -160,3 +160,46 @@ def temp_leftovers(root) -> list:
 
     root = Path(root)
     return sorted([*root.glob("torchpace-*"), *root.rglob(".*.tmp-*")])
+
+
+def trial_snapshot(pid: int) -> tuple[list, list, list]:
+    """The trial processes under `pid` at one moment, as (arms, their children, arms stopped for their turn).
+
+    An arm is a process running `torchpace.trial` whose parent is not one (it runs under its keeper); its
+    children are its DataLoader workers. A worker exits at each epoch's end and stays a zombie until its arm
+    reaps it, so a process that ends or is a zombie while the snapshot is read is left out of it, not an error.
+    """
+    import psutil
+
+    live = []
+    for process in psutil.Process(pid).children(recursive=True):
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                live.append((process, process.ppid(), process.status(), " ".join(process.cmdline())))
+        except psutil.NoSuchProcess:  # ZombieProcess is one: it ended between two reads
+            continue
+    trial_pids = {process.pid for process, _, _, cmdline in live if "torchpace.trial" in cmdline}
+    arms = [(process, status) for process, ppid, status, _ in live if process.pid in trial_pids and ppid not in trial_pids]
+    arm_pids = {process.pid for process, _ in arms}
+    children = [process for process, ppid, _, _ in live if ppid in arm_pids]
+    return [p for p, _ in arms], children, [p for p, status in arms if status == psutil.STATUS_STOPPED]
+
+
+def still_running(pids, timeout_s: float = 30.0) -> list[int]:
+    """The pids still running after up to `timeout_s` (one that ended, reaped or a zombie, counts as gone)."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from _support import fixture_workload, sigint_as_at_a_terminal, temp_leftovers
+from _support import fixture_workload, sigint_as_at_a_terminal, still_running, temp_leftovers
 
 PY = sys.executable
 SCRIPTS = Path(__file__).parent / "script" / "scripts"
@@ -33,22 +33,6 @@ def _wait_for_file(path: Path, proc: subprocess.Popen, timeout_s: float = _WAIT_
         if proc.poll() is not None:
             raise AssertionError(f"exited {proc.returncode} before {path.name} appeared: {proc.communicate()[1][-3000:]}")
         assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
-
-
-def _all_gone(pids, timeout_s: float = 30.0) -> list[int]:
-    """The pids still running after up to `timeout_s` (a zombie counts as gone)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        alive = []
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.monotonic() >= deadline:
-            return alive
         time.sleep(0.05)
 
 
@@ -95,7 +79,7 @@ def test_a_stop_signal_ends_the_scripts_whole_tree_and_its_folders(verb, stop, t
         proc.send_signal(stop)
         _, err = proc.communicate(timeout=_WAIT_S)
         assert proc.returncode == 128 + stop, err[-3000:]
-        assert _all_gone(pids.values()) == [], f"left running: {pids}"
+        assert still_running(pids.values()) == [], f"left running: {pids}"
         assert temp_leftovers(tmp) == []
     finally:
         proc.kill()
@@ -114,7 +98,7 @@ def test_a_sigkilled_torchpace_leaves_nothing_running(verb, tmp_path, tmp):
         proc.kill()
         proc.communicate(timeout=_WAIT_S)
         # the keeper gave the tree its death signal, then SIGKILL 3 s later: the daemon in its own session too
-        assert _all_gone(pids.values()) == [], f"outlived a SIGKILL'd torchpace: {pids}"
+        assert still_running(pids.values()) == [], f"outlived a SIGKILL'd torchpace: {pids}"
     finally:
         proc.kill()
         _kill_quietly(pids.values())
@@ -128,7 +112,7 @@ def test_what_a_script_started_is_ended_after_a_successful_bench(tmp_path, tmp):
     pids = json.loads(pids_file.read_text())
     try:
         assert proc.returncode == 0, err[-3000:]
-        assert _all_gone(pids.values(), timeout_s=0) == [], f"left running after the bench: {pids}"
+        assert still_running(pids.values(), timeout_s=0) == [], f"left running after the bench: {pids}"
     finally:
         _kill_quietly(pids.values())
 
@@ -143,7 +127,7 @@ def test_sigterm_ends_a_workload_bench_in_this_process_with_143(tmp_path, tmp):
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=_WAIT_S)
         assert proc.returncode == 143 and "terminated (SIGTERM)" in err, err[-3000:]
-        assert _all_gone([c.pid for c in children]) == []
+        assert still_running([c.pid for c in children]) == []
     finally:
         proc.kill()
 
@@ -200,7 +184,7 @@ def test_a_main_thread_blocked_in_c_cannot_hold_a_stop_signal_back(tmp_path):
         shell = [p for p in psutil.Process(proc.pid).children() if "sleep 60" in " ".join(p.cmdline())]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=45) == 143  # the watcher acts 5 s after the signal; the shell sleeps 60 s
-        assert not Path(folder).exists() and _all_gone([int(child)]) == []
+        assert not Path(folder).exists() and still_running([int(child)]) == []
     finally:
         proc.kill()
         for leftover in shell:  # system()'s shell is not torchpace's child: the test ends it
@@ -365,8 +349,8 @@ def test_a_keeper_reports_the_childs_exit_and_ends_what_it_left_when_stopped(tmp
         assert proc.wait(timeout=_WAIT_S) == 3  # the child's status, though the daemon it left still runs
         left = [p for p in proc.adopted() if p.status() != psutil.STATUS_ZOMBIE]
         assert len(left) == 1  # adopted by the keeper: still in the tree, though in a session of its own
-        assert stop_tree(proc, grace_s=1.0) == 1 and _all_gone([left[0].pid]) == []
-        assert _all_gone([proc.keeper_pid]) == []  # and the keeper collected
+        assert stop_tree(proc, grace_s=1.0) == 1 and still_running([left[0].pid]) == []
+        assert still_running([proc.keeper_pid]) == []  # and the keeper collected
     finally:
         proc.kill()
         for leftover in proc.adopted():

@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from _support import FIXTURES, sigint_as_at_a_terminal
+from _support import FIXTURES, sigint_as_at_a_terminal, still_running, trial_snapshot
 from torchpace.compare.schema import COMPARE_RESULT_SCHEMA
 
 SLEEPY = f"{FIXTURES / 'pair_workloads.py'}:sleepy_loader"
@@ -82,8 +82,7 @@ def test_ctrl_c_ends_both_arms(tmp_path):
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
         assert proc.returncode == 130, proc.stderr.read()[-2000:]
-        _, alive = psutil.wait_procs(members, timeout=10)
-        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+        assert still_running([p.pid for p in members], 10.0) == []
     finally:
         proc.kill()
         proc.wait()
@@ -93,9 +92,8 @@ def _arms_taking_turns(pid: int, within_s: float) -> list[psutil.Process]:
     """The two trial processes of `pid` once one of them has been stopped for its turn."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        trial = [p for p in psutil.Process(pid).children(recursive=True) if "torchpace.trial" in " ".join(p.cmdline())]
-        arms = [p for p in trial if p.ppid() not in {t.pid for t in trial}]  # each under its keeper, workers aside
-        if len(arms) == 2 and any(p.status() == psutil.STATUS_STOPPED for p in arms):
+        arms, _, stopped = trial_snapshot(pid)
+        if len(arms) == 2 and stopped:
             return arms
         time.sleep(0.1)
     raise AssertionError("the arms never took turns")

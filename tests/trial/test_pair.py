@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from _support import FIXTURES
+from _support import FIXTURES, still_running, trial_snapshot
 from torchpace.host import probe_host
 from torchpace.trial.pair import ALTERNATING, PARTNER, SEQUENTIAL, PairOptions, run_pair, sequential_reason
 from torchpace.protocol import TrialSpec
@@ -25,25 +25,6 @@ WORKERS = {"data.num_workers": 1}
 
 def _spec(name: str, config: dict | None = None, max_time_s: float = 4.0, **fields) -> TrialSpec:
     return TrialSpec(workload=f"{PAIR_WORKLOADS}:{name}", config=dict(config or {}), max_time_s=max_time_s, **fields)
-
-
-def _gone_within(pids: list[int], seconds: float) -> list[psutil.Process]:
-    """The processes of `pids` still running (not zombies) after up to `seconds`."""
-    deadline = time.monotonic() + seconds
-    alive = []
-    while time.monotonic() < deadline:
-        alive = []
-        for pid in pids:
-            try:
-                proc = psutil.Process(pid)
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(proc)
-            except psutil.NoSuchProcess:
-                continue
-        if not alive:
-            return []
-        time.sleep(0.1)
-    return alive
 
 
 @pytest.mark.slow
@@ -118,19 +99,15 @@ def test_sigkill_of_the_parent_leaves_no_stopped_arm(tmp_path):
         # at a turn's change an arm that reported its window stops itself a moment later: look again until
         # the snapshot catches both arms with their worker and one arm stopped, waiting its turn
         for _ in range(100):
-            tree = psutil.Process(driver.pid).children(recursive=True)
-            trial = [p for p in tree if "torchpace.trial" in " ".join(p.cmdline())]  # arms, and their forked workers
-            arms = [p for p in trial if p.ppid() not in {t.pid for t in trial}]  # each under its keeper
-            workers = [p for p in tree if p.ppid() in {arm.pid for arm in arms}]
-            stopped = [p for p in arms if p.status() == psutil.STATUS_STOPPED]
+            arms, workers, stopped = trial_snapshot(driver.pid)
             if len(arms) == 2 and len(workers) >= 2 and stopped:
                 break
             time.sleep(0.1)
         assert len(arms) == 2 and len(workers) >= 2 and stopped
         driver.kill()
         driver.wait()
-        left = _gone_within([p.pid for p in arms + workers], 15.0)
-        assert not left, [(p.pid, p.status(), p.cmdline()) for p in left]
+        left = still_running([p.pid for p in arms + workers], 15.0)
+        assert not left, f"still running after the parent's SIGKILL: {left}"
     finally:
         driver.kill()
         driver.wait()
