@@ -1,6 +1,5 @@
 """`tune` on inference workloads, with real trial processes on planted models and tiny budgets."""
 
-import json
 
 import pytest
 import torch

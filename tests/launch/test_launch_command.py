@@ -65,7 +65,7 @@ def test_interpreter_note_only_when_the_named_one_is_another_file(tmp_path):
     assert interpreter_note(None, None, "/venv/bin/python") is None
     assert interpreter_note("python", str(other), str(other)) is None
     note = interpreter_note("python3.11", str(other), "/venv/bin/python")
-    assert f"runs with /venv/bin/python" in note and f"`{other} -m torchpace launch" in note
+    assert "runs with /venv/bin/python" in note and f"`{other} -m torchpace launch" in note
 
 
 @pytest.mark.parametrize("command", [["python", SCRIPT, "0"], ["python3", SCRIPT, "0"], [SCRIPT, "0"]])

@@ -3,7 +3,6 @@ binding through real numactl, and two "nodes" on this host joining one world ove
 
 from __future__ import annotations
 
-import pytest
 
 from launch_helpers import WORKERS, free_port, read_reports, run_launch, start_launch
 

@@ -5,6 +5,7 @@ import pytest
 from torchpace.measure.bench import BenchOptions
 from torchpace.trial.bench import run_bench
 
+from _support import still_running
 from fixtures.workloads import tiny_inference, tiny_mlp
 
 
@@ -69,5 +70,4 @@ def test_workers_are_shut_down_after_the_bench(host, compute_only):
     import gc
 
     gc.collect()
-    alive = [c for c in psutil.Process().children(recursive=True) if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-    assert alive == []
+    assert still_running([c.pid for c in psutil.Process().children(recursive=True)], timeout_s=0) == []

@@ -4,13 +4,11 @@ ends both, and nothing of either arm outlives the comparison, even when its pare
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from _support import FIXTURES, still_running, trial_snapshot

@@ -5,7 +5,6 @@ import os
 import re
 import sys
 
-import pytest
 
 from torchpace.trial import TrialSpec, plan_trial, run_trial
 

@@ -24,7 +24,7 @@ from torchpace.tune.study import ATTR, open_study, study_metadata
 from torchpace.tune.tuner import TuneOptions, Tuner
 
 from _postgres import start_fleet
-from _support import fixture_workload
+from _support import fixture_workload, still_running
 
 STUDY = "fleet"
 _KNOBS = ("data.num_workers",)  # two values a worker each can take at once; a second knob only adds minutes
@@ -87,8 +87,7 @@ def test_a_worker_killed_mid_trial_loses_nothing_and_its_trial_is_run_again(post
     finished_before = {t.number for t in _trials(url) if t.state.is_finished()}
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
-    _, alive = psutil.wait_procs(children, timeout=15)
-    assert alive == [], "trial processes outlived their killed tuner"
+    assert still_running([c.pid for c in children], 15.0) == [], "trial processes outlived their killed tuner"
     _wait_all([p for p in procs if p is not victim])
     trials = _trials(url)
     assert finished_before <= {t.number for t in trials if t.state.is_finished()}  # nothing finished was lost

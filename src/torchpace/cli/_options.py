@@ -6,8 +6,6 @@ import math
 
 import click
 
-from torchpace.errors import UsageError
-
 
 def workload_argument(func):
     return click.argument("workload", required=False, metavar="[WORKLOAD]")(func)

@@ -25,7 +25,6 @@ from torchpace.docs_gen.source import (
     constants_used,
     first_line,
     location,
-    module_constants,
     returned_strings,
     unique,
 )

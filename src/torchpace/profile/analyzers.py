@@ -25,9 +25,7 @@ from torchpace.profile.trace import (
     StepSpan,
     Trace,
     TraceEvent,
-    clip_to_steps,
     in_step_us,
-    union_us,
 )
 
 OK, INFO, WARN = Severity.OK, Severity.INFO, Severity.WARN
