@@ -11,9 +11,9 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
+from _support import still_running
 from torchpace.process import SignalForwarder, child_setup, exit_code, start_child, stop_tree
 
 PY = sys.executable
@@ -41,19 +41,6 @@ def _read_pid(path: Path) -> int:
     raise AssertionError(f"{path} was never written")
 
 
-def _is_gone(pid: int, timeout_s: float = _WAIT_S) -> bool:
-    """True once `pid` has exited (a zombie that nobody reaped counts as exited)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def _kill_quietly(*pids: int) -> None:
     for pid in pids:
         try:
@@ -73,7 +60,7 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_with_its_grandch
     try:
         found = stop_tree(proc, grace_s=0.5)
         assert proc.returncode == -signal.SIGKILL  # SIGTERM was ignored
-        assert found == 1 and _is_gone(grandchild)  # in a session of its own: not in the group, still stopped
+        assert found == 1 and still_running([grandchild], _WAIT_S) == []  # in a session of its own: not in the group, still stopped
     finally:
         _kill_quietly(proc.pid, grandchild)
 
@@ -84,8 +71,8 @@ def test_what_an_exited_child_left_in_its_group_is_stopped(tmp_path):
     grandchild = _read_pid(pid_file)
     try:
         assert proc.wait(timeout=_WAIT_S) == 0
-        assert not _is_gone(grandchild, timeout_s=0.2)  # orphaned, no longer a descendant of anyone we know
-        assert stop_tree(proc, grace_s=0.5) == 1 and _is_gone(grandchild)  # it ignores SIGTERM too (inherited)
+        assert still_running([grandchild], timeout_s=0.2) == [grandchild]  # orphaned, no longer a descendant of anyone we know
+        assert stop_tree(proc, grace_s=0.5) == 1 and still_running([grandchild], _WAIT_S) == []  # it ignores SIGTERM too (inherited)
         assert stop_tree(proc, grace_s=0.5) == 0  # nothing left: a no-op
     finally:
         _kill_quietly(grandchild)
@@ -113,7 +100,7 @@ def test_the_child_dies_when_its_parent_is_killed_outright(tmp_path, how):
         child = _read_pid(ready)  # written once the child's death signal is in place
         parent.kill()
         parent.wait(timeout=_WAIT_S)
-        assert _is_gone(child), "the child outlived its parent's SIGKILL"
+        assert still_running([child], _WAIT_S) == [], "the child outlived its parent's SIGKILL"
     finally:
         parent.kill()
         parent.wait()
@@ -164,7 +151,7 @@ def test_the_tree_is_killed_after_a_second_signal_or_the_grace(tmp_path, second_
             now[0] = 31.0
         assert forwarder.wait(proc, poll_s=0.05) == -signal.SIGKILL
         assert forwarder.killed and forwarder.received[-1].startswith("SIGKILL (")
-        assert _is_gone(grandchild)
+        assert still_running([grandchild], _WAIT_S) == []
     finally:
         _kill_quietly(proc.pid, grandchild)
         proc.wait()

@@ -13,11 +13,10 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from rich.console import Console
 
-from _support import sigint_as_at_a_terminal
+from _support import sigint_as_at_a_terminal, still_running
 from torchpace.cli import main
 from torchpace.errors import UsageError
 from torchpace.monitor.live import LiveView, PlainView
@@ -138,13 +137,6 @@ def _wait_for_tree(csv_path: Path, procs: int, timeout_s: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def test_sigterm_is_forwarded_and_nothing_is_left_running(tmp_path):
     pids_file = tmp_path / "pids.json"
     script = _script(tmp_path, "leave.py", LEAVES_PROCESSES)
@@ -164,7 +156,7 @@ def test_sigterm_is_forwarded_and_nothing_is_left_running(tmp_path):
     summary = json.loads(out)
     assert summary["exit_code"] == 143 and summary["signals_forwarded"] == ["SIGTERM"]
     assert summary["leftover_processes_stopped"] >= 2  # the stubborn one and the escaped one
-    assert [pid for pid in pids if _running(pid)] == []
+    assert still_running(pids, timeout_s=0) == []
 
 
 def test_ctrl_c_is_forwarded(tmp_path):
