@@ -209,3 +209,48 @@ def test_a_script_without_an_optimizer_steps_at_each_backward_and_without_batche
         result = TrialResult.from_dict(json.load(f))
     assert exits == [0] and result.bench.script.step_source == "backward" and result.bench.script.samples_source is None
     assert result.bench.throughput.samples_per_s is None and result.bench.throughput.steps_per_s == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("batches_per_epoch", [6, 7])
+def test_a_loader_that_reads_a_batch_ahead_counts_the_batches_each_step_used(tmp_path, batches_per_epoch):
+    """accelerate's DataLoaderShard (under every Hugging Face Trainer) reads the next batch before it yields
+    one, to know where an epoch ends: an epoch's first step has read one batch more than it used, its last
+    one fewer. Each step counts the batches it used (2 micro-batches; an odd epoch ends on a step of one,
+    as the Trainer's does), so every window of steps of 2 batches counts 2 a step, wherever it starts."""
+    script = Script(tmp_path, max_time_s=10.0, target_ci_rel=0.01)
+    probe, clock = script.probe, script.clock
+    used, counted = [], []  # per step: the samples it used, and those the probe counted for it
+
+    def base_loader():  # the DataLoader's own iterator, where the hook counts what is read
+        for _ in range(batches_per_epoch):
+            clock.now += WAIT_S
+            probe.on_batch(torch.zeros(BATCH, 3), WAIT_S)
+            yield BATCH
+
+    def one_ahead():  # DataLoaderShard.__iter__
+        batches = base_loader()
+        current = next(batches)
+        for following in batches:
+            yield current
+            current = following
+        yield current
+
+    while not probe.finished:
+        step = 0
+        for index, batch in enumerate(one_ahead()):
+            clock.now += COMPUTE_S
+            probe.on_backward(torch.tensor(1.0))
+            step += batch
+            if index % 2 == 1 or index == batches_per_epoch - 1:
+                probe.on_optimizer_step(script.optimizer)
+                used.append(step)
+                counted.append(probe.last_step_samples)
+                step = 0
+            if probe.finished:
+                break
+    assert counted == used and set(used) == ({2 * BATCH} if batches_per_epoch % 2 == 0 else {BATCH, 2 * BATCH})
+    throughput = script.result().bench.throughput
+    if batches_per_epoch % 2 == 0:  # every window counts 2 batches a step: samples/s is steps/s x 2 batches
+        windows = list(zip(throughput.window_samples_per_s, throughput.window_steps_per_s))
+        assert len(windows) >= 6 and [samples / steps for samples, steps in windows] == pytest.approx([2 * BATCH] * len(windows))
+        assert throughput.samples_per_s == pytest.approx(2 * BATCH * throughput.steps_per_s)

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from typing import Any
 
 from torchpace.engine.batch import batch_len
@@ -58,7 +59,7 @@ class ScriptProbe:
         self.step_losses: list = []
         self.losses: list = []
         self.backwards_per_step: list[int] = []
-        self.pending_samples = 0
+        self.fetched: deque[int] = deque()  # sizes of the batches read and not yet counted in a step
         self.batches_seen = 0
         self.last_step_samples: int | None = None
         self.wait_s = 0.0
@@ -97,7 +98,7 @@ class ScriptProbe:
             size = batch_len(batch)
         except ValueError:  # no tensor with a batch dimension: the samples stay unknown
             return
-        self.pending_samples += size
+        self.fetched.append(size)
         self.batches_seen += 1
 
     def note_step(self) -> None:
@@ -121,11 +122,7 @@ class ScriptProbe:
         self._close_step_loss()
         self.steps += 1
         self.note_step()
-        samples, self.pending_samples = self.pending_samples, 0
-        if self.spec.samples_per_step:
-            samples = self.spec.samples_per_step
-        if samples:
-            self.last_step_samples = samples
+        samples = self.step_samples()
         if self.meter is None:
             if not self.compile_pending():
                 self._start_meter()
@@ -176,6 +173,26 @@ class ScriptProbe:
             except OutputWriteFailed:
                 status = OWN_FAILURE_EXIT
         self.end(status)
+
+    def step_samples(self) -> int:
+        """The samples of the step that just ended (after `_close_step_loss`): the batches its backward
+        passes consumed, one batch each, in the order they were read.
+
+        A loader wrapper may read one batch ahead of the script to know where an epoch ends (accelerate's
+        `DataLoaderShard`, under every Hugging Face Trainer, and Lightning's prefetching fetcher do): the
+        batches read since the last step are then one more than the step used at an epoch's first step and
+        one fewer at its last. Counted as read, a window that held one of those steps and not the other was
+        off by a batch. One batch read ahead is carried to the next step; more than that (batches with no
+        backward of their own: validation, a second loader) is counted in this step, as is every batch of a
+        step without a backward the probe saw."""
+        backwards = self.backwards_per_step[-1] if self.backwards_per_step else 0
+        take = len(self.fetched) if not backwards else min(len(self.fetched), max(backwards, len(self.fetched) - 1))
+        samples = sum(self.fetched.popleft() for _ in range(take))
+        if self.spec.samples_per_step:
+            samples = self.spec.samples_per_step
+        if samples:
+            self.last_step_samples = samples
+        return samples
 
     def _close_step_loss(self) -> None:
         import torch

@@ -70,9 +70,7 @@ class ScriptProfiler(ScriptProbe):
         self._close_step_loss()
         self.steps += 1
         self.note_step()
-        self.pending_samples, samples = 0, self.pending_samples
-        if samples:
-            self.last_step_samples = samples
+        self.step_samples()
         if self.prof is None and self.document is None and self.steps >= self.wait:
             if not self.compile_pending():  # the steps that compile stay untraced
                 self.wait = self.steps
