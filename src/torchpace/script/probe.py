@@ -179,9 +179,8 @@ class ScriptProbe:
         passes consumed, one batch each, in the order they were read.
 
         A loader wrapper may read one batch ahead of the script to know where an epoch ends (accelerate's
-        `DataLoaderShard`, under every Hugging Face Trainer, and Lightning's prefetching fetcher do): the
-        batches read since the last step are then one more than the step used at an epoch's first step and
-        one fewer at its last. Counted as read, a window that held one of those steps and not the other was
+        `DataLoaderShard`, under every Hugging Face Trainer, does): the batches read since the last step are
+        then one more than the step used at an epoch's first step and one fewer at its last. Counted as read, a window that held one of those steps and not the other was
         off by a batch. One batch read ahead is carried to the next step; more than that (batches with no
         backward of their own: validation, a second loader) is counted in this step, as is every batch of a
         step without a backward the probe saw."""
