@@ -180,12 +180,14 @@ class ScriptProbe:
 
         A loader wrapper may read one batch ahead of the script to know where an epoch ends (accelerate's
         `DataLoaderShard`, under every Hugging Face Trainer, does): the batches read since the last step are
-        then one more than the step used at an epoch's first step and one fewer at its last. Counted as read, a window that held one of those steps and not the other was
-        off by a batch. One batch read ahead is carried to the next step; more than that (batches with no
-        backward of their own: validation, a second loader) is counted in this step, as is every batch of a
-        step without a backward the probe saw."""
+        then one more than the step used at an epoch's first step and one fewer at its last. Counted as
+        read, a window that held one of those steps and not the other was off by a batch. One batch read
+        ahead is carried to the next step; more than that (batches with no backward of their own:
+        validation, a second loader) is counted in this step, as is every batch of a step without a
+        backward the probe saw."""
         backwards = self.backwards_per_step[-1] if self.backwards_per_step else 0
-        take = len(self.fetched) if not backwards else min(len(self.fetched), max(backwards, len(self.fetched) - 1))
+        read = len(self.fetched)
+        take = read if not backwards else min(read, max(backwards, read - 1))
         samples = sum(self.fetched.popleft() for _ in range(take))
         if self.spec.samples_per_step:
             samples = self.spec.samples_per_step
