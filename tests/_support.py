@@ -174,8 +174,9 @@ def trial_snapshot(pid: int) -> tuple[list, list, list]:
     live = []
     for process in psutil.Process(pid).children(recursive=True):
         try:
-            if process.status() != psutil.STATUS_ZOMBIE:
-                live.append((process, process.ppid(), process.status(), " ".join(process.cmdline())))
+            status = process.status()
+            if status != psutil.STATUS_ZOMBIE:
+                live.append((process, process.ppid(), status, " ".join(process.cmdline())))
         except psutil.NoSuchProcess:  # ZombieProcess is one: it ended between two reads
             continue
     trial_pids = {process.pid for process, _, _, cmdline in live if "torchpace.trial" in cmdline}
