@@ -235,3 +235,38 @@ def test_a_second_comparison_after_too_few_rounds_runs_longer_for_the_missing_on
     again = pair("confirm-pair:precision.amp=bf16", BF16, [4.7, 5.2, 5.0, 4.8, 5.3])
     decision = play([base(), aa(), first, again], SPACE[1:]).decisions[0]
     assert decision.accepted_value == "bf16" and decision.rounds == 7 and "for 2x the trial time" in decision.reason
+
+
+WORKERS_2 = {"data.num_workers": 2}
+KEPT_WORKERS = [base(), aa(), pair("pair:data.num_workers=1", {"data.num_workers": 1}, [1.4, 1.5, 1.45, 1.5, 1.42, 1.48]),
+                pair("pair:data.num_workers=2", WORKERS_2, [1.9, 2.0, 1.95, 2.1, 1.92, 2.05, 1.98])]
+
+
+def test_a_budget_short_of_two_comparisons_runs_the_final_one_for_the_config_kept_so_far():
+    state = plan_greedy(SPACE, KEPT_WORKERS, finish=True)
+    assert state.next.slot == "final" and state.next.config == WORKERS_2 and state.next.reference == {}
+    assert state.left_undecided == ["precision.amp"] and not state.done
+    done = plan_greedy(SPACE, KEPT_WORKERS + [pair("final", WORKERS_2, [1.9, 2.0, 1.95, 1.97, 2.02, 1.99])], finish=True)
+    assert done.done and done.final.config == WORKERS_2 and [d.knob for d in done.decisions] == ["data.num_workers"]
+    # without the budget's say the same records go on to the next knob: nothing decided is lost
+    assert plan_greedy(SPACE, KEPT_WORKERS).next.slot == "pair:precision.amp=bf16"
+
+
+def test_with_nothing_kept_a_short_budget_runs_the_next_candidate_as_there_is_nothing_to_compare():
+    table = [base(), aa(), pair("pair:data.num_workers=1", {"data.num_workers": 1}, [0.9] * 6),
+             pair("pair:data.num_workers=2", WORKERS_2, [0.95] * 6)]
+    state = plan_greedy(SPACE, table, finish=True)
+    assert state.next.slot == "pair:precision.amp=bf16" and state.left_undecided == []
+
+
+def test_a_resume_that_decides_more_knobs_compares_the_new_incumbent_in_a_final_slot_of_its_own():
+    early_final = pair("final", WORKERS_2, [1.9, 2.0, 1.95, 1.97, 2.02, 1.99])
+    both = {**WORKERS_2, **BF16}
+    table = KEPT_WORKERS + [early_final, pair("pair:precision.amp=bf16", both, [1.3, 1.28, 1.31, 1.29, 1.32, 1.3],
+                                              reference=WORKERS_2)]
+    state = plan_greedy(SPACE, table)
+    assert state.incumbent == both and state.next.slot == "final:2" and state.next.config == both
+    done = plan_greedy(SPACE, table + [pair("final:2", both, [2.5, 2.6, 2.55, 2.52, 2.58, 2.6])])
+    assert done.done and done.final.slot == "final:2"
+    # a final comparison of the same config is not run twice
+    assert plan_greedy(SPACE, KEPT_WORKERS + [early_final], finish=True).final.slot == "final"

@@ -4,6 +4,9 @@ reported with the figures that tune printed when it ran, and HTML-rendered in it
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+
 import pytest
 
 from _support import FIXTURES, restore_recorded_study
@@ -11,7 +14,7 @@ from torchpace.report import write_report
 from torchpace.report.load import load_report_data
 from torchpace.tune.attrs import Assignment, StudyAttrs
 from torchpace.tune.figures import PAIRED_FIGURES_NOTE, SPEEDUP_FROM_FINAL
-from torchpace.tune.policy import GREEDY_REVISION
+from torchpace.tune.policy import GREEDY_REVISION, Proposal
 from torchpace.tune.tuner import TuneOptions, Tuner
 
 RECORDED = FIXTURES / "studies" / "paired_greedy.json"
@@ -77,3 +80,18 @@ def test_a_stretched_comparison_runs_for_its_multiple_of_the_trial_time(tmp_path
     assert capped._trial_spec(Assignment(config={}, reference={}, time_factor=2.0))[1] == 60.0  # a set cap stretches too
     # the factor is stored with the trial's assignment, so a resumed tune runs the same slot for as long
     assert Assignment(time_factor=2.0).to_attrs()["time_factor"] == 2.0 and "time_factor" not in Assignment().to_attrs()
+
+
+def test_the_budget_is_short_when_it_would_not_hold_the_next_comparison_and_the_final_one(recorded_db, tmp_path, host):
+    # the recorded comparisons took: candidates 7.2-9.6 s (median 8.6), the A/A and final ones 6.7 and 7.9 (7.3)
+    tuner = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{recorded_db}", study="paired-sleepy",
+                              resume=True, out=tmp_path / "t.toml"), host)
+    candidate = Proposal("pair:x", "candidate", {})
+    tuner.deadline = time.monotonic() + 14.0
+    assert tuner._budget_short(candidate)  # 14 s < 8.6 + 7.3
+    tuner.deadline = time.monotonic() + 20.0
+    assert not tuner._budget_short(candidate)
+    assert tuner._budget_short(replace(candidate, time_factor=2.0))  # a stretched comparison: 20 s < 2 x 8.6 + 7.3
+    fresh = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "n.toml"), host)
+    fresh.deadline = time.monotonic() + 1.0
+    assert not fresh._budget_short(candidate)  # no comparison yet to judge the time by

@@ -15,10 +15,11 @@ import pytest
 
 from torchpace.config import load_config
 from torchpace.errors import UsageError
+from torchpace.tune.figures import SPEEDUP_FROM_FINAL
 from torchpace.tune.study import open_storage
 from torchpace.tune.tuner import TuneOptions, Tuner
 
-from _support import faked_host, faked_host_env, fixture_workload
+from _support import FIXTURES, faked_host, faked_host_env, fixture_workload
 
 
 def _options(tmp_path, name, knobs, **kw):
@@ -165,3 +166,22 @@ def test_two_tuners_on_one_sqlite_study_both_make_progress(tmp_path):
     assert len(workers) >= 2
     slots = [t["slot"] for t in trials if t["status"] in ("ok", "crash", "oom", "timeout", "nonfinite", "invalid")]
     assert len(slots) == len(set(slots))
+
+
+def test_a_budget_short_of_the_next_comparison_and_the_final_one_runs_the_final_one(tmp_path, host):
+    # sleepy_loader: a batch waits 40 ms for its item, so DataLoader workers help however busy the CPUs are;
+    # the tuner's judgement of its budget is replaced by one that finds it short once the next knob's turn comes
+    options = TuneOptions(workload=str(FIXTURES / "pair_workloads.py") + ":sleepy_loader", storage=f"sqlite:///{tmp_path / 's.db'}",
+                          out=tmp_path / "torchpace.toml", knobs=frozenset({"data.num_workers", "optimizer.impl"}),
+                          trial_time_s=3.0, guard_steps=6, budget_s=600)
+    notices = []
+    tuner = Tuner(options, host, on_event=lambda kind, **data: notices.append(data["message"]) if kind == "notice" else None)
+    tuner.sampler.budget_short = lambda proposal: proposal.knob == "optimizer.impl"
+    outcome = tuner.run()
+    slots = [t.slot for t in outcome.trials]
+    assert not any(slot.startswith(("pair:optimizer.impl", "confirm-pair:optimizer.impl")) for slot in slots), slots
+    assert outcome.best_config.get("data.num_workers", 0) > 0, outcome.decisions
+    final = next(t for t in outcome.trials if t.slot == "final")
+    assert final.config == outcome.best_config and outcome.speedup_figure.source == SPEEDUP_FROM_FINAL
+    assert outcome.stopped == "budget" and any("not decided: optimizer.impl" in n for n in notices), notices
+    assert load_config(outcome.out_path).values == outcome.best_config

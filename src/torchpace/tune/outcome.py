@@ -20,6 +20,7 @@ from torchpace.tune.figures import (ComparisonFigure, OtherLoad, ReportedDecisio
                                     paired_speedup)
 from torchpace.tune.figures import speedup as figure_speedup
 from torchpace.tune.guard import check_trial_guard
+from torchpace.tune.policy import is_final_slot
 from torchpace.tune.study import baseline_guard, trial_records
 
 GUARD_NOTE = ("The convergence guard compares each candidate's loss over the first {n} seeded steps (same "
@@ -459,8 +460,9 @@ def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta,
     usable_cores = max((r.usable_cores or 1 for r in rows), default=1)
     decisions = tuple(ReportedDecision(d, load_note(d.other_load_cores, usable_cores, [d.knob])) for d in state.decisions)
     accepted = _paired_changes(decisions, rows, meta.objective) if baseline else []
-    final = next((r for r in rows if r.slot == "final" and r.status == "ok" and comparison(r.pair)), None)
-    final = final if final is not None and final.config == dict(state.incumbent) else None
+    # the final comparison of the incumbent (`final`, or `final:N` after a resume decided more knobs)
+    final = next((r for r in reversed(rows) if is_final_slot(r.slot) and r.status == "ok" and comparison(r.pair)
+                  and r.config == dict(state.incumbent)), None)
     best = baseline
     speedup = paired_speedup(final.pair if final else None, [a.step_gain for a in accepted])
     if baseline and final:

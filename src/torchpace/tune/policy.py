@@ -31,7 +31,12 @@ decision is the spread of its own paired ratios, not the spread between two sepa
    busy host: the warm-ups took most of the trial time), the second runs for a multiple of the trial
    time (`Proposal.time_factor`, up to `_MAX_STRETCH`) sized to give the missing rounds;
 5. once every knob is decided, the tuned config is compared with the defaults (slot `final`): that
-   ratio and its CI are the speedup reported.
+   ratio and its CI are the speedup reported. When the budget left would not hold both the next
+   candidate's comparison and the final one (the tuner judges that: `plan_greedy(..., finish=True)`),
+   the knobs not yet decided are left so and the config kept so far gets its final comparison, so
+   a tune cut by its budget still reports a tuned-vs-defaults ratio measured in alternation. A final
+   comparison whose config is no longer the incumbent (a `--resume` with a larger budget decided
+   more knobs) is kept as it was, and the new incumbent gets one of its own (`final:2`, ...).
 
 Because every decision is recomputed from the trial records, a killed tune resumes exactly where
 it stopped, and several processes on one study each take a different pending trial.
@@ -216,6 +221,7 @@ class GreedyState:
     cores_first_knobs: list[str] = field(default_factory=list)
     noise: Record | None = None  # paired: the defaults compared with themselves (A/A)
     final: Record | None = None  # paired: the tuned config compared with the defaults
+    left_undecided: list[str] = field(default_factory=list)  # paired: knobs left for the final comparison (`finish`)
 
     @property
     def noise_frac(self) -> float:
@@ -276,7 +282,7 @@ def order_stages(stages: list[str], baseline: Record) -> list[str]:
 
 def plan_greedy(space: list[KnobSpace], records: Iterable[Record],
                 conflicts: Callable[[dict], str | None] = lambda config: None, paired: bool = True,
-                revision: int = GREEDY_REVISION) -> GreedyState:
+                revision: int = GREEDY_REVISION, finish: bool = False) -> GreedyState:
     """Replay every decision from `records` and say what to run next.
 
     Args:
@@ -286,19 +292,25 @@ def plan_greedy(space: list[KnobSpace], records: Iterable[Record],
         paired: decide by paired comparisons (every study since they came); False replays a study tuned
             before, each trial measured alone.
         revision: the paired policy's revision the study was tuned with (see the module's docstring).
+        finish: paired: the budget left holds one more comparison, not two: instead of the next
+            candidate, compare the config kept so far with the defaults (`GreedyState.left_undecided`
+            names the knobs not decided).
     """
     replay = _Replay(records)
     state = replay.state
     state.paired, state.revision = paired, revision
     try:
-        (_walk_paired if paired else _walk)(space, replay, conflicts)
+        if paired:
+            _walk_paired(space, replay, conflicts, finish)
+        else:
+            _walk(space, replay, conflicts)
         state.done = state.next is None and not state.failed_baseline
     except _Blocked:
         state.waiting = state.next is None
     return state
 
 
-def _walk_paired(space: list[KnobSpace], replay: _Replay, conflicts) -> None:
+def _walk_paired(space: list[KnobSpace], replay: _Replay, conflicts, finish: bool = False) -> None:
     state = replay.state
     base = replay.need_all([Proposal("baseline", "baseline", {})])[0]
     if not base.usable:
@@ -314,10 +326,34 @@ def _walk_paired(space: list[KnobSpace], replay: _Replay, conflicts) -> None:
         if state.cores_first:  # stable: each group keeps the stage order
             knobs.sort(key=lambda k: not k.shares_cores)
             state.cores_first_knobs = [k.name for k in knobs if k.shares_cores]
-    for knob in knobs:
-        _decide_knob_paired(knob, replay, conflicts)
+    for i, knob in enumerate(knobs):
+        try:
+            _decide_knob_paired(knob, replay, conflicts)
+        except _Blocked:
+            # the budget holds one more comparison: the final one, when a config was kept (else nothing
+            # would be compared; the candidate runs, and the budget may cut it)
+            if not (finish and state.incumbent and state.next is not None and state.next.kind == "candidate"):
+                raise
+            state.next = None
+            state.left_undecided = [k.name for k in knobs[i:]]
+            break
     if state.incumbent:
-        state.final = replay.need_all([Proposal("final", "final", dict(state.incumbent), reference={})])[0]
+        state.final = _need_final(replay, state.incumbent)
+
+
+def is_final_slot(slot: str) -> bool:
+    """Whether `slot` is a final comparison's (`final`, `final:2`, ...)."""
+    return slot == "final" or slot.startswith("final:")
+
+
+def _need_final(replay: _Replay, incumbent: dict) -> Record:
+    """The final comparison of `incumbent` with the defaults: slot `final`, or `final:N` when the earlier
+    final slots compared configs that are no longer the incumbent (see the module's docstring)."""
+    n, slot = 1, "final"
+    while slot in replay.by_slot and replay.by_slot[slot].config != incumbent:
+        n += 1
+        slot = f"final:{n}"
+    return replay.need_all([Proposal(slot, "final", dict(incumbent), reference={})])[0]
 
 
 def _cores_first(noise: Record | None, knobs: list[KnobSpace]) -> str | None:

@@ -43,11 +43,19 @@ class GreedySampler(BaseSampler):
         self.paired = paired
         self.revision = revision
         self._logged_order = False
+        # the tuner's judgement of its budget: True when the time left would not hold both the next
+        # proposal's comparison and the final one (`plan_greedy`'s `finish`)
+        self.budget_short: Callable[[Proposal], bool] = lambda proposal: False
 
     def plan(self, study: optuna.Study, exclude_number: int | None = None) -> GreedyState:
-        """Replay the study's trials (all but trial `exclude_number`) into the policy's state."""
+        """Replay the study's trials (all but trial `exclude_number`) into the policy's state; when the
+        budget is short of the next candidate's comparison and the final one, the final one is next."""
         trials = [t for t in study.get_trials(deepcopy=False) if t.number != exclude_number]
-        return plan_greedy(self.space, build_records(trials), self.conflicts, paired=self.paired, revision=self.revision)
+        records = build_records(trials)
+        state = plan_greedy(self.space, records, self.conflicts, paired=self.paired, revision=self.revision)
+        if self.paired and state.next is not None and state.next.kind == "candidate" and self.budget_short(state.next):
+            state = plan_greedy(self.space, records, self.conflicts, paired=True, revision=self.revision, finish=True)
+        return state
 
     def assign(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> GreedyState:
         """Pin the next proposal (or wait/done) on `trial`; tuners sharing the study take turns here, so

@@ -9,6 +9,7 @@ import logging
 import os
 import shlex
 import socket
+import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -178,9 +179,11 @@ class Tuner:
         if options.strategy == "greedy":  # a study tuned before (paired comparisons, a revision) goes on as it was tuned
             stored = StudyAttrs.of(self.study)
             self.sampler.paired, self.sampler.revision = stored.paired, stored.greedy_revision
+            self.sampler.budget_short = self._budget_short
         _log.info("study %r: %d trials stored; strategy %s over %s; budget %.0f s", self.study_name,
                   len(self.study.get_trials(deepcopy=False)), options.strategy, [k.name for k in self.space], options.budget_s)
         self.deadline = time.monotonic() + options.budget_s
+        self._left_undecided: list[str] = []  # greedy: knobs the budget left for the final comparison
 
     def _target(self):
         """The Workload to tune, or for script mode what the knobs can know of the script before it runs."""
@@ -204,6 +207,12 @@ class Tuner:
                     self.study.optimize(self._objective, n_trials=self.options.max_trials, timeout=self.options.budget_s,
                                         catch=(_TrialFailed,), callbacks=[self._after_trial])
                     stopped = "done" if self._search_done() else self._why_stopped()
+                    if self._left_undecided:  # the budget held the final comparison, not every knob
+                        stopped = "budget"
+                        self.on_event("notice", message=(
+                            f"the budget left held one more comparison, so the config kept so far was compared with "
+                            f"the defaults; not decided: {', '.join(self._left_undecided)} (`--resume` with a larger "
+                            "--budget decides them)"))
         except KeyboardInterrupt:
             stopped = "interrupted"
             raise
@@ -249,6 +258,22 @@ class Tuner:
             return "budget"
         return "max-trials" if self.options.max_trials else "done"
 
+    def _budget_short(self, proposal) -> bool:
+        """Whether the budget left would not hold both `proposal`'s comparison and the final one, each taking
+        as long as this study's comparisons of its kind took: a candidate's, the median of the candidates'
+        (times the proposal's time factor, for a stretched second comparison); the final one, the median of
+        the A/A and final comparisons', which like it run to their CI target or the trial time. False until
+        a comparison has finished (nothing to judge by)."""
+        walls = {"candidate": [], "whole": []}
+        for record in trial_records(self.study.get_trials(deepcopy=False)):
+            if record.status == "ok" and record.pair is not None and record.pair.wall_time_s:
+                walls["candidate" if record.assignment.kind == "candidate" else "whole"].append(record.pair.wall_time_s)
+        if not walls["candidate"] and not walls["whole"]:
+            return False
+        candidate_s = statistics.median(walls["candidate"] or walls["whole"]) * (proposal.time_factor or 1)
+        final_s = statistics.median(walls["whole"] or walls["candidate"])
+        return self.deadline - time.monotonic() < candidate_s + final_s
+
     def _enqueue_baseline(self) -> None:
         if self.options.strategy == "greedy" or self.study.get_trials(deepcopy=False):
             return
@@ -256,9 +281,12 @@ class Tuner:
         self.study.enqueue_trial(defaults, user_attrs={ATTR: Assignment(slot="baseline", kind="baseline").to_attrs()})
 
     def _search_done(self) -> bool:
+        """Whether greedy has nothing left to run: every knob decided, or the final comparison run early
+        for the budget (`GreedySampler.plan`), or a failed baseline."""
         if self.options.strategy != "greedy":
             return False
         state = self.sampler.plan(self.study)
+        self._left_undecided = state.left_undecided
         return state.done or bool(state.failed_baseline)
 
     def _after_trial(self, study, trial) -> None:
