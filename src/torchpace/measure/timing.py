@@ -16,7 +16,7 @@ In a paired comparison (`torchpace.trial.pair`) the meter takes turns with anoth
 `torchpace.measure.gate.Gate`: it stops before the first step and when warm-up is over (so the two
 warm-ups and any compile never overlap the other arm's measurement), then measures one window per
 turn, the first `turn_lead_in` of each turn's steps untimed (caches and clocks the other arm left
-cold), and the parent, which compares the two arms round by round, says when to end. A turn lasts
+cold; at least the first step, and no longer than that share of the turn's planned time), and the parent, which compares the two arms round by round, says when to end. A turn lasts
 about the window's planned time however the host's speed changes (between half and twice it).
 """
 
@@ -147,6 +147,7 @@ class WindowMeter:
         self._singles_s: list[float] = []  # single-step times after the first
         self._steps = self._samples = 0
         self._lead_in = 0  # untimed steps left at the start of this turn (paired comparisons)
+        self._lead_in_until = 0.0  # ... and the clock's reading at which the lead-in ends however many are left
 
     @property
     def done(self) -> bool:
@@ -165,8 +166,8 @@ class WindowMeter:
         if self.done:
             return None
         if self._lead_in:
-            self._lead_in -= 1
             self._window_start = self.clock()
+            self._lead_in = 0 if self._window_start >= self._lead_in_until else self._lead_in - 1
             return None
         self._steps += 1
         self._samples += samples
@@ -248,8 +249,12 @@ class WindowMeter:
             self.stopped_by, self.phase = "pair", "done"
         else:
             # a share of the turn's time, in whole steps: none for a window of a few long steps, where one
-            # step's cold caches are a small part of it and an untimed step would cost a whole step's time
+            # step's cold caches are a small part of it and an untimed step would cost a whole step's time;
+            # and no longer than that share of the planned time, should the steps have become much slower
+            # (two OpenMP threads beside busy processes: 100x), where a count of steps sized for fast ones
+            # would leave the turn mostly untimed and many times its planned length
             self._lead_in = round(self.options.turn_lead_in * self._per_window)
+            self._lead_in_until = self.clock() + self.options.turn_lead_in * self._per_window * self._step_s
 
     def _after_measured(self, window: Window) -> None:
         self.windows.append(window)
