@@ -62,7 +62,8 @@ class Comparison:
                                        enum=list(VERDICTS)))
     summary: str
     other_load_note: str | None = field(metadata=spec(
-        "said when other processes' load was material during the comparison"))
+        "said when other processes' load was material during the comparison (and then, when an arm's turns "
+        "ran at speeds 3x or more apart, that they did)"))
     usable_cores: int | None
     wall_time_s: float
 

@@ -42,6 +42,7 @@ from torchpace.workload import DEFAULT_WORKLOAD, load_workload
 
 _START_MARGIN_S = 120.0  # start-up, guard steps and compile beyond the measured time
 _WARMUP_SHARE = 0.4  # each arm's warm-up may use this share of --max-time (the bench's own rule)
+_SWITCHING_SPREAD = 3.0  # an arm whose fastest turn is this many times its slowest switched speed between turns
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,8 @@ def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b
     core_knobs = sorted({name for name, _ in changed if REGISTRY[name].shares_cores})
     loads = [load for load in (pair.other_load_a, pair.other_load_b) if load is not None]
     note = decision_note(max(loads), pair.usable_cores or 1, core_knobs) if loads else None
+    if note and (switched := _switching_arms(pair)):
+        note += f"; {switched}"
     verdict = _verdict(pair, summary)
     return Comparison(
         kind=RESULT_KIND, schema_version=RESULT_SCHEMA_VERSION, target=label,
@@ -124,6 +127,24 @@ def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b
         verdict=verdict, summary=_sentence(verdict, summary, pair), other_load_note=note,
         usable_cores=pair.usable_cores, wall_time_s=pair.wall_time_s,
     )
+
+
+def _switching_arms(pair: PairResult) -> str | None:
+    """Said when an arm's turns ran at speeds `_SWITCHING_SPREAD` or more apart: under other processes' load a
+    step with two or more OpenMP threads switches between its normal speed and one many times slower (a
+    thread waits at a barrier for one that lost its core), and keeps each for seconds, so its turns fall
+    in two groups and the ratio's CI stays wide however the turns are paired."""
+    said = []
+    for name, rates in (("A", pair.a_rates), ("B", pair.b_rates)):
+        measured = [r for r in rates if r > 0]
+        if len(measured) >= 2 and max(measured) >= _SWITCHING_SPREAD * min(measured):
+            said.append(f"arm {name}'s turns ran at {min(measured):,.0f} to {max(measured):,.0f} "
+                        f"({max(measured) / min(measured):.0f}x apart)")
+    if not said:
+        return None
+    return (f"{' and '.join(said)}: {'its' if len(said) == 1 else 'their'} speed switched between turns, as a step with two or more intra-op threads "
+            "does when other processes take their cores, so the ratio stays uncertain; with one intra-op thread "
+            "(`--set threads.intra_op=1` in both arms) such steps keep their speed")
 
 
 def _verdict(pair: PairResult, summary: Summary | None) -> str:
