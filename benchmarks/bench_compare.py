@@ -14,12 +14,20 @@ between a fast and a 20-100x slower regime from one turn to the next, one thread
 not depend on the CPU), `threads` (tabular with 2 intra-op threads against 1: an effect that depends
 on how many cores other processes leave free). `--busy N` runs N processes that spin
 (`while True: pass`) for the whole benchmark, as another user's jobs would.
+
+`--plain-loop SECONDS` first times the `tabular` step in a plain loop with no torchpace in it
+(`plain_loop.py`), with 2 intra-op threads and with 1, alternately `--repeats` times, each a fresh
+process beside the same busy processes: steps/s over each quarter second, their range, and the share of
+quarter seconds slower than a third of the run's median. It tells what the step does on such a host
+apart from how it is measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -67,12 +75,14 @@ def separate(workload: str, a: dict, b: dict, max_time_s: float, host) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="aa,aa1,workers,threads", help="comma-separated: " + ", ".join(CASES))
+    parser.add_argument("--cases", default="aa,aa1,workers,threads", help="comma-separated (empty: none): " + ", ".join(CASES))
     parser.add_argument("--repeats", type=count, default=3)
     parser.add_argument("--max-time", type=seconds, default=20.0, help="seconds of rounds per comparison")
     parser.add_argument("--busy", type=busy, default=0, metavar="N", help="processes that spin meanwhile (0-8)")
+    parser.add_argument("--plain-loop", type=seconds, metavar="SECONDS",
+                        help="first time the tabular step in a plain loop, 2 threads then 1, for this long each")
     args = parser.parse_args(argv)
-    cases = [c.strip() for c in args.cases.split(",")]
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]  # "": the plain loop alone
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         parser.error(f"--cases: unknown {unknown}; valid: {', '.join(CASES)}")
@@ -80,9 +90,25 @@ def main(argv=None) -> int:
     with BusyLoops(args.busy):
         print(f"# bench-compare: {args.repeats} repeats, {args.max_time:g} s of rounds, {args.busy} busy process(es), "
               f"{host.usable_cores} usable cores")
+        if args.plain_loop:
+            plain_loops(args.plain_loop, args.repeats)
         for case in cases:
             run_case(case, args, host)
     return 0
+
+
+def plain_loops(seconds_each: float, repeats: int) -> None:
+    print(f"\n## plain loop: the tabular step alone, no torchpace, {seconds_each:g} s a run, steps/s per quarter second")
+    for repeat in range(repeats):
+        for threads in (2, 1):
+            out = subprocess.run([sys.executable, str(HERE / "plain_loop.py"), str(threads), str(seconds_each)],
+                                 capture_output=True, text=True, check=True)
+            rates = json.loads(out.stdout.strip().splitlines()[-1])["rates"]
+            median = statistics.median(rates)
+            slow = sum(1 for r in rates if r < median / 3) / len(rates)
+            print(f"  {repeat + 1}: {threads} thread(s): median {median:.0f}, range {min(rates):.0f}-{max(rates):.0f} "
+                  f"({max(rates) / max(min(rates), 1e-9):.0f}x), slower than a third of the median: {slow:.0%}", flush=True)
+            print("     " + " ".join(f"{r:.0f}" for r in rates), flush=True)
 
 
 def run_case(case: str, args, host) -> None:
