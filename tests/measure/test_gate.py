@@ -149,26 +149,33 @@ def test_end_before_the_first_step_measures_nothing(clock):
         meter.result()
 
 
-@pytest.mark.parametrize("step_s, steps", [
-    (0.045, 5),  # 4.5x slower: a 10-step turn would take 0.45 s; it ends at the first step past twice its 0.1 s plan
-    (0.0015, 34),  # 6.7x faster (two OpenMP threads got their cores back): it goes on to the first step past half its plan
-])
-def test_a_turn_lasts_between_half_and_twice_its_planned_time_when_the_host_changes_speed(clock, step_s, steps):
+def _three_turns(clock, options: TimingOptions, warmup_step_s: float, step_s: float):
+    """A gated meter warmed up on steps of `warmup_step_s`, then measured over three turns of steps of
+    `step_s`: (its windows, the steps run during the turns, timed or not)."""
     parent = ScriptedParent(clock, end_after=3)
-    options = TimingOptions(window_s=0.1, turn_lead_in=0.0)
     try:
         gate = parent.gate()
         meter = WindowMeter(gate.clock, lambda: None, options, warmup_deadline=2.0, deadline=2.5, gate=gate)
         meter.start()
         while meter.phase != "measure":
-            clock.now += 0.01
+            clock.now += warmup_step_s
             meter.record(1)
+        turn_steps = 0
         while not meter.done:
             clock.now += step_s
             meter.record(1)
+            turn_steps += 1
     finally:
         parent.close()
-    windows = meter.result().windows
+    return meter.result().windows, turn_steps
+
+
+@pytest.mark.parametrize("step_s, steps", [
+    (0.045, 5),  # 4.5x slower: a 10-step turn would take 0.45 s; it ends at the first step past twice its 0.1 s plan
+    (0.0015, 34),  # 6.7x faster (two OpenMP threads got their cores back): it goes on to the first step past half its plan
+])
+def test_a_turn_lasts_between_half_and_twice_its_planned_time_when_the_host_changes_speed(clock, step_s, steps):
+    windows, _ = _three_turns(clock, TimingOptions(window_s=0.1, turn_lead_in=0.0), 0.01, step_s)
     assert [w.steps for w in windows] == [steps] * 3
     assert all(w.samples_per_s == pytest.approx(1 / step_s) for w in windows)
 
@@ -176,24 +183,8 @@ def test_a_turn_lasts_between_half_and_twice_its_planned_time_when_the_host_chan
 def test_a_turn_whose_steps_became_much_slower_spends_no_more_than_its_share_of_the_planned_time_untimed(clock):
     # sized on 1 ms steps: 100-step windows of 0.1 s, each turn's first 20 steps untimed (0.02 s); then every
     # step takes 50 ms (two OpenMP threads beside busy processes): 20 untimed steps would be a whole second
-    parent = ScriptedParent(clock, end_after=3)
-    options = TimingOptions(window_s=0.1, turn_lead_in=0.2)
-    try:
-        gate = parent.gate()
-        meter = WindowMeter(gate.clock, lambda: None, options, warmup_deadline=2.0, deadline=2.5, gate=gate)
-        meter.start()
-        while meter.phase != "measure":
-            clock.now += 0.001
-            meter.record(1)
-        measured_steps = 0
-        while not meter.done:
-            clock.now += 0.05
-            meter.record(1)
-            measured_steps += 1
-    finally:
-        parent.close()
-    windows = meter.result().windows
+    windows, turn_steps = _three_turns(clock, TimingOptions(window_s=0.1, turn_lead_in=0.2), 0.001, 0.05)
     # each turn: one untimed step (the lead-in's 0.02 s is over after it), then the window: 5 steps of
     # 50 ms, the first past twice its planned 0.1 s
     assert [w.steps for w in windows] == [5] * 3
-    assert measured_steps - sum(w.steps for w in windows) == 3
+    assert turn_steps - sum(w.steps for w in windows) == 3
