@@ -22,6 +22,11 @@ and random on at least 2 of 3 workloads.
 `--busy N` runs N processes that spin for the whole benchmark (another user's jobs). `--strategies
 greedy` runs greedy alone (tune's default; tpe and random only serve the comparison of strategies).
 
+`--remeasure-time S` gives the scoring comparisons (steps 3 and 4) S seconds of rounds each instead
+of the trial time: a loaded run wants tune's own trial time (20 s) for greedy, whose warm-ups come out
+of it, while a scoring comparison's rounds come after its warm-ups and need no more than the quiet
+default.
+
 `--keep DIR` keeps every study (SQLite), each strategy's torchpace.toml and `results.json`
 (all single and re-measured figures) under DIR. `--grid-from DIR` takes the grid's single runs from
 an earlier `--keep DIR` instead of running the grid again (it only picks the top 3 to re-measure;
@@ -167,7 +172,7 @@ def bench_workload(workload, args, workdir: Path, host, progress) -> dict:
         runs[strategy] = {"outcome": outcome, "wall_s": wall_s}
     top = sorted(single, key=single.get, reverse=True)[:GRID_TOP]
     configs = {key: json.loads(key) for key in [_key({}), *top, *(_key(r["outcome"].best_config) for r in runs.values())]}
-    figures = remeasure(workload, configs, args.rounds, args.trial_time, host, progress)
+    figures = remeasure(workload, configs, args.rounds, args.remeasure_time or args.trial_time, host, progress)
     median = {key: statistics.median(values) for key, values in figures.items()}
     oracle_key = max(configs, key=median.get)
     oracle = median[oracle_key]
@@ -178,8 +183,8 @@ def bench_workload(workload, args, workdir: Path, host, progress) -> dict:
     for run in runs.values():
         key = _key(run["outcome"].best_config)
         if key not in against_oracle:
-            against_oracle[key] = head_to_head(workload, configs[oracle_key], configs[key], args.rounds, args.trial_time,
-                                               host, progress)
+            against_oracle[key] = head_to_head(workload, configs[oracle_key], configs[key], args.rounds,
+                                               args.remeasure_time or args.trial_time, host, progress)
     rows = []
     for name, run in runs.items():
         key = _key(run["outcome"].best_config)
@@ -216,6 +221,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", default=list(SPACES), choices=list(SPACES))
     parser.add_argument("--trial-time", type=seconds, default=6.0, help="each trial's bench cap, seconds")
+    parser.add_argument("--remeasure-time", type=seconds,
+                        help="seconds of rounds of each scoring comparison (with the defaults, with the oracle); "
+                             "default: --trial-time")
     parser.add_argument("--guard-steps", type=count, default=10)
     parser.add_argument("--rounds", type=count, default=2,
                         help="comparisons of each scored config with the defaults, interleaved, and of each pick with the oracle")
