@@ -171,8 +171,8 @@ def test_two_tuners_on_one_sqlite_study_both_make_progress(tmp_path):
 def test_a_budget_short_of_the_next_comparison_and_the_final_one_runs_the_final_one(tmp_path, host):
     # sleepy_loader: a batch waits 40 ms for its item, so DataLoader workers help however busy the CPUs are;
     # the tuner's judgement of its budget is replaced by one that finds it short once the next knob's turn comes
-    options = TuneOptions(workload=str(FIXTURES / "pair_workloads.py") + ":sleepy_loader", storage=f"sqlite:///{tmp_path / 's.db'}",
-                          out=tmp_path / "torchpace.toml", knobs=frozenset({"data.num_workers", "optimizer.impl"}),
+    options = TuneOptions(workload=str(FIXTURES / "pair_workloads.py") + ":sleepy_loader",
+                          storage=f"sqlite:///{tmp_path / 's.db'}", out=tmp_path / "torchpace.toml", knobs=frozenset({"data.num_workers", "optimizer.impl"}),
                           trial_time_s=3.0, guard_steps=6, budget_s=600)
     notices = []
     tuner = Tuner(options, host, on_event=lambda kind, **data: notices.append(data["message"]) if kind == "notice" else None)

@@ -142,9 +142,10 @@ def _switching_arms(pair: PairResult) -> str | None:
                         f"({max(measured) / min(measured):.0f}x apart)")
     if not said:
         return None
-    return (f"{' and '.join(said)}: {'its' if len(said) == 1 else 'their'} speed switched between turns, as a step with two or more intra-op threads "
-            "does when other processes take their cores, so the ratio stays uncertain; with one intra-op thread "
-            "(`--set threads.intra_op=1` in both arms) such steps keep their speed")
+    whose = "its" if len(said) == 1 else "their"
+    return (f"{' and '.join(said)}: {whose} speed switched between turns, as a step with two or more intra-op "
+            "threads does when other processes take their cores, so the ratio stays uncertain; with one intra-op "
+            "thread (`--set threads.intra_op=1` in both arms) such steps keep their speed")
 
 
 def _verdict(pair: PairResult, summary: Summary | None) -> str:

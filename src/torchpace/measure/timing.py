@@ -16,8 +16,9 @@ In a paired comparison (`torchpace.trial.pair`) the meter takes turns with anoth
 `torchpace.measure.gate.Gate`: it stops before the first step and when warm-up is over (so the two
 warm-ups and any compile never overlap the other arm's measurement), then measures one window per
 turn, the first `turn_lead_in` of each turn's steps untimed (caches and clocks the other arm left
-cold; at least the first step, and no longer than that share of the turn's planned time), and the parent, which compares the two arms round by round, says when to end. A turn lasts
-about the window's planned time however the host's speed changes (between half and twice it).
+cold; at least the first step, and no longer than that share of the turn's planned time), and the
+parent, which compares the two arms round by round, says when to end. A turn lasts about the
+window's planned time however the host's speed changes (between half and twice it).
 """
 
 from __future__ import annotations
