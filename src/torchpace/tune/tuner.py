@@ -206,13 +206,15 @@ class Tuner:
                 if not self._search_done():
                     self.study.optimize(self._objective, n_trials=self.options.max_trials, timeout=self.options.budget_s,
                                         catch=(_TrialFailed,), callbacks=[self._after_trial])
-                    stopped = "done" if self._search_done() else self._why_stopped()
-                    if self._left_undecided:  # the budget held the final comparison, not every knob
+                    done = self._search_done()
+                    stopped = "done" if done else self._why_stopped()
+                    if self._left_undecided:  # the budget kept time for the final comparison, not for every knob
                         stopped = "budget"
+                        final = ("held one more comparison, so the config kept so far was compared with the defaults"
+                                 if done else "ran out before the config kept so far was compared with the defaults")
                         self.on_event("notice", message=(
-                            f"the budget left held one more comparison, so the config kept so far was compared with "
-                            f"the defaults; not decided: {', '.join(self._left_undecided)} (`--resume` with a larger "
-                            "--budget decides them)"))
+                            f"the budget left {final}; not decided: {', '.join(self._left_undecided)} (`--resume` "
+                            "with a larger --budget decides them)"))
         except KeyboardInterrupt:
             stopped = "interrupted"
             raise
