@@ -86,12 +86,12 @@ def test_the_budget_is_short_when_it_would_not_hold_the_next_comparison_and_the_
     # the recorded comparisons took: candidates 7.2-9.6 s (median 8.6), the A/A and final ones 6.7 and 7.9 (7.3)
     tuner = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{recorded_db}", study="paired-sleepy",
                               resume=True, out=tmp_path / "t.toml"), host)
-    candidate = Proposal("pair:x", "candidate", {})
+    candidate, trials = Proposal("pair:x", "candidate", {}), tuner.study.get_trials(deepcopy=False)
     tuner.deadline = time.monotonic() + 14.0
-    assert tuner._budget_short(candidate)  # 14 s < 8.6 + 7.3
+    assert tuner._budget_short(candidate, trials)  # 14 s < 8.6 + 7.3
     tuner.deadline = time.monotonic() + 20.0
-    assert not tuner._budget_short(candidate)
-    assert tuner._budget_short(replace(candidate, time_factor=2.0))  # a stretched comparison: 20 s < 2 x 8.6 + 7.3
+    assert not tuner._budget_short(candidate, trials)
+    assert tuner._budget_short(replace(candidate, time_factor=2.0), trials)  # a stretched comparison: 20 s < 2 x 8.6 + 7.3
     fresh = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "n.toml"), host)
     fresh.deadline = time.monotonic() + 1.0
-    assert not fresh._budget_short(candidate)  # no comparison yet to judge the time by
+    assert not fresh._budget_short(candidate, fresh.study.get_trials(deepcopy=False))  # no comparison yet to judge by

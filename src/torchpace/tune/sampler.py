@@ -43,9 +43,10 @@ class GreedySampler(BaseSampler):
         self.paired = paired
         self.revision = revision
         self._logged_order = False
-        # the tuner's judgement of its budget: True when the time left would not hold both the next
-        # proposal's comparison and the final one (`plan_greedy`'s `finish`)
-        self.budget_short: Callable[[Proposal], bool] = lambda proposal: False
+        # the tuner's judgement of its budget, from the study's trials as this replay read them: True when
+        # the time left would not hold both the next proposal's comparison and the final one (`plan_greedy`'s
+        # `finish`)
+        self.budget_short: Callable[[Proposal, list], bool] = lambda proposal, trials: False
 
     def plan(self, study: optuna.Study, exclude_number: int | None = None) -> GreedyState:
         """Replay the study's trials (all but trial `exclude_number`) into the policy's state; when the
@@ -53,7 +54,7 @@ class GreedySampler(BaseSampler):
         trials = [t for t in study.get_trials(deepcopy=False) if t.number != exclude_number]
         records = build_records(trials)
         state = plan_greedy(self.space, records, self.conflicts, paired=self.paired, revision=self.revision)
-        if self.paired and state.next is not None and state.next.kind == "candidate" and self.budget_short(state.next):
+        if self.paired and state.next is not None and state.next.kind == "candidate" and self.budget_short(state.next, trials):
             state = plan_greedy(self.space, records, self.conflicts, paired=True, revision=self.revision, finish=True)
         return state
 

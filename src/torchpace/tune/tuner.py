@@ -260,14 +260,14 @@ class Tuner:
             return "budget"
         return "max-trials" if self.options.max_trials else "done"
 
-    def _budget_short(self, proposal) -> bool:
+    def _budget_short(self, proposal, trials) -> bool:
         """Whether the budget left would not hold both `proposal`'s comparison and the final one, each taking
-        as long as this study's comparisons of its kind took: a candidate's, the median of the candidates'
-        (times the proposal's time factor, for a stretched second comparison); the final one, the median of
-        the A/A and final comparisons', which like it run to their CI target or the trial time. False until
-        a comparison has finished (nothing to judge by)."""
+        as long as the study's comparisons (its Optuna `trials`, as the sampler's replay read them) of that
+        kind took: a candidate's, the median of the candidates' (times the proposal's time factor, for a
+        stretched second comparison); the final one, the median of the A/A and final comparisons', which
+        like it run to their CI target or the trial time. False until a comparison has finished."""
         walls = {"candidate": [], "whole": []}
-        for record in trial_records(self.study.get_trials(deepcopy=False)):
+        for record in trial_records(trials):
             if record.status == "ok" and record.pair is not None and record.pair.wall_time_s:
                 walls["candidate" if record.assignment.kind == "candidate" else "whole"].append(record.pair.wall_time_s)
         if not walls["candidate"] and not walls["whole"]:
