@@ -124,6 +124,11 @@ def make_sampler(strategy: str, space: list[KnobSpace], conflicts, seed: int):
     raise UsageError(f"--strategy {strategy!r} is not valid; valid strategies: {', '.join(STRATEGIES)}")
 
 
+def _is_done(state) -> bool:
+    """Whether greedy's replayed `state` has nothing left to run: every knob decided, or the final comparison
+    run early for the budget (`GreedySampler.plan`), or a failed baseline (None, another strategy: never)."""
+    return state is not None and (state.done or bool(state.failed_baseline))
+
 
 def candidate_result(pair: PairResult, cut_by_budget: bool) -> TrialResult:
     """The candidate's result of a paired comparison, as stored: when the budget cut the comparison and
@@ -183,7 +188,6 @@ class Tuner:
         _log.info("study %r: %d trials stored; strategy %s over %s; budget %.0f s", self.study_name,
                   len(self.study.get_trials(deepcopy=False)), options.strategy, [k.name for k in self.space], options.budget_s)
         self.deadline = time.monotonic() + options.budget_s
-        self._left_undecided: list[str] = []  # greedy: knobs the budget left for the final comparison
 
     def _target(self):
         """The Workload to tune, or for script mode what the knobs can know of the script before it runs."""
@@ -206,14 +210,15 @@ class Tuner:
                 if not self._search_done():
                     self.study.optimize(self._objective, n_trials=self.options.max_trials, timeout=self.options.budget_s,
                                         catch=(_TrialFailed,), callbacks=[self._after_trial])
-                    done = self._search_done()
+                    state = self._search_state()
+                    done = _is_done(state)
                     stopped = "done" if done else self._why_stopped()
-                    if self._left_undecided:  # the budget kept time for the final comparison, not for every knob
+                    if state is not None and state.left_undecided:  # time was kept for the final comparison, not every knob
                         stopped = "budget"
                         final = ("held one more comparison, so the config kept so far was compared with the defaults"
                                  if done else "ran out before the config kept so far was compared with the defaults")
                         self.on_event("notice", message=(
-                            f"the budget left {final}; not decided: {', '.join(self._left_undecided)} (`--resume` "
+                            f"the budget left {final}; not decided: {', '.join(state.left_undecided)} (`--resume` "
                             "with a larger --budget decides them)"))
         except KeyboardInterrupt:
             stopped = "interrupted"
@@ -282,14 +287,12 @@ class Tuner:
         defaults = {k.name: k.default for k in self.space}
         self.study.enqueue_trial(defaults, user_attrs={ATTR: Assignment(slot="baseline", kind="baseline").to_attrs()})
 
+    def _search_state(self):
+        """Greedy's state replayed from the study (`GreedySampler.plan`); None for the other strategies."""
+        return self.sampler.plan(self.study) if self.options.strategy == "greedy" else None
+
     def _search_done(self) -> bool:
-        """Whether greedy has nothing left to run: every knob decided, or the final comparison run early
-        for the budget (`GreedySampler.plan`), or a failed baseline."""
-        if self.options.strategy != "greedy":
-            return False
-        state = self.sampler.plan(self.study)
-        self._left_undecided = state.left_undecided
-        return state.done or bool(state.failed_baseline)
+        return _is_done(self._search_state())
 
     def _after_trial(self, study, trial) -> None:
         if self._search_done():
