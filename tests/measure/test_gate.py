@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from torchpace.measure.gate import END, GO, Gate
+from torchpace.measure.gate import END, GO, REPORT, Gate
 from torchpace.measure.timing import TimingOptions, WindowMeter
 
 
@@ -33,6 +33,19 @@ class ScriptedParent:
     def close(self):
         for fd in (self.control_r, self.control_w, self.event_r, self.event_w):
             os.close(fd)
+
+
+class ListedParent(ScriptedParent):
+    """Plays the parent by a list of commands, one per gate, in order."""
+
+    def __init__(self, clock, commands: list[str], away_s: float = 5.0):
+        super().__init__(clock, end_after=0, away_s=away_s)
+        self.commands = list(commands)
+
+    def stop(self) -> None:
+        self.events.append(json.loads(os.read(self.event_r, 4096).decode()))
+        self.clock.now += self.away_s
+        os.write(self.control_w, f"{self.commands.pop(0)}\n".encode())
 
 
 class Clock:
@@ -188,3 +201,43 @@ def test_a_turn_whose_steps_became_much_slower_spends_no_more_than_its_share_of_
     # 50 ms, the first past twice its planned 0.1 s
     assert [w.steps for w in windows] == [5] * 3
     assert turn_steps - sum(w.steps for w in windows) == 3
+
+
+def _gated_run(clock, gate: Gate) -> WindowMeter:
+    meter = WindowMeter(gate.clock, lambda: None, TimingOptions(window_s=0.1, turn_lead_in=0.0), warmup_deadline=2.0,
+                        deadline=2.5, gate=gate)
+    meter.start()
+    while not meter.done:
+        clock.now += 0.01
+        meter.record(1)
+    return meter
+
+
+def test_a_kept_process_reports_each_comparisons_windows_and_goes_on_with_the_next(clock):
+    # loaded, ready, 2 windows of a first comparison, its report; then 3 windows of the next comparison, end
+    parent = ListedParent(clock, [GO, GO, GO, REPORT, GO, GO, GO, END])
+    reports = []
+    try:
+        gate = parent.gate()
+        gate.reporter = reports.append
+        meter = _gated_run(clock, gate)
+    finally:
+        parent.close()
+    assert [e["event"] for e in parent.events] == ["loaded", "ready", "window", "window", "reported",
+                                                   "window", "window", "window"]
+    assert all(e.get("keepable") for e in parent.events)  # a process with a reporter says it can be kept
+    assert len(reports) == 1 and len(reports[0].windows) == 2 and reports[0].stopped_by == "pair"
+    # the next comparison's figures hold its own windows only; the warm-up is the one the process did
+    final = meter.result()
+    assert len(final.windows) == 3 and final.warmup_steps == reports[0].warmup_steps
+
+
+def test_a_process_that_cannot_report_ends_when_asked_to(clock):
+    parent = ListedParent(clock, [GO, GO, GO, REPORT])
+    try:
+        meter = _gated_run(clock, parent.gate())  # no reporter: nothing can write a report
+    finally:
+        parent.close()
+    assert [e["event"] for e in parent.events] == ["loaded", "ready", "window", "window"]
+    assert not any(e.get("keepable") for e in parent.events)
+    assert meter.stopped_by == "pair" and len(meter.result().windows) == 2

@@ -10,7 +10,10 @@ workers, compile workers) is stopped. This module is the measured process's part
   with SIGSTOP, so nothing of it runs while the other arm measures, not even for the moment it would
   take the parent to stop it;
 - the parent continues it (SIGCONT) when its turn comes, after writing what to do to the control
-  pipe: `go` (measure the next window) or `end` (the comparison is over: finish as a plain bench does);
+  pipe: `go` (measure the next window), `end` (the comparison is over: finish as a plain bench does)
+  or `report` (the comparison is over, but the process is kept for the next one: it hands the
+  windows measured since its last report to `Gate.reporter`, which writes them as a result, forgets
+  them, and stops again at a `reported` gate until its next comparison continues it);
 - `Gate.clock` leaves out the time the process was stopped, so its warm-up deadline, its window
   timing and its own time cap count only its turns;
 - a process that measures something more after its windows (an inference workload's batch-1
@@ -30,8 +33,8 @@ import signal
 import time
 from typing import Any, Callable
 
-GO, END = "go", "end"  # what the parent tells a stopped arm
-LOADED, READY, WINDOW = "loaded", "ready", "window"  # where an arm stopped
+GO, END, REPORT = "go", "end", "report"  # what the parent tells a stopped arm
+LOADED, READY, WINDOW, REPORTED = "loaded", "ready", "window", "reported"  # where an arm stopped
 
 
 def stop_own_group() -> None:
@@ -55,6 +58,9 @@ class Gate:
         self._stop, self._raw_clock = stop, clock
         self.paused_s = 0.0
         self.alone_after = False  # this process measures more after its windows, and must then run alone
+        # writes the windows measured since the last report as a result (set by what runs the meter; None:
+        # this process cannot be kept for another comparison, and says so at its gates)
+        self.reporter: Callable[[Any], None] | None = None
         self._frozen: float | None = None  # the clock's reading while stopped, until `pause` counted that time
         self._pending = b""
 
@@ -79,6 +85,8 @@ class Gate:
         self._frozen = started - self.paused_s
         if self.alone_after:
             data = {**data, "alone_after": True}
+        if self.reporter is not None:
+            data = {**data, "keepable": True}
         os.write(self.event_fd, (json.dumps({"event": event, **data}) + "\n").encode())
         self._stop()
         command = self._read_command()

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from torchpace.measure.gate import END, LOADED, READY, WINDOW, Gate
+from torchpace.measure.gate import END, LOADED, READY, REPORT, REPORTED, WINDOW, Gate
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize, windows_agree
 
 Clock = Callable[[], float]
@@ -245,8 +245,16 @@ class WindowMeter:
                                 steps_per_window=self._per_window)
 
     def _take_turn(self, event: str, **data) -> None:
-        """Stop at the gate; on `end` the measurement is done, else the next turn begins untimed."""
-        if self.gate.pause(event, **data) == END:
+        """Stop at the gate; on `end` the measurement is done, else the next turn begins untimed. On `report`
+        the windows so far go to `Gate.reporter` and are forgotten (the comparison is over, and this
+        process is kept for the next one), and the process stops again until that one continues it; a
+        process that cannot report (no reporter, no window since the last report) ends as on `end`."""
+        command = self.gate.pause(event, **data)
+        while command == REPORT and self.gate.reporter is not None and self.windows:
+            self.gate.reporter(self.result("pair"))
+            self.windows, self.summary = [], None
+            command = self.gate.pause(REPORTED)
+        if command in (END, REPORT):
             self.stopped_by, self.phase = "pair", "done"
         else:
             # a share of the turn's time, in whole steps: none for a window of a few long steps, where one
