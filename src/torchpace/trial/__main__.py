@@ -26,8 +26,13 @@ from torchpace.trial.ranks import enter_rank, record_rank_failure
 from torchpace.workload import load_workload
 
 
-def run_spec(spec: TrialSpec) -> TrialResult:
-    """Run one trial in this process and return its result (never raises for workload errors)."""
+def run_spec(spec: TrialSpec, report_to: Path | None = None) -> TrialResult:
+    """Run one trial in this process and return its result (never raises for workload errors).
+
+    Args:
+        report_to: where a paired comparison's arm writes the result of each comparison it is kept
+            through (`torchpace.measure.gate`: the parent's `report`); the final result is returned.
+    """
     import torch
 
     from torchpace.inference.accuracy import AccuracyRejected
@@ -50,14 +55,19 @@ def run_spec(spec: TrialSpec) -> TrialResult:
         options = BenchOptions(max_time_s=spec.max_time_s, compute_only=spec.compute_only)
         workload = load_workload(spec.workload)
         gate = Gate.open(spec.gate)
+
+        def measured(bench) -> TrialResult:
+            status = NONFINITE if is_nonfinite(bench.loss_values) else OK
+            error = "loss became NaN/Inf while measuring" if status == NONFINITE else ""
+            verdict = _profile_verdict(spec) if spec.profile and status == OK else None
+            return TrialResult(status, bench, guard_losses, guard_metric, error, wall_time_s=time.perf_counter() - start,
+                               verdict=verdict)
+
+        on_report = (lambda bench: _write(measured(bench), report_to)) if gate is not None and report_to else None
         bench = run_bench(workload, spec.config, options, device=spec.device, accuracy=_accuracy_guard(spec, workload),
                           own_root_pid=owner_pid(),  # the tuner (or bench) that started this trial, past its keeper
-                          clock=gate.clock if gate else time.perf_counter, gate=gate)
-        status = NONFINITE if is_nonfinite(bench.loss_values) else OK
-        error = "loss became NaN/Inf while measuring" if status == NONFINITE else ""
-        verdict = _profile_verdict(spec) if spec.profile and status == OK else None
-        return TrialResult(status, bench, guard_losses, guard_metric, error, wall_time_s=time.perf_counter() - start,
-                           verdict=verdict)
+                          clock=gate.clock if gate else time.perf_counter, gate=gate, on_report=on_report)
+        return measured(bench)
     except AccuracyRejected as err:
         return TrialResult(GUARD, accuracy=err.report, error=str(err), wall_time_s=time.perf_counter() - start)
     except UsageError as err:
@@ -106,7 +116,7 @@ def main(argv: list[str]) -> int:
 
     ranks = RankEnv.from_env()
     if not ranks.under_torchrun:
-        _write(run_spec(spec), result_path)
+        _write(run_spec(spec, report_to=result_path), result_path)
         return 0
 
     enter_rank(result_path, ranks.rank)

@@ -115,6 +115,7 @@ def run_bench(
     accuracy: Callable[[Prepared], dict[str, Any]] | None = None,
     own_root_pid: int | None = None,
     gate: Gate | None = None,
+    on_report: Callable[[BenchResult], None] | None = None,
 ) -> BenchResult:
     """Measure `workload` under `config`. See the module docstring for what is timed.
 
@@ -125,6 +126,9 @@ def run_bench(
             (default this process; a trial process passes the tuner that started it).
         gate: take turns with another trial in a paired comparison (`torchpace.measure.gate`); the
             real step is then measured one window per turn, and `clock` must be `gate.clock`.
+        on_report: with a `gate`, this process can be kept for the next comparison: at each report the
+            parent asks for, it gets the `BenchResult` of the windows since the previous one (a training
+            workload's only: what measures after its windows, batch-1 latency, is measured once, at the end).
 
     Raises:
         UsageError: the config does not apply here.
@@ -142,10 +146,17 @@ def run_bench(
             clock = CollectiveClock(clock, run.dist)
             start = clock()
         reset_peak_memory(run.device)
+
+        def report(real: Throughput) -> None:
+            peak_bytes, peak_kind = read_peak_memory(run.device)
+            on_report(_build_result(workload, config, run, real, None, losses, peak_bytes, peak_kind, clock() - start, host))
+            losses.clear()  # the next report's losses are its own windows'
+
         try:
             with measure_other_load(own_root_pid) as load:
                 checked = accuracy(run) if accuracy is not None else None
-                real, compute, latency = _measure_all(run, clock, options, start, losses, on_window, gate)
+                real, compute, latency = _measure_all(run, clock, options, start, losses, on_window, gate,
+                                                      report if on_report is not None else None)
         except TorchpaceError:
             raise
         except Exception as err:  # the user's model/loss/data raised: report it as theirs
@@ -159,12 +170,13 @@ def run_bench(
 
 
 def _measure_all(run: Prepared, clock: Clock, opts: BenchOptions, start: float, losses: list, on_window,
-                 gate: Gate | None = None):
+                 gate: Gate | None = None, report: Callable[[Throughput], None] | None = None):
     """(real step, compute-only or None, batch-1 latency or None), in that order within the time cap."""
     wants_latency = opts.latency if opts.latency is not None else not run.workload.is_training
     phases = _INFERENCE_PHASES if wants_latency else _TRAINING_PHASES
     if gate is not None:  # what is measured after the windows is measured while the other arm waits
         gate.alone_after = wants_latency or opts.compute_only
+        gate.reporter = None if gate.alone_after else report  # such a process is not kept for another comparison
     real = _measure_real_step(run, clock, opts, start, losses, on_window, phases, gate)
     compute = _measure_compute_only(run, clock, opts, start, on_window, phases) if opts.compute_only else None
     latency = _measure_batch1_latency(run, clock, opts, start, phases) if wants_latency else None
