@@ -7,13 +7,17 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+
+import psutil
 
 import pytest
 
 from _support import FIXTURES, still_running, trial_snapshot
 from torchpace.host import probe_host
-from torchpace.trial.pair import ALTERNATING, PARTNER, SEQUENTIAL, PairOptions, run_pair, sequential_reason
+from torchpace.trial.pair import (ALTERNATING, PARTNER, SEQUENTIAL, KeptArms, PairOptions, run_pair,
+                                  sequential_reason)
 from torchpace.protocol import TrialSpec
 
 PAIR_WORKLOADS = FIXTURES / "pair_workloads.py"
@@ -171,6 +175,9 @@ class _RecordedArm:
         arm = self
 
         class _Proc:
+            def poll(self):
+                return None
+
             def wait(self, timeout=None):
                 arm.log.append(("waited", arm.name))
                 return 1
@@ -202,3 +209,87 @@ def test_tune_pairs_spend_the_warm_ups_out_of_the_trial_time_but_keep_half_for_t
     spent = PairOptions(rounds_s=8.0, warmups_count=True)
     assert rounds_time(spent, warmups_s=3.0) == 5.0
     assert rounds_time(spent, warmups_s=30.0) == 4.0  # a compile warm-up longer than the trial time
+
+
+_SHORT = PairOptions(rounds_s=30.0, min_rounds=3, max_rounds=3, target_ci_rel=0.0)
+
+
+@pytest.mark.slow
+def test_a_keeper_takes_an_arm_back_for_the_next_comparison_and_ends_every_arm_at_last(tmp_path):
+    host, incumbent, candidate = probe_host(), {"data.num_workers": 1}, {"data.num_workers": 2}
+    with KeptArms(tmp_path) as kept_arms:
+        first = run_pair(_spec("logged"), _spec("logged", incumbent, guard_steps=2), host, 180, _SHORT, kept_arms=kept_arms,
+                         workdir=tmp_path)
+        assert first.ok and first.reused == (), (first.a.error, first.b.error)
+        assert len(first.b.guard_losses) == 2 and len(kept_arms.pids) == 2
+        held = kept_arms.pids
+        # the candidate kept becomes the reference (it needs no guard steps); the defaults are not asked for
+        second = run_pair(_spec("logged", incumbent), _spec("logged", candidate, guard_steps=2), host, 180, _SHORT,
+                          kept_arms=kept_arms, workdir=tmp_path)
+        assert second.ok and second.reused == ("a",), (second.a.error, second.b.error)
+        assert held[1] in kept_arms.pids and held[0] not in kept_arms.pids and not psutil.pid_exists(held[0])
+        # each report holds that comparison's turns only, and the guard steps the process ran when it started
+        assert second.a.bench.throughput.windows == len(second.a_rates) == 4
+        assert second.a.guard_losses == first.b.guard_losses
+        # the same two again (a comparison repeated to confirm it): no process is started
+        third = run_pair(_spec("logged", incumbent), _spec("logged", candidate, guard_steps=2), host, 180, _SHORT,
+                         kept_arms=kept_arms, workdir=tmp_path)
+        assert third.ok and third.reused == ("a", "b") and third.b.bench.throughput.windows == 3
+        last = kept_arms.pids
+    assert still_running(last, 15.0) == [] and not list(tmp_path.glob("torchpace-trial-*"))
+
+
+@pytest.mark.slow
+def test_the_other_arm_of_a_failed_comparison_is_kept(tmp_path):
+    with KeptArms(tmp_path) as kept_arms:
+        result = run_pair(_spec("fails_in_worker"), _spec("fails_in_worker", WORKERS), probe_host(), 180, _SHORT,
+                          kept_arms=kept_arms)
+        assert result.b.status == "crash" and result.a.status == PARTNER
+        assert len(kept_arms.pids) == 1  # the failed arm is gone; its partner waits for the next comparison
+
+
+@pytest.mark.parametrize("kept, wanted, same", [
+    ({}, {"max_time_s": 9.0}, True),  # a comparison's own time cap
+    ({"guard_steps": 3}, {}, True),  # a reference needs no guard steps
+    ({}, {"guard_steps": 3}, False),  # a candidate needs its guard steps, which this process did not run
+    ({"guard_steps": 3}, {"guard_steps": 3}, True),
+    ({}, {"config": {"data.num_workers": 1}}, False),
+    ({}, {"command": ["python", "train.py"]}, False),
+])
+def test_a_kept_arm_serves_only_the_same_process(kept, wanted, same):
+    from torchpace.trial.pair import _same_process
+
+    assert _same_process(replace(_spec("logged"), gate="3,4", **kept), replace(_spec("logged"), **wanted)) is same
+
+
+_KEEPER_DRIVER = """
+import sys, time
+from torchpace.host import probe_host
+from torchpace.trial.pair import KeptArms, PairOptions, run_pair
+from torchpace.protocol import TrialSpec
+
+spec = TrialSpec(workload=sys.argv[1], config={"data.num_workers": 1}, max_time_s=4.0)
+with KeptArms() as kept_arms:
+    result = run_pair(spec, spec, probe_host(), timeout_s=300, kept_arms=kept_arms,
+                      options=PairOptions(rounds_s=30, min_rounds=2, max_rounds=2, target_ci_rel=0.0))
+    print("kept", result.ok, *kept_arms.pids, flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_parent_between_comparisons_leaves_no_kept_arm(tmp_path):
+    driver = subprocess.Popen([sys.executable, "-c", _KEEPER_DRIVER, f"{PAIR_WORKLOADS}:logged"], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        line = driver.stdout.readline().split()
+        assert line[:2] == ["kept", "True"] and len(line) == 4, line
+        arms, workers, stopped = trial_snapshot(driver.pid)
+        assert sorted(p.pid for p in arms) == sorted(map(int, line[2:])) and len(stopped) == 2  # both wait, stopped
+        driver.kill()
+        driver.wait()
+        left = still_running([p.pid for p in arms + workers], 15.0)
+        assert not left, f"still running after the parent's SIGKILL: {left}"
+    finally:
+        driver.kill()
+        driver.wait()

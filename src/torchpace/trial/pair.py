@@ -26,6 +26,13 @@ Other processes' CPU use is read between turns, while both arms are stopped, and
 over its own turns. Every arm is ended when the comparison ends for any reason, and a guard process
 (`process.StoppedGroupGuard`) SIGKILLs any stopped group should torchpace itself be killed.
 
+A tune's comparisons follow one another with an arm in common: the incumbent kept by one is the
+reference of the next; a candidate compared again is the same candidate. With `KeptArms` an arm that
+can report (a Workload's training step) is told `report` instead of `end` at the rounds' end: it
+writes the result of its windows since its last report and waits, stopped, for the next comparison,
+which takes it back without loading or warming it up again (what the next comparison does not take
+is ended before anything starts). Only ending the `KeptArms` ends them; its guard covers them meanwhile.
+
 Where two processes cannot be held at once (several ranks per config; the latency objective, which
 times single calls; a pair that ran out of memory held together; a peak memory that would not fit
 twice), the comparison is *sequential*: short separate runs A B A ... B A, each round B's run against
@@ -53,7 +60,7 @@ from torchpace.errors import UsageError
 from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.measure.contention import other_load_cores, probe_cpu_times
-from torchpace.measure.gate import END, GO, LOADED, READY, WINDOW
+from torchpace.measure.gate import END, GO, LOADED, READY, REPORT, REPORTED, WINDOW
 from torchpace.measure.result import BenchResult, pool_throughput
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
@@ -113,6 +120,8 @@ class PairResult:
             (an arm's script finished first) or `failed` (an arm failed, and the other was not judged).
         other_load_a, other_load_b: cores other processes used during each arm's turns (None: unread).
         usable_cores: the cores this host gives torchpace (to judge the other load against).
+        reused: the arms (`a`, `b`) whose process came from an earlier comparison (`KeptArms`): their
+            start-up, guard steps and warm-up were spent there, and no process was started for them.
     """
 
     mode: str
@@ -126,6 +135,7 @@ class PairResult:
     other_load_b: float | None = None
     usable_cores: int | None = None
     wall_time_s: float = 0.0
+    reused: tuple[str, ...] = ()
 
     @property
     def ratios(self) -> list[float]:
@@ -194,7 +204,8 @@ def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: f
              *, base_env: Mapping[str, str] | None = None, workdir: Path | None = None, sequential: str | None = None,
              figure: Callable[[BenchResult], float | None] | None = None,
              on_round: Callable[[int, Summary | None], None] | None = None,
-             logs: tuple[Path | None, Path | None] = (None, None), echo: TextIO | None = None) -> PairResult:
+             logs: tuple[Path | None, Path | None] = (None, None), echo: TextIO | None = None,
+             kept_arms: KeptArms | None = None) -> PairResult:
     """Compare `spec_b` with `spec_a` (see the module docstring); never raises for the arms' failures.
 
     Args:
@@ -205,14 +216,20 @@ def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: f
         logs: script mode: where each arm's script output is kept (`torchpace.trial.output`; None: a
             temporary file).
         echo: script mode: also copy arm B's output here as it comes (`--show-output`).
+        kept_arms: take the arms from, and keep them for, the comparisons before and after this one (see
+            `KeptArms`; an alternating comparison's only: separate runs end with each run).
     """
     base_env = os.environ if base_env is None else base_env
     reason = sequential or sequential_reason(spec_a, spec_b)
     output = _Output(logs, echo)
     if reason:
+        if kept_arms is not None:  # what it holds would share the host (and the memory) with the separate runs
+            kept_arms.release()
         return _run_sequential(spec_a, spec_b, host, timeout_s, options, reason, base_env, workdir, figure, on_round, output)
-    result = _run_alternating(spec_a, spec_b, host, timeout_s, options, base_env, workdir, on_round, output)
+    result = _run_alternating(spec_a, spec_b, host, timeout_s, options, base_env, workdir, on_round, output, kept_arms)
     if OOM in (result.a.status, result.b.status):  # held together they did not fit: separate runs
+        if kept_arms is not None:
+            kept_arms.release()
         return _run_sequential(spec_a, spec_b, host, timeout_s, options, "an arm ran out of memory while both were held",
                                base_env, workdir, figure, on_round, output)
     return result
@@ -236,11 +253,14 @@ class _Output:
 
 
 class _Arm:
-    """The parent's handle on one arm: its process, its two pipes, its files."""
+    """The parent's handle on one arm: its process, its two pipes, its folder and files. An arm lives as long
+    as its process: for one comparison, or for several when an `KeptArms` keeps it between them."""
 
-    def __init__(self, name: str, spec: TrialSpec, folder: Path, log_path: Path | None = None):
-        self.name, self.folder = name, folder
-        self.spec_path, self.result_path, self.err_path = trial_paths(folder, spec, log_path)
+    def __init__(self, name: str, spec: TrialSpec, workdir: Path | None, log_path: Path | None = None):
+        self.name = name
+        self._folder = contextlib.ExitStack()
+        self.folder = self._folder.enter_context(trial_dir(workdir))
+        self.spec_path, self.result_path, self.err_path = trial_paths(self.folder, spec, log_path)
         self.control_r, self.control_w = os.pipe()
         self.event_r, self.event_w = os.pipe()
         self.spec = replace(spec, gate=f"{self.control_r},{self.event_w}", compute_only=False)
@@ -248,6 +268,8 @@ class _Arm:
         self._buffer = b""
         self.events: list[dict] = []
         self.load_cpu_s = self.load_wall_s = 0.0
+        self.ready = False  # warmed up: the rounds may start (a kept arm comes to its next comparison ready)
+        self.kept = False  # handed to an `KeptArms`: the comparison that ends leaves it be
 
     def start(self, host: HostFacts, base_env: Mapping[str, str], timeout_s: float, guard: StoppedGroupGuard) -> None:
         self.spec.save(self.spec_path)
@@ -292,23 +314,122 @@ class _Arm:
         os.write(self.control_w, f"{command}\n".encode())
         signal_group(self.proc.pid, signal.SIGCONT)
 
-    def end(self, guard: StoppedGroupGuard) -> None:
-        """End what is left of the arm's tree (a stopped group is continued so it can act on SIGTERM)."""
-        if self.proc is None:
-            return
-        signal_group(self.proc.pid, signal.SIGTERM)
-        signal_group(self.proc.pid, signal.SIGCONT)
-        stop_tree(self.proc, _KILL_GRACE_S)
-        guard.release(self.proc.pid)
+    @property
+    def keepable(self) -> bool:
+        """Stopped at a gate, and able to report its windows and go on with another comparison."""
+        last = self.events[-1] if self.events else {}
+        return (self.proc is not None and self.proc.poll() is None and bool(last.get("keepable"))
+                and last.get("event") in (READY, WINDOW, REPORTED))
 
-    def close(self) -> None:
+    @property
+    def measured(self) -> bool:
+        """It stopped after a measured window (not at a gate before any, or at its last report)."""
+        return bool(self.events) and self.events[-1].get("event") == WINDOW
+
+    def report(self, deadline: float) -> TrialResult | None:
+        """Ask a `keepable` arm that `measured` for the result of its windows since its last report; it then
+        waits, stopped, for its next comparison. None: it did not stop at its report (it ended, or the
+        deadline passed)."""
+        self.resume(REPORT)
+        if self.await_gate(REPORTED, deadline) is None or not self.result_path.exists():
+            return None
+        data = json.loads(self.result_path.read_text())
+        self.result_path.unlink()  # a later ending without a result must not read this one
+        return TrialResult.from_dict({**data, "returncode": 0})
+
+    def join(self, name: str) -> _Arm:
+        """Take part in a new comparison as arm `name`: its events and other load are that comparison's."""
+        self.name, self.events, self.kept = name, [], False
+        self.load_cpu_s = self.load_wall_s = 0.0
+        return self
+
+    def dispose(self, guard: StoppedGroupGuard) -> None:
+        """End what is left of the arm's tree (a stopped group is continued so it can act on SIGTERM), close
+        its pipes and remove its folder; nothing when an `KeptArms` holds it now."""
+        if self.kept:
+            return
+        if self.proc is not None:
+            signal_group(self.proc.pid, signal.SIGTERM)
+            signal_group(self.proc.pid, signal.SIGCONT)
+            stop_tree(self.proc, _KILL_GRACE_S)
+            guard.release(self.proc.pid)
+            self.proc = None
         self._close_child_ends()
         for fd in (self.control_w, self.event_r):
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
+        self.control_w = self.event_r = None
+        self._folder.close()
 
     @property
     def other_load(self) -> float | None:
         return self.load_cpu_s / self.load_wall_s if self.load_wall_s > 0 else None
+
+
+class KeptArms:
+    """Keeps the arms of a comparison, stopped, for the next one (a tune's comparisons: the incumbent of one
+    is the reference of the next; a candidate compared again is the same candidate).
+
+    An arm is taken back when the next comparison asks for the same process: the same trial spec but for
+    its time cap and its gate, and the guard steps it ran when the new role needs them (a reference needs
+    none). Its start-up, guard steps and warm-up are then not spent again, and no process is started for
+    it. What a comparison does not take is ended before anything is started, so no more than the two
+    processes of one comparison are held at any time. Use it as a context manager around the comparisons
+    (`run_pair(..., kept_arms=)`): on the way out, however it is left, every kept arm is ended, and its
+    `process.StoppedGroupGuard` SIGKILLs them should torchpace itself be killed meanwhile.
+
+    Only arms that can report (a workload's training step, measured in turns: `Gate.reporter`) are kept: a
+    script runs to its own end, and an inference workload measures its batch-1 latency once, after its
+    windows.
+    """
+
+    def __init__(self, workdir: Path | None = None):
+        self.workdir = workdir
+        self._arms: list[_Arm] = []
+        self._stack = contextlib.ExitStack()
+        self.guard: StoppedGroupGuard | None = None
+
+    def __enter__(self) -> KeptArms:
+        self.guard = self._stack.enter_context(StoppedGroupGuard())
+        self._stack.callback(self.release)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    @property
+    def pids(self) -> list[int]:
+        """The processes held, stopped, for the next comparison."""
+        return [arm.proc.pid for arm in self._arms]
+
+    def take(self, specs: Sequence[TrialSpec]) -> list[_Arm | None]:
+        """The kept arm of each spec (None: a process must be started for it); the arms not taken are ended."""
+        taken: list[_Arm | None] = [None] * len(specs)
+        for i in sorted(range(len(specs)), key=lambda i: -specs[i].guard_steps):  # the roles that need guard steps first
+            arm = next((arm for arm in self._arms if _same_process(arm.spec, specs[i])), None)
+            if arm is not None:
+                self._arms.remove(arm)
+                taken[i] = arm
+        self.release()
+        return taken
+
+    def keep(self, arm: _Arm) -> None:
+        arm.kept = True
+        self._arms.append(arm)
+
+    def release(self) -> None:
+        """End every arm held."""
+        arms, self._arms = self._arms, []
+        for arm in arms:
+            arm.kept = False
+            arm.dispose(self.guard)
+
+
+def _same_process(kept: TrialSpec, wanted: TrialSpec) -> bool:
+    """A kept arm's process serves `wanted`: the same spec but for the time cap and gate, with the guard
+    steps the role needs (none, or the ones it ran)."""
+    ignored = {"gate": None, "max_time_s": 0.0, "guard_steps": 0, "compute_only": False}
+    return replace(kept, **ignored) == replace(wanted, **ignored) and wanted.guard_steps in (0, kept.guard_steps)
 
 
 def _wait_stopped(proc, deadline: float) -> bool:
@@ -345,20 +466,23 @@ class _LoadMeter:
 
 
 def _run_alternating(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions,
-                     base_env: Mapping[str, str], workdir: Path | None, on_round, output: _Output) -> PairResult:
+                     base_env: Mapping[str, str], workdir: Path | None, on_round, output: _Output,
+                     kept_arms: KeptArms | None = None) -> PairResult:
     started = time.perf_counter()
     deadline = time.monotonic() + timeout_s
     remove_orphan_trial_dirs(workdir)
     with contextlib.ExitStack() as stack:
-        guard = stack.enter_context(StoppedGroupGuard())
-        arms = [_Arm(name, spec, stack.enter_context(trial_dir(workdir)), output.log(name))
-                for name, spec in (("a", spec_a), ("b", spec_b))]
+        guard = kept_arms.guard if kept_arms is not None else stack.enter_context(StoppedGroupGuard())
+        kept = kept_arms.take([spec_a, spec_b]) if kept_arms is not None else [None, None]
+        arms = []
+        for name, spec, arm in zip("ab", (spec_a, spec_b), kept):
+            arms.append(arm.join(name) if arm is not None else _Arm(name, spec, workdir, output.log(name)))
+            stack.callback(arms[-1].dispose, guard)  # on any way out: nothing of an arm is left that is not kept
         if spec_b.command:
             stack.enter_context(follow(arms[1].err_path, output.echo_of("b")))
         for arm in arms:
-            stack.callback(arm.close)
-            stack.callback(arm.end, guard)  # on any way out: nothing of an arm is left, stopped or running
-        for arm in arms:
+            if arm.proc is not None:  # kept from an earlier comparison
+                continue
             try:
                 arm.start(host, base_env, timeout_s, guard)
             except UsageError as err:  # e.g. numactl or an allocator this arm's config needs is not installed
@@ -367,13 +491,14 @@ def _run_alternating(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, time
                                       "was not judged")
                 a, b = (invalid, partner) if arm is arms[0] else (partner, invalid)
                 return PairResult(ALTERNATING, a, b, wall_time_s=time.perf_counter() - started)
+        reused = tuple(arm.name for arm, was_kept in zip(arms, kept) if was_kept is not None)
         rounds = _Rounds(arms, options, on_round)
         ended = rounds.run(deadline)
-        stopped_by, results = _arm_results(arms, ended, deadline, timeout_s)
+        stopped_by, results = _arm_results(arms, ended, deadline, timeout_s, kept_arms)
         return PairResult(ALTERNATING, results[0], results[1], tuple(rounds.rates["a"]), tuple(rounds.rates["b"]),
                           stopped_by or rounds.stopped_by, other_load_a=arms[0].other_load,
                           other_load_b=arms[1].other_load, usable_cores=host.usable_cores,
-                          wall_time_s=time.perf_counter() - started)
+                          wall_time_s=time.perf_counter() - started, reused=reused)
 
 
 class _Rounds:
@@ -387,16 +512,19 @@ class _Rounds:
     def run(self, deadline: float) -> _Arm | None:
         """Run to the end; the arm that failed (ended, or missed `deadline`) or None."""
         started = time.monotonic()
-        for arm in self.arms:  # both load at once; each stops before its first timed step
+        new = [arm for arm in self.arms if not arm.ready]  # a kept arm loaded and warmed up in an earlier comparison
+        for arm in new:  # both load at once; each stops before its first timed step
             if arm.await_gate(LOADED, deadline) is None:
                 return arm
-        _log.info("both arms loaded after %.1f s", time.monotonic() - started)
+        _log.info("%s loaded after %.1f s", "both arms" if len(new) == 2 else f"{len(new)} new arm(s)",
+                  time.monotonic() - started)
         warmups_started = time.monotonic()
-        for arm in self.arms:  # each warms up alone
+        for arm in new:  # each warms up alone
             arm.resume(GO)
             ready = arm.await_gate(READY, deadline)
             if ready is None:
                 return arm
+            arm.ready = True
             _log.info("arm %s warmed up in %.1f s of its own (%s), %d steps per window", arm.name.upper(),
                       ready["warmup_s"], "converged" if ready["warmup_converged"] else "not converged",
                       ready["steps_per_window"])
@@ -438,39 +566,53 @@ class _Rounds:
         return bool(self.stopped_by)
 
 
-def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_s: float) -> tuple[str, list[TrialResult]]:
+def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_s: float,
+                 kept_arms: KeptArms | None = None) -> tuple[str, list[TrialResult]]:
     """(why the comparison stopped, when not by its own rule; each arm's result).
 
     The rounds over, the arms are told to end, and each result is read once its arm has: both at once,
     or one at a time when an arm measures something more after its windows (an inference workload's
-    batch-1 latency: `Gate.alone_after`), which is then measured alone too. An arm that ended by itself
-    (`ended`) with a result, a script that finished first, ends the comparison there; one that failed,
-    or reached no gate by the deadline, is that config's failure, and the other arm is not judged.
+    batch-1 latency: `Gate.alone_after`), which is then measured alone too. With `kept_arms`, an arm
+    that can be kept reports instead of ending, and is kept. An arm that ended by itself (`ended`) with
+    a result, a script that finished first, ends the comparison there; one that failed, or reached no
+    gate by the deadline, is that config's failure, and the other arm is not judged (but kept, when it
+    can be: what it measured in this comparison is left out of its next report).
     """
     first = _ended_result(ended, timeout_s) if ended is not None else None
     if first is not None and not first.ok:
+        for arm in arms:
+            if kept_arms is not None and arm is not ended and arm.keepable and (not arm.measured or arm.report(deadline)):
+                kept_arms.keep(arm)
         return "failed", [first if arm is ended else TrialResult(
             PARTNER, error=f"the comparison ended when the other arm failed; {_label(arm)} was not judged") for arm in arms]
     live = [arm for arm in arms if arm is not ended]
-    together = not any(event.get("alone_after") for arm in live for event in arm.events)
-    _log.info("the arms end %s", "at once" if together else "one at a time (an arm measures after its windows)")
+    results: dict[str, TrialResult] = {}
+    for arm in live:
+        report = arm.report(deadline) if kept_arms is not None and arm.keepable and arm.measured else None
+        if report is not None:
+            results[arm.name] = report
+            kept_arms.keep(arm)
+    ending = [arm for arm in live if arm.name not in results and arm.proc.poll() is None]
+    together = not any(event.get("alone_after") for arm in ending for event in arm.events)
+    _log.info("%d arm(s) kept for the next comparison; the others end %s", len(results),
+              "at once" if together else "one at a time (an arm measures after its windows)")
     if together:
-        for arm in live:
+        for arm in ending:
             arm.resume(END)
-    results = []
-    for arm in arms:
-        if arm is ended:
-            results.append(first)
+    for arm in live:
+        if arm.name in results:
             continue
-        if not together:
+        if not together and arm in ending:
             arm.resume(END)
         try:
             returncode = arm.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            results.append(TrialResult(TIMEOUT, error=f"{_label(arm)} did not end within the comparison's {timeout_s:.0f} s"))
+            results[arm.name] = TrialResult(TIMEOUT, error=f"{_label(arm)} did not end within the comparison's {timeout_s:.0f} s")
             continue
-        results.append(read_trial_result(arm.spec, arm.result_path, arm.err_path, returncode, 0.0))
-    return ("ended" if ended is not None else ""), results
+        results[arm.name] = read_trial_result(arm.spec, arm.result_path, arm.err_path, returncode, 0.0)
+    if ended is not None:
+        results[ended.name] = first
+    return ("ended" if ended is not None else ""), [results[arm.name] for arm in arms]
 
 
 def _ended_result(arm: _Arm, timeout_s: float) -> TrialResult:
