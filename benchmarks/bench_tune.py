@@ -3,7 +3,8 @@
 For each workload, over a reduced knob space:
 1. an exhaustive grid measures every config once: its best few are the oracle candidates;
 2. greedy (by paired comparisons), tpe and random then each run with the same budget of trial
-   processes (greedy's count, each paired comparison counting both of its arms);
+   processes (greedy's count: each paired comparison counts the processes it started, two less the
+   arms it took back from the comparison before);
 3. the grid's top 3 and every strategy's pick are each compared with the defaults the way greedy
    decides, in alternation (`torchpace.trial.pair.run_pair`), `--rounds` times, interleaved: the
    config with the highest median ratio is the oracle;
@@ -123,18 +124,9 @@ def head_to_head(workload, oracle: dict, picked: dict, rounds, trial_time_s, hos
 
 
 def trial_processes(outcome) -> int:
-    """Trial processes a tune ran: a trial measured alone is one, a paired comparison two (alternating) or
-    its separate runs (sequential)."""
-    count = 0
-    for trial in outcome.trials:
-        pair = trial.pair
-        if not pair:
-            count += 1
-        elif pair.mode == "sequential":
-            count += len(pair.ratios) * 2 + 1
-        else:
-            count += 2
-    return count
+    """Trial processes a tune started: a trial measured alone is one, a paired comparison two, less the arms
+    it took back from the comparison before (`PairRecord.processes_started`), or one per separate run."""
+    return sum(trial.pair.processes_started if trial.pair else 1 for trial in outcome.trials)
 
 
 def earlier_grid(workload, grid_from: Path, workdir: Path):

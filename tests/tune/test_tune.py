@@ -185,3 +185,11 @@ def test_a_budget_short_of_the_next_comparison_and_the_final_one_runs_the_final_
     assert final.config == outcome.best_config and outcome.speedup_figure.source == SPEEDUP_FROM_FINAL
     assert outcome.stopped == "budget" and any("not decided: optimizer.impl" in n for n in notices), notices
     assert load_config(outcome.out_path).values == outcome.best_config
+    # each comparison takes back the arm of the one before that it needs (the incumbent it kept, the candidate
+    # compared again) instead of starting a process for it: one process per new config
+    pairs = [t for t in outcome.trials if t.pair is not None]
+    assert all(t.status == "ok" for t in pairs), [(t.slot, t.status, t.error) for t in pairs]
+    for before, now in zip(pairs, pairs[1:]):
+        assert ("a" in now.pair.reused) == (now.reference in (before.reference, before.config)), (now.slot, now.pair.reused)
+    assert "b" in final.pair.reused or final.config not in [t.config for t in pairs[-2:-1]]
+    assert sum(t.pair.processes_started for t in pairs) <= 2 + len({json.dumps(t.config, sort_keys=True) for t in pairs[1:]})

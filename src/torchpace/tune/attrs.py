@@ -119,6 +119,8 @@ class PairRecord:
         other_load_a: cores other processes used during arm A's turns (`other_load_b`: B's).
         reference_value: the reference arm's figure as the tuner ranks it (higher is better).
         reference_bench: the reference arm's bench (its figures only, without losses and host).
+        reused: the arms (`a`, `b`) whose process an earlier comparison of this tuner had started and kept
+            (`torchpace.trial.pair.KeptArms`): no process was started for them (empty in studies tuned before).
     """
 
     mode: str | None = None
@@ -138,6 +140,14 @@ class PairRecord:
     reference_error: str = ""
     reference_value: float | None = None
     reference_bench: BenchResult | None = None
+    reused: tuple[str, ...] = ()
+
+    @property
+    def processes_started(self) -> int:
+        """Trial processes this comparison started: two, less its reused arms; separate runs one per run."""
+        if self.mode == "sequential":
+            return 2 * len(self.ratios) + 1
+        return 2 - len(self.reused)
 
     @property
     def other_load_cores(self) -> float | None:

@@ -28,7 +28,7 @@ from torchpace.redact import redact_url
 from torchpace.script.knobs import script_target
 from torchpace.trial import TrialSpec, run_trial
 from torchpace.trial.output import trial_log_path
-from torchpace.trial.pair import PARTNER, PairOptions, PairResult, run_pair, sequential_reason
+from torchpace.trial.pair import PARTNER, KeptArms, PairOptions, PairResult, run_pair, sequential_reason
 from torchpace.trial.script import fitted_max_time_s, too_short_hint
 from torchpace.tune.attrs import (ATTR, FITTED_TRIAL_TIME_ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord,
                                   interrupted_attrs, stored_bench)
@@ -177,6 +177,7 @@ class Tuner:
             self.study = open_study(open_storage(self.storage_url), self.study_name, meta, options.resume, self.sampler)
             fitted = self.study.user_attrs.get(FITTED_TRIAL_TIME_ATTR)
         self.trial_time_s = options.trial_time_s
+        self._kept_arms: KeptArms | None = None  # while trials run: the last comparison's arms, for the next one
         if fitted is not None and fitted < options.trial_time_s:  # sized to a short script when its baseline ran
             self.trial_time_s = float(fitted)
             self.on_event("notice", message=f"the trials of study {self.study_name!r} measure for {fitted:g} s, sized "
@@ -208,8 +209,11 @@ class Tuner:
                 self._say_how_to_restart()
                 self._enqueue_baseline()
                 if not self._search_done():
-                    self.study.optimize(self._objective, n_trials=self.options.max_trials, timeout=self.options.budget_s,
-                                        catch=(_TrialFailed,), callbacks=[self._after_trial])
+                    # a comparison's arms are kept, stopped, for the next one: the incumbent is the next reference
+                    with KeptArms() as self._kept_arms:
+                        self.study.optimize(self._objective, n_trials=self.options.max_trials,
+                                            timeout=self.options.budget_s, catch=(_TrialFailed,), callbacks=[self._after_trial])
+                    self._kept_arms = None
                     state = self._search_state()
                     done = _is_done(state)
                     stopped = "done" if done else self._why_stopped()
@@ -434,7 +438,7 @@ class Tuner:
                         figure=lambda bench: objective_value(bench, self.options.objective)[0],
                         on_round=lambda rounds, summary: self.on_event("round", number=number, rounds=rounds,
                                                                        summary=summary),
-                        logs=logs, echo=self._echo())
+                        logs=logs, echo=self._echo(), kept_arms=self._kept_arms)
         record = self._stored(number, assignment, candidate_result(pair, cut_by_budget), cut_by_budget, log)
         ref_value, _ = objective_value(pair.a.bench, self.options.objective)
         s = pair.summary
@@ -444,7 +448,7 @@ class Tuner:
             ratio_ci_coverage=s.ci_coverage if s else None, rounds=s.n if s else 0, other_load_a=pair.other_load_a,
             other_load_b=pair.other_load_b, usable_cores=pair.usable_cores, wall_time_s=pair.wall_time_s,
             reference_status=pair.a.status, reference_error=pair.a.error[-_STORED_STDERR_CHARS:], reference_value=ref_value,
-            reference_bench=stored_bench(pair.a.bench) if pair.a.bench is not None else None))
+            reference_bench=stored_bench(pair.a.bench) if pair.a.bench is not None else None, reused=pair.reused))
 
     def _hold_both_reason(self, reference, candidate) -> str | None:
         """Why the two arms cannot be held at once (`torchpace.trial.pair.sequential_reason`), judged by the
