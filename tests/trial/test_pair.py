@@ -142,6 +142,8 @@ def test_arms_that_cannot_be_held_together_are_compared_in_separate_runs():
     assert "profiled" in sequential_reason(_spec("logged", profile=True), one)
     assert "would not fit" in sequential_reason(one, one, peak_bytes=6 * 2**30, available_bytes=10 * 2**30)
     assert sequential_reason(one, one, peak_bytes=2 * 2**30, available_bytes=10 * 2**30) is None
+    # one arm kept from an earlier comparison: only the other one needs the memory free
+    assert sequential_reason(one, one, peak_bytes=6 * 2**30, available_bytes=10 * 2**30, new_processes=1) is None
 
 
 def test_each_b_turn_is_compared_with_the_a_turns_on_either_side():
@@ -217,7 +219,7 @@ _SHORT = PairOptions(rounds_s=30.0, min_rounds=3, max_rounds=3, target_ci_rel=0.
 @pytest.mark.slow
 def test_a_keeper_takes_an_arm_back_for_the_next_comparison_and_ends_every_arm_at_last(tmp_path):
     host, incumbent, candidate = probe_host(), {"data.num_workers": 1}, {"data.num_workers": 2}
-    with KeptArms(tmp_path) as kept_arms:
+    with KeptArms(tmp_path, capacity=2) as kept_arms:  # no arm kept beyond the comparison's two
         first = run_pair(_spec("logged"), _spec("logged", incumbent, guard_steps=2), host, 180, _SHORT, kept_arms=kept_arms,
                          workdir=tmp_path)
         assert first.ok and first.reused == (), (first.a.error, first.b.error)
@@ -246,6 +248,31 @@ def test_the_other_arm_of_a_failed_comparison_is_kept(tmp_path):
                           kept_arms=kept_arms)
         assert result.b.status == "crash" and result.a.status == PARTNER
         assert len(kept_arms.pids) == 1  # the failed arm is gone; its partner waits for the next comparison
+
+
+class _HeldArm:
+    """Stands in for a kept `_Arm`: its spec, and whether it was ended."""
+
+    def __init__(self, config: dict, guard_steps: int = 0):
+        self.spec, self.kept, self.ended = replace(_spec("logged", config, guard_steps=guard_steps), gate="3,4"), True, False
+
+    def dispose(self, guard) -> None:
+        self.ended = True
+
+
+def test_a_comparison_takes_the_arms_it_needs_and_the_least_recently_used_others_are_ended():
+    defaults, incumbent, first, second = {}, {"data.num_workers": 1}, {"data.num_workers": 2}, {"data.num_workers": 4}
+    kept_arms = KeptArms(capacity=3)
+    arms = [_HeldArm(defaults), _HeldArm(incumbent, 2), _HeldArm(first, 2)]  # the least recently used first
+    for arm in arms:
+        kept_arms.keep(arm)
+    specs = [_spec("logged", incumbent), _spec("logged", second, guard_steps=2)]
+    assert kept_arms.reusable(specs) == 1
+    assert kept_arms.take(specs) == [arms[1], None]
+    # with the comparison's own two, three are held: the candidate before stays for its second comparison
+    assert [arm.ended for arm in arms] == [True, False, False]
+    # a comparison short of memory ends every arm it does not need
+    assert kept_arms.keep_only([_spec("logged", incumbent), _spec("logged", second, guard_steps=2)]) == 1 and arms[2].ended
 
 
 @pytest.mark.parametrize("kept, wanted, same", [

@@ -30,8 +30,9 @@ A tune's comparisons follow one another with an arm in common: the incumbent kep
 reference of the next; a candidate compared again is the same candidate. With `KeptArms` an arm that
 can report (a Workload's training step) is told `report` instead of `end` at the rounds' end: it
 writes the result of its windows since its last report and waits, stopped, for the next comparison,
-which takes it back without loading or warming it up again (what the next comparison does not take
-is ended before anything starts). Only ending the `KeptArms` ends them; its guard covers them meanwhile.
+which takes it back without loading or warming it up again (of what it does not take, all but the
+most recently used arm is ended before anything starts). Only ending the `KeptArms` ends them; its
+guard covers them meanwhile.
 
 Where two processes cannot be held at once (several ranks per config; the latency objective, which
 times single calls; a pair that ran out of memory held together; a peak memory that would not fit
@@ -180,12 +181,13 @@ def rounds_time(options: PairOptions, warmups_s: float) -> float:
 
 
 def sequential_reason(spec_a: TrialSpec, spec_b: TrialSpec, *, peak_bytes: int | None = None,
-                      available_bytes: int | None = None) -> str | None:
+                      available_bytes: int | None = None, new_processes: int = 2) -> str | None:
     """Why the two arms cannot take turns as two processes held at once (None: they can).
 
     Args:
         peak_bytes: a peak memory one arm is expected to reach (e.g. the baseline's), device or host.
-        available_bytes: the memory free for both arms on that device (or host).
+        available_bytes: the memory free for the arms to start on that device (or host).
+        new_processes: the arms to start (an arm kept from an earlier comparison holds its memory already).
     """
     ranks = max(nproc_of(spec_a.config), nproc_of(spec_b.config))
     if ranks > 1:
@@ -194,9 +196,9 @@ def sequential_reason(spec_a: TrialSpec, spec_b: TrialSpec, *, peak_bytes: int |
         return "the latency objective times single calls, which are not measured in turns"
     if spec_a.script_mode != "bench" or spec_b.script_mode != "bench" or spec_a.profile or spec_b.profile:
         return "a profiled run is not measured in turns"
-    if peak_bytes and available_bytes is not None and 2 * peak_bytes > _HOLD_BOTH_SHARE * available_bytes:
-        return (f"two runs of {peak_bytes / 2**30:.1f} GiB peak memory would not fit in the "
-                f"{available_bytes / 2**30:.1f} GiB free")
+    if peak_bytes and available_bytes is not None and new_processes * peak_bytes > _HOLD_BOTH_SHARE * available_bytes:
+        runs = "two runs" if new_processes == 2 else "another run beside the one kept"
+        return f"{runs} of {peak_bytes / 2**30:.1f} GiB peak memory would not fit in the {available_bytes / 2**30:.1f} GiB free"
     return None
 
 
@@ -373,8 +375,10 @@ class KeptArms:
     An arm is taken back when the next comparison asks for the same process: the same trial spec but for
     its time cap and its gate, and the guard steps it ran when the new role needs them (a reference needs
     none). Its start-up, guard steps and warm-up are then not spent again, and no process is started for
-    it. What a comparison does not take is ended before anything is started, so no more than the two
-    processes of one comparison are held at any time. Use it as a context manager around the comparisons
+    it. At most `capacity` processes are held, the comparison's own two included: before anything starts,
+    the arms it does not take are ended, the least recently used first, down to `capacity - 2` (the
+    default 3 keeps the candidate before the last one, which greedy compares again once a knob's values
+    are all in). Use it as a context manager around the comparisons
     (`run_pair(..., kept_arms=)`): on the way out, however it is left, every kept arm is ended, and its
     `process.StoppedGroupGuard` SIGKILLs them should torchpace itself be killed meanwhile.
 
@@ -383,9 +387,9 @@ class KeptArms:
     windows.
     """
 
-    def __init__(self, workdir: Path | None = None):
-        self.workdir = workdir
-        self._arms: list[_Arm] = []
+    def __init__(self, workdir: Path | None = None, capacity: int = 3):
+        self.workdir, self.capacity = workdir, max(2, capacity)
+        self._arms: list[_Arm] = []  # the least recently used first
         self._stack = contextlib.ExitStack()
         self.guard: StoppedGroupGuard | None = None
 
@@ -403,14 +407,31 @@ class KeptArms:
         return [arm.proc.pid for arm in self._arms]
 
     def take(self, specs: Sequence[TrialSpec]) -> list[_Arm | None]:
-        """The kept arm of each spec (None: a process must be started for it); the arms not taken are ended."""
-        taken: list[_Arm | None] = [None] * len(specs)
-        for i in sorted(range(len(specs)), key=lambda i: -specs[i].guard_steps):  # the roles that need guard steps first
-            arm = next((arm for arm in self._arms if _same_process(arm.spec, specs[i])), None)
+        """The kept arm of each spec (None: a process must be started for it); of the arms not taken, the
+        least recently used are ended down to `capacity - 2`."""
+        taken = self._match(specs)
+        for arm in taken:
             if arm is not None:
                 self._arms.remove(arm)
-                taken[i] = arm
-        self.release()
+        self._release(self._arms[:max(0, len(self._arms) - (self.capacity - 2))])
+        return taken
+
+    def reusable(self, specs: Sequence[TrialSpec]) -> int:
+        """How many of `specs` a kept arm would serve (see `take`)."""
+        return sum(arm is not None for arm in self._match(specs))
+
+    def keep_only(self, specs: Sequence[TrialSpec]) -> int:
+        """End every arm held that would not serve one of `specs` (their memory is needed); the arms ended."""
+        serving = {id(arm) for arm in self._match(specs) if arm is not None}
+        spare = [arm for arm in self._arms if id(arm) not in serving]
+        self._release(spare)
+        return len(spare)
+
+    def _match(self, specs: Sequence[TrialSpec]) -> list[_Arm | None]:
+        taken: list[_Arm | None] = [None] * len(specs)
+        for i in sorted(range(len(specs)), key=lambda i: -specs[i].guard_steps):  # the roles that need guard steps first
+            taken[i] = next((arm for arm in reversed(self._arms)  # the most recently used first
+                             if arm not in taken and _same_process(arm.spec, specs[i])), None)
         return taken
 
     def keep(self, arm: _Arm) -> None:
@@ -419,8 +440,11 @@ class KeptArms:
 
     def release(self) -> None:
         """End every arm held."""
-        arms, self._arms = self._arms, []
+        self._release(list(self._arms))
+
+    def _release(self, arms: Sequence[_Arm]) -> None:
         for arm in arms:
+            self._arms.remove(arm)
             arm.kept = False
             arm.dispose(self.guard)
 
