@@ -95,3 +95,11 @@ def test_the_budget_is_short_when_it_would_not_hold_the_next_comparison_and_the_
     fresh = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "n.toml"), host)
     fresh.deadline = time.monotonic() + 1.0
     assert not fresh._budget_short(candidate, fresh.study.get_trials(deepcopy=False))  # no comparison yet to judge by
+
+
+def test_a_study_tuned_before_arms_were_kept_counts_two_processes_per_comparison(recorded_db):
+    tune = load_report_data(str(recorded_db)).tune
+    pairs = [t.pair for t in tune.trials if t.pair is not None]
+    assert pairs and all(p.reused == () and p.processes_started == 2 for p in pairs if p.mode == "alternating")
+    kept = replace(pairs[0], reused=("a",))
+    assert kept.processes_started == 1 and replace(pairs[0], reused=("a", "b")).processes_started == 0
