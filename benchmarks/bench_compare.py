@@ -12,7 +12,9 @@ narrow), `aa1` (the same with one intra-op thread: beside busy processes two Ope
 between a fast and a 20-100x slower regime from one turn to the next, one thread does not),
 `workers` (a loader whose items sleep 25 ms, 1 DataLoader worker against 2: a 2x effect that does
 not depend on the CPU), `threads` (tabular with 2 intra-op threads against 1: an effect that depends
-on how many cores other processes leave free). `--busy N` runs N processes that spin
+on how many cores other processes leave free), `kept` (tabular against itself, arm A a process kept from
+a comparison before, as a tune's incumbent is, arm B a new one with guard steps, as a tune's candidate
+is: the ratio should be 1, else a kept arm is not measured like a new one). `--busy N` runs N processes that spin
 (`while True: pass`) for the whole benchmark, as another user's jobs would.
 
 `--plain-loop SECONDS` first times the `tabular` step in a plain loop with no torchpace in it
@@ -33,7 +35,7 @@ import time
 from pathlib import Path
 
 from torchpace.host import probe_host
-from torchpace.trial.pair import PairOptions, run_pair
+from torchpace.trial.pair import KeptArms, PairOptions, run_pair
 from torchpace.protocol import TrialSpec
 from torchpace.trial.runner import run_trial
 
@@ -46,13 +48,22 @@ CASES = {
     "aa1": ("tabular", {"threads.intra_op": 1}, {"threads.intra_op": 1}, (1.0, 1.0)),
     "workers": (SLEEPY, {"data.num_workers": 1}, {"data.num_workers": 2}, (1.8, 2.2)),
     "threads": ("tabular", {"threads.intra_op": 2}, {"threads.intra_op": 1}, None),
+    "kept": ("tabular", {}, {}, (1.0, 1.0)),
 }
+KEPT_GUARD_STEPS = 10  # a tune's candidate runs its guard steps first: arm B is then a process of its own
 
 
-def paired(workload: str, a: dict, b: dict, max_time_s: float, host) -> dict:
+def paired(workload: str, a: dict, b: dict, max_time_s: float, host, kept: bool = False) -> dict:
     spec_a = TrialSpec(workload=workload, config=a, max_time_s=max_time_s)
-    spec_b = TrialSpec(workload=workload, config=b, max_time_s=max_time_s)
-    pair = run_pair(spec_a, spec_b, host, timeout_s=3 * max_time_s + 120, options=PairOptions(rounds_s=max_time_s))
+    spec_b = TrialSpec(workload=workload, config=b, max_time_s=max_time_s, guard_steps=KEPT_GUARD_STEPS if kept else 0)
+    options = PairOptions(rounds_s=max_time_s)
+    with KeptArms() as kept_arms:
+        if kept:  # a first comparison, as a tune's before, whose arm A the measured one takes back
+            run_pair(spec_a, spec_a, host, timeout_s=3 * max_time_s + 120, options=options, kept_arms=kept_arms)
+        pair = run_pair(spec_a, spec_b, host, timeout_s=3 * max_time_s + 120, options=options,
+                        kept_arms=kept_arms if kept else None)
+    if kept and pair.reused != ("a",):
+        raise SystemExit(f"kept: arm A was not taken back (reused {pair.reused})")
     s = pair.summary
     loads = [x for x in (pair.other_load_a, pair.other_load_b) if x is not None]
     return {"ok": pair.ok, "ratio": s.median if s else None, "low": s.ci_low if s else None, "high": s.ci_high if s else None,
@@ -116,7 +127,7 @@ def run_case(case: str, args, host) -> None:
     print(f"\n## {case}: B {b or 'defaults'} / A {a or 'defaults'}" + (f"  (expected {band[0]:g}-{band[1]:g})" if band else ""))
     paired_runs, separate_runs = [], []
     for repeat in range(args.repeats):  # interleaved: paired, separate, paired, separate ...
-        p = paired(workload, a, b, args.max_time, host)
+        p = paired(workload, a, b, args.max_time, host, kept=case == "kept")
         s = separate(workload, a, b, args.max_time, host)
         paired_runs.append(p)
         separate_runs.append(s)
