@@ -18,7 +18,7 @@ from _support import FIXTURES, still_running, trial_snapshot
 from torchpace.host import probe_host
 from torchpace.trial.pair import (ALTERNATING, PARTNER, SEQUENTIAL, KeptArms, PairOptions, run_pair,
                                   sequential_reason)
-from torchpace.protocol import TrialSpec
+from torchpace.protocol import TrialResult, TrialSpec
 
 PAIR_WORKLOADS = FIXTURES / "pair_workloads.py"
 SCRIPTS = Path(__file__).parents[1] / "script" / "scripts"
@@ -92,8 +92,7 @@ print("ended:", result.stopped_by, [(arm.status, arm.error, arm.stderr_tail[-150
 
 @pytest.mark.slow
 def test_sigkill_of_the_parent_leaves_no_stopped_arm(tmp_path):
-    driver = subprocess.Popen([sys.executable, "-c", _DRIVER, f"{PAIR_WORKLOADS}:logged"], stdout=subprocess.PIPE,
-                              text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    driver = _start_driver(_DRIVER, tmp_path)
     try:
         first = driver.stdout.readline()
         assert first.startswith("round"), f"the comparison never reached its rounds: {first}"
@@ -106,13 +105,23 @@ def test_sigkill_of_the_parent_leaves_no_stopped_arm(tmp_path):
                 break
             time.sleep(0.1)
         assert len(arms) == 2 and len(workers) >= 2 and stopped
-        driver.kill()
-        driver.wait()
-        left = still_running([p.pid for p in arms + workers], 15.0)
-        assert not left, f"still running after the parent's SIGKILL: {left}"
+        _kill_and_check_nothing_is_left(driver, arms + workers)
     finally:
         driver.kill()
         driver.wait()
+
+
+def _start_driver(source: str, tmp_path: Path) -> subprocess.Popen:
+    """A parent process running `source` on the `logged` pair workload, its trial folders under `tmp_path`."""
+    return subprocess.Popen([sys.executable, "-c", source, f"{PAIR_WORKLOADS}:logged"], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+
+
+def _kill_and_check_nothing_is_left(driver: subprocess.Popen, processes) -> None:
+    driver.kill()
+    driver.wait()
+    left = still_running([p.pid for p in processes], 15.0)
+    assert not left, f"still running after the parent's SIGKILL: {left}"
 
 
 @pytest.mark.slow
@@ -202,6 +211,31 @@ def test_arms_end_at_once_unless_one_measures_after_its_windows(tmp_path, alone_
     arms = [_RecordedArm("a", log, [{"event": "loaded"}], tmp_path), _RecordedArm("b", log, ready, tmp_path)]
     _arm_results(arms, None, time.monotonic() + 5, 5.0)
     assert log == expected
+
+
+class _ReportingArm(_RecordedArm):
+    """Stands in for an `_Arm` that can be kept: its report comes out with `status`."""
+
+    keepable = measured = True
+
+    def __init__(self, name: str, log: list, tmp_path: Path, status: str):
+        super().__init__(name, log, [{"event": "window", "keepable": True}], tmp_path)
+        self.status, self.kept = status, False
+
+    def report(self, deadline: float) -> TrialResult:
+        self.log.append(("report", self.name))
+        return TrialResult(self.status)
+
+
+def test_an_arm_whose_report_failed_is_not_kept(tmp_path):
+    from torchpace.trial.pair import _arm_results
+
+    log: list = []
+    arms = [_ReportingArm("a", log, tmp_path, "ok"), _ReportingArm("b", log, tmp_path, "nonfinite")]
+    kept_arms = KeptArms()
+    _, results = _arm_results(arms, None, time.monotonic() + 5, 5.0, kept_arms)
+    assert [r.status for r in results] == ["ok", "nonfinite"] and log == [("report", "a"), ("report", "b")]
+    assert arms[0].kept and not arms[1].kept  # a loss gone NaN: that process is not measured again
 
 
 def test_tune_pairs_spend_the_warm_ups_out_of_the_trial_time_but_keep_half_for_the_rounds():
@@ -306,17 +340,13 @@ with KeptArms() as kept_arms:
 
 @pytest.mark.slow
 def test_sigkill_of_the_parent_between_comparisons_leaves_no_kept_arm(tmp_path):
-    driver = subprocess.Popen([sys.executable, "-c", _KEEPER_DRIVER, f"{PAIR_WORKLOADS}:logged"], stdout=subprocess.PIPE,
-                              text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    driver = _start_driver(_KEEPER_DRIVER, tmp_path)
     try:
         line = driver.stdout.readline().split()
         assert line[:2] == ["kept", "True"] and len(line) == 4, line
         arms, workers, stopped = trial_snapshot(driver.pid)
         assert sorted(p.pid for p in arms) == sorted(map(int, line[2:])) and len(stopped) == 2  # both wait, stopped
-        driver.kill()
-        driver.wait()
-        left = still_running([p.pid for p in arms + workers], 15.0)
-        assert not left, f"still running after the parent's SIGKILL: {left}"
+        _kill_and_check_nothing_is_left(driver, arms + workers)
     finally:
         driver.kill()
         driver.wait()

@@ -597,15 +597,18 @@ def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_
     The rounds over, the arms are told to end, and each result is read once its arm has: both at once,
     or one at a time when an arm measures something more after its windows (an inference workload's
     batch-1 latency: `Gate.alone_after`), which is then measured alone too. With `kept_arms`, an arm
-    that can be kept reports instead of ending, and is kept. An arm that ended by itself (`ended`) with
-    a result, a script that finished first, ends the comparison there; one that failed, or reached no
-    gate by the deadline, is that config's failure, and the other arm is not judged (but kept, when it
-    can be: what it measured in this comparison is left out of its next report).
+    that can be kept reports instead of ending, and is kept unless its report failed (a loss gone NaN).
+    An arm that ended by itself (`ended`) with a result, a script that finished first, ends the
+    comparison there; one that failed, or reached no gate by the deadline, is that config's failure,
+    and the other arm is not judged (but kept, when it can be: what it measured in this comparison is
+    left out of its next report).
     """
     first = _ended_result(ended, timeout_s) if ended is not None else None
     if first is not None and not first.ok:
         for arm in arms:
-            if kept_arms is not None and arm is not ended and arm.keepable and (not arm.measured or arm.report(deadline)):
+            if kept_arms is None or arm is ended or not arm.keepable:
+                continue
+            if not arm.measured or _kept_ok(arm.report(deadline)):
                 kept_arms.keep(arm)
         return "failed", [first if arm is ended else TrialResult(
             PARTNER, error=f"the comparison ended when the other arm failed; {_label(arm)} was not judged") for arm in arms]
@@ -615,10 +618,11 @@ def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_
         report = arm.report(deadline) if kept_arms is not None and arm.keepable and arm.measured else None
         if report is not None:
             results[arm.name] = report
-            kept_arms.keep(arm)
+            if _kept_ok(report):  # a process whose loss went NaN is not measured again
+                kept_arms.keep(arm)
     ending = [arm for arm in live if arm.name not in results and arm.proc.poll() is None]
     together = not any(event.get("alone_after") for arm in ending for event in arm.events)
-    _log.info("%d arm(s) kept for the next comparison; the others end %s", len(results),
+    _log.info("%d arm(s) reported for the next comparison; the others end %s", len(results),
               "at once" if together else "one at a time (an arm measures after its windows)")
     if together:
         for arm in ending:
@@ -637,6 +641,11 @@ def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_
     if ended is not None:
         results[ended.name] = first
     return ("ended" if ended is not None else ""), [results[arm.name] for arm in arms]
+
+
+def _kept_ok(report: TrialResult | None) -> bool:
+    """A kept arm's report leaves it fit for the next comparison."""
+    return report is not None and report.ok
 
 
 def _ended_result(arm: _Arm, timeout_s: float) -> TrialResult:
