@@ -92,6 +92,11 @@ def test_the_budget_is_short_when_it_would_not_hold_the_next_comparison_and_the_
     tuner.deadline = time.monotonic() + 20.0
     assert not tuner._budget_short(candidate, trials)
     assert tuner._budget_short(replace(candidate, time_factor=2.0), trials)  # a stretched comparison: 20 s < 2 x 8.6 + 7.3
+    # a second comparison of a candidate takes as long as its first one did (7.2 s for one worker, 8.4 s for two)
+    tuner.deadline = time.monotonic() + 23.0
+    again = Proposal("confirm-pair:data.num_workers=1", "candidate", {}, time_factor=2.0)
+    assert not tuner._budget_short(again, trials)  # 23 s > 2 x 7.2 + 7.3 (the candidates' median would say 24.5)
+    assert tuner._budget_short(replace(again, slot="confirm-pair:data.num_workers=2"), trials)  # 23 s < 2 x 8.4 + 7.3
     fresh = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "n.toml"), host)
     fresh.deadline = time.monotonic() + 1.0
     assert not fresh._budget_short(candidate, fresh.study.get_trials(deepcopy=False))  # no comparison yet to judge by

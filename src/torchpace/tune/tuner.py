@@ -272,16 +272,21 @@ class Tuner:
     def _budget_short(self, proposal, trials) -> bool:
         """Whether the budget left would not hold both `proposal`'s comparison and the final one, each taking
         as long as the study's comparisons (its Optuna `trials`, as the sampler's replay read them) of that
-        kind took: a candidate's, the median of the candidates' (times the proposal's time factor, for a
-        stretched second comparison); the final one, the median of the A/A and final comparisons', which
-        like it run to their CI target or the trial time. False until a comparison has finished."""
+        kind took: a candidate's, the median of the candidates' (a second comparison of a candidate, the
+        first one's: the same two configs, the same kind of comparison, which may be separate runs under
+        torchrun), times the proposal's time factor (a stretched second comparison); the final one, the
+        median of the A/A and final comparisons', which like it run to their CI target or the trial time.
+        False until a comparison has finished."""
         walls = {"candidate": [], "whole": []}
+        first_s = None  # the first comparison of the candidate `proposal` compares again
         for record in trial_records(trials):
             if record.status == "ok" and record.pair is not None and record.pair.wall_time_s:
                 walls["candidate" if record.assignment.kind == "candidate" else "whole"].append(record.pair.wall_time_s)
+                if proposal.slot.startswith("confirm-") and record.slot == proposal.slot.removeprefix("confirm-"):
+                    first_s = record.pair.wall_time_s
         if not walls["candidate"] and not walls["whole"]:
             return False
-        candidate_s = statistics.median(walls["candidate"] or walls["whole"]) * (proposal.time_factor or 1)
+        candidate_s = (first_s or statistics.median(walls["candidate"] or walls["whole"])) * (proposal.time_factor or 1)
         final_s = statistics.median(walls["whole"] or walls["candidate"])
         return self.deadline - time.monotonic() < candidate_s + final_s
 
