@@ -253,7 +253,7 @@ _SHORT = PairOptions(rounds_s=30.0, min_rounds=3, max_rounds=3, target_ci_rel=0.
 @pytest.mark.slow
 def test_a_keeper_takes_an_arm_back_for_the_next_comparison_and_ends_every_arm_at_last(tmp_path):
     host, incumbent, candidate = probe_host(), {"data.num_workers": 1}, {"data.num_workers": 2}
-    with KeptArms(tmp_path, capacity=2) as kept_arms:  # no arm kept beyond the comparison's two
+    with KeptArms(capacity=2) as kept_arms:  # no arm kept beyond the comparison's two
         first = run_pair(_spec("logged"), _spec("logged", incumbent, guard_steps=2), host, 180, _SHORT, kept_arms=kept_arms,
                          workdir=tmp_path)
         assert first.ok and first.reused == (), (first.a.error, first.b.error)
@@ -277,7 +277,7 @@ def test_a_keeper_takes_an_arm_back_for_the_next_comparison_and_ends_every_arm_a
 
 @pytest.mark.slow
 def test_the_other_arm_of_a_failed_comparison_is_kept(tmp_path):
-    with KeptArms(tmp_path) as kept_arms:
+    with KeptArms() as kept_arms:
         result = run_pair(_spec("fails_in_worker"), _spec("fails_in_worker", WORKERS), probe_host(), 180, _SHORT,
                           kept_arms=kept_arms)
         assert result.b.status == "crash" and result.a.status == PARTNER

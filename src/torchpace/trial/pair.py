@@ -335,9 +335,9 @@ class _Arm:
         self.resume(REPORT)
         if self.await_gate(REPORTED, deadline) is None or not self.result_path.exists():
             return None
-        data = json.loads(self.result_path.read_text())
+        result = read_trial_result(self.spec, self.result_path, self.err_path, 0, 0.0)
         self.result_path.unlink()  # a later ending without a result must not read this one
-        return TrialResult.from_dict({**data, "returncode": 0})
+        return result
 
     def join(self, name: str) -> _Arm:
         """Take part in a new comparison as arm `name`: its events and other load are that comparison's."""
@@ -387,8 +387,8 @@ class KeptArms:
     windows.
     """
 
-    def __init__(self, workdir: Path | None = None, capacity: int = 3):
-        self.workdir, self.capacity = workdir, max(2, capacity)
+    def __init__(self, capacity: int = 3):
+        self.capacity = max(2, capacity)
         self._arms: list[_Arm] = []  # the least recently used first
         self._stack = contextlib.ExitStack()
         self.guard: StoppedGroupGuard | None = None
