@@ -309,6 +309,23 @@ def test_a_comparison_takes_the_arms_it_needs_and_the_least_recently_used_others
     assert kept_arms.keep_only([_spec("logged", incumbent), _spec("logged", second, guard_steps=2)]) == 1 and arms[2].ended
 
 
+def test_an_arm_held_for_a_later_comparison_outlasts_the_capacity_but_not_a_shortage_of_memory():
+    defaults, first, second = {}, {"data.num_workers": 1}, {"data.num_workers": 2}
+    kept_arms = KeptArms(capacity=3)
+    kept_arms.hold(_spec("logged", defaults))
+    kept_arms.hold(_spec("logged", defaults, max_time_s=9.0))  # the same process: held once
+    arms = [_HeldArm(defaults), _HeldArm(first, 2), _HeldArm(second, 2)]  # the least recently used first
+    for arm in arms:
+        kept_arms.keep(arm)
+    new = [_spec("logged", {"data.num_workers": 3}), _spec("logged", {"data.num_workers": 4}, guard_steps=2)]
+    assert kept_arms.take(new) == [None, None]
+    # the capacity's one spare is the most recent candidate; the defaults, least recently used, are held
+    assert [arm.ended for arm in arms] == [False, True, False]
+    assert kept_arms.take([_spec("logged", defaults), _spec("logged", first, guard_steps=2)]) == [arms[0], None]
+    kept_arms.keep(arms[0])
+    assert kept_arms.keep_only(new) == 2 and arms[0].ended and arms[2].ended  # memory is short: held or not, ended
+
+
 @pytest.mark.parametrize("kept, wanted, same", [
     ({}, {"max_time_s": 9.0}, True),  # a comparison's own time cap
     ({"guard_steps": 3}, {}, True),  # a reference needs no guard steps

@@ -189,7 +189,8 @@ def test_a_budget_short_of_the_next_comparison_and_the_final_one_runs_the_final_
     # compared again) instead of starting a process for it: one process per new config
     pairs = [t for t in outcome.trials if t.pair is not None]
     assert all(t.status == "ok" for t in pairs), [(t.slot, t.status, t.error) for t in pairs]
+    # and the defaults of the A/A comparison are held for every later comparison with them, the final one's
     for before, now in zip(pairs, pairs[1:]):
-        assert ("a" in now.pair.reused) == (now.reference in (before.reference, before.config)), (now.slot, now.pair.reused)
-    assert "b" in final.pair.reused or final.config not in [t.config for t in pairs[-2:-1]]
+        assert ("a" in now.pair.reused) == (now.reference in (before.reference, before.config, {})), (now.slot, now.pair.reused)
+    assert "a" in final.pair.reused and ("b" in final.pair.reused or final.config not in [t.config for t in pairs[-2:-1]])
     assert sum(t.pair.processes_started for t in pairs) <= 2 + len({json.dumps(t.config, sort_keys=True) for t in pairs[1:]})

@@ -378,7 +378,9 @@ class KeptArms:
     it. At most `capacity` processes are held, the comparison's own two included: before anything starts,
     the arms it does not take are ended, the least recently used first, down to `capacity - 2` (the
     default 3 keeps the candidate before the last one, which greedy compares again once a knob's values
-    are all in). Use it as a context manager around the comparisons
+    are all in), besides one arm for each spec `hold` names (a tune's defaults, which its final
+    comparison measures again): that one is ended only when memory is short (`keep_only`) or at the
+    end. Use it as a context manager around the comparisons
     (`run_pair(..., kept_arms=)`): on the way out, however it is left, every kept arm is ended, and its
     `process.StoppedGroupGuard` SIGKILLs them should torchpace itself be killed meanwhile.
 
@@ -390,6 +392,7 @@ class KeptArms:
     def __init__(self, capacity: int = 3):
         self.capacity = max(2, capacity)
         self._arms: list[_Arm] = []  # the least recently used first
+        self._held: list[TrialSpec] = []  # specs an arm is kept for beyond the capacity
         self._stack = contextlib.ExitStack()
         self.guard: StoppedGroupGuard | None = None
 
@@ -413,8 +416,16 @@ class KeptArms:
         for arm in taken:
             if arm is not None:
                 self._arms.remove(arm)
-        self._release(self._arms[:max(0, len(self._arms) - (self.capacity - 2))])
+        held = {id(arm) for arm in self._match(self._held) if arm is not None}
+        spare = [arm for arm in self._arms if id(arm) not in held]
+        self._release(spare[:max(0, len(spare) - (self.capacity - 2))])
         return taken
+
+    def hold(self, spec: TrialSpec) -> None:
+        """Keep an arm that serves `spec` beyond the capacity, for a comparison that comes later (a tune's
+        final one measures the defaults of its first one again): `keep_only` and the end still end it."""
+        if not any(_same_process(held, spec) for held in self._held):
+            self._held.append(spec)
 
     def reusable(self, specs: Sequence[TrialSpec]) -> int:
         """How many of `specs` a kept arm would serve (see `take`)."""

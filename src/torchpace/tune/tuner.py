@@ -437,6 +437,8 @@ class Tuner:
         # under it); the A/A and the final comparison estimate a figure, and run to the CI target or the time.
         # The trial time holds the warm-ups and the rounds, as a single trial's holds its warm-up and windows.
         decide_at = 1 + ACCEPT_FLOOR if assignment.kind == "candidate" else None
+        if self._kept_arms is not None and not assignment.reference:  # the final comparison measures the defaults again
+            self._kept_arms.hold(reference)
         pair = run_pair(reference, candidate, self.host, timeout_s,
                         PairOptions(rounds_s=spec.max_time_s, decide_at=decide_at, warmups_count=True),
                         sequential=self._hold_both_reason(reference, candidate),
