@@ -83,7 +83,7 @@ from torchpace.protocol import TrialSpec
 
 spec = TrialSpec(workload=sys.argv[1], config={"data.num_workers": 1}, max_time_s=4.0)
 result = run_pair(spec, spec, probe_host(), timeout_s=300,
-                  options=PairOptions(rounds_s=120, target_ci_rel=0.0, max_rounds=10**6),
+                  options=PairOptions(rounds_s=120, target_ci_rel=0.0),
                   on_round=lambda n, summary: print("round", n, flush=True))
 print("ended:", result.stopped_by, [(arm.status, arm.error, arm.stderr_tail[-1500:]) for arm in (result.a, result.b)],
       flush=True)
@@ -211,6 +211,17 @@ def test_arms_end_at_once_unless_one_measures_after_its_windows(tmp_path, alone_
     arms = [_RecordedArm("a", log, [{"event": "loaded"}], tmp_path), _RecordedArm("b", log, ready, tmp_path)]
     _arm_results(arms, None, time.monotonic() + 5, 5.0)
     assert log == expected
+
+
+@pytest.mark.parametrize("max_rounds, stopped_by", [(None, ""), (60, "rounds")])
+def test_only_the_time_ends_rounds_whose_ci_stays_wide_unless_a_cap_is_asked_for(max_rounds, stopped_by):
+    from torchpace.trial.pair import _Rounds
+
+    rounds = _Rounds([], PairOptions(rounds_s=600.0, max_rounds=max_rounds), on_round=None)
+    # 100 rounds whose ratios spread from 0.5 to 1.5: the CI stays far wider than the target
+    rounds.rates = {"a": [100.0] * 101, "b": [50.0 + (37 * i) % 100 for i in range(100)]}
+    assert rounds._done(time.monotonic() + 600) == bool(stopped_by) and rounds.stopped_by == stopped_by
+    assert rounds._done(time.monotonic() - 1) and rounds.stopped_by == (stopped_by or "time")
 
 
 class _ReportingArm(_RecordedArm):

@@ -48,8 +48,9 @@ class Comparison:
     mode_reason: str | None = field(metadata=spec("why the comparison is sequential"))
     unit: str = field(metadata=spec("steps/s when a script's samples per step are unknown",
                                     enum=[SAMPLES_PER_S, STEPS_PER_S]))
-    stopped_by: str = field(metadata=spec("ci: the ratio's CI reached ±2%; time: --max-time; ended: a script finished "
-                                          "first; failed: an arm failed", enum=["ci", "time", "rounds", "ended", "failed"]))
+    stopped_by: str = field(metadata=spec("ci: the ratio's CI reached ±2%; time: --max-time; rounds: the separate runs' "
+                                          "rounds were all run (mode sequential); ended: a script finished first; "
+                                          "failed: an arm failed", enum=["ci", "time", "rounds", "ended", "failed"]))
     a: ComparisonArm
     b: ComparisonArm
     ratio: float | None = field(metadata=spec("B / A: the median of the per-round ratios (above 1: B is faster)"))

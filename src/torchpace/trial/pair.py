@@ -87,7 +87,7 @@ class PairOptions:
     Attributes:
         rounds_s: wall seconds for the rounds (both arms' turns together).
         min_rounds: rounds before the CI may stop the comparison (the fewest a 95% CI needs).
-        max_rounds: rounds at most.
+        max_rounds: rounds at most (None: the time alone ends them, so a longer comparison narrows the CI).
         target_ci_rel: stop once the 95% CI of the median ratio is within this relative half-width.
         sequential_rounds: rounds of separate runs (A B A ... B A) when the arms cannot take turns.
         decide_at: the ratio a decision is taken against (tune: accept above 1 + its floor): stop once
@@ -100,7 +100,7 @@ class PairOptions:
 
     rounds_s: float = 20.0
     min_rounds: int = MIN_WINDOWS_FOR_CI
-    max_rounds: int = 60
+    max_rounds: int | None = None
     target_ci_rel: float = 0.02
     sequential_rounds: int = 2
     decide_at: float | None = None
@@ -591,7 +591,7 @@ class _Rounds:
             self.stopped_by = "ci"
         elif enough and self.options.decide_at is not None and not summary.ci_low <= self.options.decide_at <= summary.ci_high:
             self.stopped_by = "clear"
-        elif len(ratios) >= self.options.max_rounds:
+        elif self.options.max_rounds is not None and len(ratios) >= self.options.max_rounds:
             self.stopped_by = "rounds"
         elif time.monotonic() >= rounds_end:
             self.stopped_by = "time"
