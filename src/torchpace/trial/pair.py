@@ -617,20 +617,20 @@ def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_
     first = _ended_result(ended, timeout_s) if ended is not None else None
     if first is not None and not first.ok:
         for arm in arms:
-            if kept_arms is None or arm is ended or not arm.keepable:
+            if arm is ended or kept_arms is None or not arm.keepable:
                 continue
-            if not arm.measured or _kept_ok(arm.report(deadline)):
+            if arm.measured:
+                _report_and_keep(arm, kept_arms, deadline)
+            else:  # no turn of it to leave out of its next report
                 kept_arms.keep(arm)
         return "failed", [first if arm is ended else TrialResult(
             PARTNER, error=f"the comparison ended when the other arm failed; {_label(arm)} was not judged") for arm in arms]
     live = [arm for arm in arms if arm is not ended]
     results: dict[str, TrialResult] = {}
     for arm in live:
-        report = arm.report(deadline) if kept_arms is not None and arm.keepable and arm.measured else None
+        report = _report_and_keep(arm, kept_arms, deadline)
         if report is not None:
             results[arm.name] = report
-            if _kept_ok(report):  # a process whose loss went NaN is not measured again
-                kept_arms.keep(arm)
     ending = [arm for arm in live if arm.name not in results and arm.proc.poll() is None]
     together = not any(event.get("alone_after") for arm in ending for event in arm.events)
     _log.info("%d arm(s) reported for the next comparison; the others end %s", len(results),
@@ -654,9 +654,16 @@ def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_
     return ("ended" if ended is not None else ""), [results[arm.name] for arm in arms]
 
 
-def _kept_ok(report: TrialResult | None) -> bool:
-    """A kept arm's report leaves it fit for the next comparison."""
-    return report is not None and report.ok
+def _report_and_keep(arm: _Arm, kept_arms: KeptArms | None, deadline: float) -> TrialResult | None:
+    """The report of an arm that can be kept and `measured`, which is then kept for the next comparison
+    unless its report failed (a process whose loss went NaN is not measured again); None, and the arm not
+    kept, where it gives no report (it is to end)."""
+    if kept_arms is None or not arm.keepable or not arm.measured:
+        return None
+    report = arm.report(deadline)
+    if report is not None and report.ok:
+        kept_arms.keep(arm)
+    return report
 
 
 def _ended_result(arm: _Arm, timeout_s: float) -> TrialResult:
