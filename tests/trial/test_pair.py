@@ -325,16 +325,18 @@ def test_an_arm_held_for_a_later_comparison_outlasts_the_capacity_but_not_a_shor
     kept_arms = KeptArms(capacity=3)
     kept_arms.hold(_spec("logged", defaults))
     kept_arms.hold(_spec("logged", defaults, max_time_s=9.0))  # the same process: held once
-    arms = [_HeldArm(defaults), _HeldArm(first, 2), _HeldArm(second, 2)]  # the least recently used first
+    # an A/A comparison leaves two defaults processes; only one of them is held
+    arms = [_HeldArm(defaults), _HeldArm(defaults), _HeldArm(first, 2), _HeldArm(second, 2)]  # least recently used first
     for arm in arms:
         kept_arms.keep(arm)
     new = [_spec("logged", {"data.num_workers": 3}), _spec("logged", {"data.num_workers": 4}, guard_steps=2)]
     assert kept_arms.take(new) == [None, None]
-    # the capacity's one spare is the most recent candidate; the defaults, least recently used, are held
-    assert [arm.ended for arm in arms] == [False, True, False]
-    assert kept_arms.take([_spec("logged", defaults), _spec("logged", first, guard_steps=2)]) == [arms[0], None]
-    kept_arms.keep(arms[0])
-    assert kept_arms.keep_only(new) == 2 and arms[0].ended and arms[2].ended  # memory is short: held or not, ended
+    # the held one is the most recently used defaults arm; of the others the capacity's one spare is the
+    # most recent candidate
+    assert [arm.ended for arm in arms] == [True, False, True, False]
+    assert kept_arms.take([_spec("logged", defaults), _spec("logged", first, guard_steps=2)]) == [arms[1], None]
+    kept_arms.keep(arms[1])
+    assert kept_arms.keep_only(new) == 2 and arms[1].ended and arms[3].ended  # memory is short: held or not, ended
 
 
 @pytest.mark.parametrize("kept, wanted, same", [
