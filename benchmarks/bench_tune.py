@@ -1,6 +1,8 @@
 """Does greedy find the best config, and cheaply? (run: `make bench-tune`)
 
-For each workload, over a reduced knob space:
+For each workload, over a reduced knob space (`SPACES`; each holds `threads.intra_op`, as `tune`'s own
+space does on a CPU: under other processes' load greedy decides it first, and it changes how every
+other comparison behaves):
 1. an exhaustive grid measures every config once: its best few are the oracle candidates;
 2. greedy (by paired comparisons), tpe and random then each run with the same budget of trial
    processes (greedy's count: each paired comparison counts the processes it started, two less the
@@ -61,7 +63,7 @@ from _args import BusyLoops, busy, count, seconds
 
 SPACES = {
     "tabular": {"threads.intra_op", "data.num_workers", "precision.amp", "optimizer.impl"},
-    "vision": {"data.num_workers", "data.persistent_workers", "model.channels_last", "precision.amp"},
+    "vision": {"threads.intra_op", "data.num_workers", "model.channels_last", "precision.amp"},
     "language": {"threads.intra_op", "precision.amp", "optimizer.impl", "data.micro_batch_size"},
 }
 STRATEGIES = ("greedy", "tpe", "random")
