@@ -1,9 +1,11 @@
 """What a comparison says of its figures (`build_comparison`, pure: recorded rounds in, no processes)."""
 
+from dataclasses import replace
+
 from torchpace.compare.run import build_comparison
 from torchpace.config import RunConfig
 from torchpace.protocol import TrialResult
-from torchpace.trial.pair import ALTERNATING, PairResult
+from torchpace.trial.pair import ALTERNATING, SEQUENTIAL, PairResult
 
 DEFAULTS = RunConfig(values={})
 
@@ -32,3 +34,16 @@ def test_steady_turns_or_a_quiet_host_say_nothing_of_switching():
     steady = build_comparison(_pair(STEADY, STEADY[:-1], 1.0), "tabular", DEFAULTS, DEFAULTS).other_load_note
     assert steady == "measured while other processes used 1.0 of 2 cores: the ratio reflects that contention"
     assert build_comparison(_pair(SWITCHING_A, SWITCHING_B, 0.05), "tabular", DEFAULTS, DEFAULTS).other_load_note is None
+
+
+def test_fewer_rounds_than_a_95_percent_ci_needs_give_no_verdict_and_name_the_ci_they_have():
+    # `make demo`'s compare beside a busy process: 2 rounds of 28x; their range covers the median 1 time in 2
+    few = build_comparison(_pair((1_400, 1_420, 1_410), (39_800, 39_900), 1.0), "tabular", DEFAULTS, DEFAULTS)
+    assert few.verdict == "too few rounds" and few.rounds == 2 and few.ratio_ci_coverage == 0.5
+    assert few.summary.startswith("too few rounds to tell: B is 28.")
+    assert "(50% CI 28." in few.summary and "a 95% CI needs 6 rounds, a longer --max-time gives more" in few.summary
+    sequential = build_comparison(replace(_pair((1_400, 1_420, 1_410), (39_800, 39_900), 1.0), mode=SEQUENTIAL),
+                                  "tabular", DEFAULTS, DEFAULTS)
+    assert sequential.verdict == "too few rounds" and "separate runs give no more" in sequential.summary
+    enough = build_comparison(_pair(STEADY[:7], (40_000,) * 6, 1.0), "tabular", DEFAULTS, DEFAULTS)
+    assert enough.verdict == "faster" and enough.rounds == 6 and "(95% CI " in enough.summary

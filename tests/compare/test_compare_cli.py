@@ -37,7 +37,9 @@ def test_four_loader_workers_against_one_on_an_input_bound_workload(cli_run, tmp
     assert payload == json.loads((tmp_path / "four.json").read_text())
     assert payload["mode"] == "alternating" and payload["mode_reason"] is None
     assert payload["a"]["config"] == {"data.num_workers": 1} and payload["b"]["config"] == {"data.num_workers": 4}
-    assert payload["verdict"] == "faster" and payload["ratio"] > 2.0, payload["summary"]
+    # a verdict needs the 6 rounds of a 95% CI; a host slow enough to give fewer says so instead
+    assert payload["verdict"] == ("faster" if payload["rounds"] >= 6 else "too few rounds"), payload["summary"]
+    assert payload["ratio"] > 2.0, payload["summary"]
     assert payload["ratio_ci_low"] <= payload["ratio"] <= payload["ratio_ci_high"]
     assert payload["rounds"] == len(payload["ratios"]) >= 1
     assert payload["b"]["figure"] > payload["a"]["figure"] and payload["a"]["other_load_cores"] is not None

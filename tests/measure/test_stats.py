@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, median_ci_ranks, summarize, windows_agree
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, ci_name, median_ci_ranks, summarize, windows_agree
 
 
 @pytest.mark.parametrize("n", [6, 7, 10, 20, 51, 200])
@@ -19,6 +19,14 @@ def test_too_few_windows_report_their_lower_coverage():
     lo, hi, coverage = median_ci_ranks(MIN_WINDOWS_FOR_CI - 1)
     assert (lo, hi) == (0, MIN_WINDOWS_FOR_CI - 2)
     assert coverage < 0.95
+
+
+@pytest.mark.parametrize("n, name", [(1, "0% CI"), (2, "50% CI"), (3, "75% CI"), (4, "87% CI"), (5, "93% CI"),
+                                     (MIN_WINDOWS_FOR_CI, "95% CI"), (40, "95% CI")])
+def test_a_ci_is_named_by_the_coverage_it_has(n, name):
+    summary = summarize([float(v) for v in range(n)])
+    assert ci_name(n) == summary.ci_name == name
+    assert summary.full_ci is (n >= MIN_WINDOWS_FOR_CI)
 
 
 def test_summary_median_ci_iqr_and_noise_flag():

@@ -11,7 +11,7 @@ from torchpace.tune.attrs import PairRecord
 from torchpace.tune.figures import ReportedDecision
 from torchpace.tune.outcome import TrialRow, TuneOutcome
 from torchpace.tune.policy import Decision
-from torchpace.tune.render import render_outcome
+from torchpace.tune.render import ratio_text, render_outcome
 
 
 def _outcome(**kw) -> TuneOutcome:
@@ -83,7 +83,7 @@ def test_a_paired_study_shows_each_gain_with_its_ci_the_load_note_and_the_speedu
 
     one_thread = {"threads.intra_op": 1}
     rows = [_row(0, "baseline", {}, 1000.0),
-            _row(1, "noise", {}, 1010.0, pair=_pair([0.99, 1.0, 1.01, 1.0, 0.98, 1.02], 1000.0), reference={}),
+            _row(1, "noise", {}, 1010.0, pair=_pair([0.99, 1.0, 1.01], 1000.0), reference={}),  # 3 rounds: a 75% CI
             _row(2, "pair:threads.intra_op=1", one_thread, 3000.0, knob="threads.intra_op", value=1, stage="system",
                  pair=_pair([2.9, 3.0, 3.1, 3.05, 2.95, 3.0], 1000.0, load=1.4), reference={}),
             _row(3, "final", one_thread, 2900.0, pair=_pair([2.8, 2.9, 3.0, 2.85, 2.95, 2.9], 1000.0, load=1.4),
@@ -101,7 +101,7 @@ def test_a_paired_study_shows_each_gain_with_its_ci_the_load_note_and_the_speedu
             "may not hold on a quiet host") in text
     assert "threads.intra_op=1  ->  2.90x [2.80, 3.00], 6 rounds the defaults" in text
     assert "the tuned config compared with the defaults in alternation" in text
-    assert "noise: the defaults compared with themselves gave 1.000x (95% CI 0.980-1.020, 6 rounds)" in text
+    assert "noise: the defaults compared with themselves gave 1.000x (75% CI 0.990-1.010, 3 rounds)" in text
     assert outcome.speedup == 2.9 and outcome.baseline.throughput.value == 1000.0  # the final comparison's arms
     assert outcome.best.throughput.value == 2900.0
     assert outcome.to_dict()["baseline"]["samples_per_s"] == 1000.0 and outcome.to_dict()["best"]["samples_per_s"] == 2900.0
@@ -125,3 +125,9 @@ def test_a_baseline_cut_before_it_finished_is_not_called_failed(cut, paired):
     crashed = [Record("baseline", {}, status="crash"), *([] if paired else [Record("baseline#2", {}, status="crash")])]
     crashed = plan_greedy(space, crashed, paired=paired)  # a verdict on the config
     assert crashed.failed_baseline == "the baseline trial failed (crash); nothing to compare against"
+
+
+def test_a_ratio_on_fewer_rounds_than_a_95_percent_ci_needs_names_the_coverage_it_has():
+    assert ratio_text(2.37, 0.39, 4.35, 2) == "2.37x [0.39, 4.35], 2 rounds (50% CI)"
+    assert ratio_text(1.32, 1.25, 1.40, 6) == "1.32x [1.25, 1.40], 6 rounds"
+    assert ratio_text(1.32, None, None, 2) == "1.32x, 2 rounds" and ratio_text(None, None, None) == "-"

@@ -12,7 +12,7 @@ from torchpace.records import from_json, spec, to_json
 
 RESULT_KIND = "torchpace.compare"
 RESULT_SCHEMA_VERSION = 1
-VERDICTS = ("faster", "slower", "no difference", "failed")
+VERDICTS = ("faster", "slower", "no difference", "too few rounds", "failed")
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,8 @@ class Comparison:
     ratio_ci_coverage: float | None = field(metadata=spec("the CI's coverage (below 0.95 with fewer than 6 rounds)"))
     rounds: int = field(metadata=spec(minimum=0))
     ratios: tuple[float, ...] = field(metadata=spec("each round's B / A"))
-    verdict: str = field(metadata=spec("faster: the whole CI is above 1; slower: below 1; no difference: it contains 1",
+    verdict: str = field(metadata=spec("faster: the whole CI is above 1; slower: below 1; no difference: it contains 1; "
+                                       "too few rounds: fewer than 6, whose CI covers less than 95%",
                                        enum=list(VERDICTS)))
     summary: str
     other_load_note: str | None = field(metadata=spec(

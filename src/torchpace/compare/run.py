@@ -8,7 +8,9 @@ The figures, one definition for the terminal, `--json` and the report:
 - each arm's figure is the median of its own rounds (samples/s, or steps/s when the samples per step
   of a script are unknown), with its CI;
 - the verdict: `faster` when the whole CI is above 1, `slower` when it is below, else `no difference`
-  (the comparison cannot tell them apart within its CI);
+  (the comparison cannot tell them apart within its CI); `too few rounds` when the rounds hold no 95% CI
+  (fewer than `MIN_WINDOWS_FOR_CI`: the order statistics of 2 rounds bound the median 1 time in 2, and
+  every text names the CI by the coverage it has);
 - the other load is other processes' CPU use during each arm's turns; when material it is said next
   to the verdict, naming the compared knobs whose gains depend on free cores.
 """
@@ -33,10 +35,10 @@ from torchpace.knobs import REGISTRY
 from torchpace.launch.command import parse_python_command
 from torchpace.measure.contention import decision_note
 from torchpace.measure.result import SAMPLES_PER_S, STEPS_PER_S
-from torchpace.measure.stats import Summary, summarize
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.protocol import INVALID, TrialSpec
 from torchpace.script.knobs import check_script_config
-from torchpace.trial.pair import PairOptions, PairResult, run_pair
+from torchpace.trial.pair import SEQUENTIAL, PairOptions, PairResult, run_pair
 from torchpace.trial.script import script_trial_spec
 from torchpace.workload import DEFAULT_WORKLOAD, load_workload
 
@@ -151,6 +153,8 @@ def _switching_arms(pair: PairResult) -> str | None:
 def _verdict(pair: PairResult, summary: Summary | None) -> str:
     if not pair.ok or summary is None:
         return "failed"
+    if not summary.full_ci:
+        return "too few rounds"
     if summary.ci_low > 1.0:
         return "faster"
     if summary.ci_high < 1.0:
@@ -164,7 +168,11 @@ def _sentence(verdict: str, summary: Summary | None, pair: PairResult) -> str:
         failed = next(name for name, arm in (("B", pair.b), ("A", pair.a)) if not arm.ok) if not (pair.a.ok and pair.b.ok) \
             else "neither"
         return f"no ratio: arm {failed} did not finish a measurement" if failed != "neither" else "no ratio: no round completed"
-    ci = f"95% CI {summary.ci_low:.3f}-{summary.ci_high:.3f}, {summary.n} rounds"
+    ci = f"{summary.ci_name} {summary.ci_low:.3f}-{summary.ci_high:.3f}, {summary.n} rounds"
+    if verdict == "too few rounds":
+        more = "a sequential comparison's separate runs give no more" if pair.mode == SEQUENTIAL else "a longer --max-time gives more"
+        return (f"too few rounds to tell: B is {summary.median:.3f}x A ({ci}; a 95% CI needs {MIN_WINDOWS_FOR_CI} "
+                f"rounds, {more})")
     if verdict == "faster":
         return f"B is faster: {summary.median:.3f}x A ({ci})"
     if verdict == "slower":

@@ -35,6 +35,15 @@ class Summary:
         return (self.ci_high - self.ci_low) / 2 / self.median if self.median else math.inf
 
     @property
+    def full_ci(self) -> bool:
+        """Whether the CI reaches its 95% coverage (it needs `MIN_WINDOWS_FOR_CI` samples)."""
+        return self.ci_coverage >= _CONFIDENCE
+
+    @property
+    def ci_name(self) -> str:
+        return ci_name(self.n)
+
+    @property
     def iqr_frac(self) -> float:
         return self.iqr / self.median if self.median else math.inf
 
@@ -59,6 +68,13 @@ def median_ci_ranks(n: int, confidence: float = _CONFIDENCE) -> tuple[int, int, 
             break
         best = (lo, n - 1 - lo, coverage)
     return best
+
+
+def ci_name(n: int) -> str:
+    """What every text calls the CI of a median of `n` samples: `95% CI`, or the coverage it has with fewer
+    than `MIN_WINDOWS_FOR_CI` (`50% CI` on 2, `0% CI` on 1)."""
+    coverage = median_ci_ranks(n)[2] if n > 0 else 0.0
+    return f"{_CONFIDENCE:.0%} CI" if coverage >= _CONFIDENCE else f"{math.floor(coverage * 100):.0f}% CI"
 
 
 def _coverage(n: int, lo: int) -> float:

@@ -57,7 +57,8 @@ def figures_note(unit: str = SAMPLES_PER_S) -> str:
 def paired_figures_note(unit: str = SAMPLES_PER_S) -> str:
     """How the figures of a study decided by paired comparisons are defined, in its unit."""
     return ("Figures: every decision compared two configs in alternation (two processes taking turns on the "
-            "host); a ratio is the median of the rounds' ratios, with its 95% CI. The speedup is the tuned "
+            "host); a ratio is the median of the rounds' ratios, with its 95% CI (on fewer than 6 rounds, the "
+            "coverage that CI has is named). The speedup is the tuned "
             f"config compared with the defaults the same way; each {unit} is that config's median over "
             "its turns in the comparison shown.")
 

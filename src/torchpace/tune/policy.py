@@ -437,7 +437,7 @@ def _candidates(knob: KnobSpace, incumbent: dict, conflicts) -> list[Proposal]:
 
 
 def _ratio_text(summary: Summary) -> str:
-    return (f"{summary.median:.3f}x the incumbent (95% CI {summary.ci_low:.3f}-{summary.ci_high:.3f}, "
+    return (f"{summary.median:.3f}x the incumbent ({summary.ci_name} {summary.ci_low:.3f}-{summary.ci_high:.3f}, "
             f"{summary.n} rounds)")
 
 

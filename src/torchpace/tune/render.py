@@ -11,6 +11,7 @@ from rich.table import Table
 
 from torchpace.measure.render import format_bytes, format_latency
 from torchpace.measure.result import AccuracyReport, LatencyFigures, Objective
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, ci_name
 from torchpace.tune.figures import ReportedDecision
 from torchpace.tune.outcome import ExportOutcome, TrialRow, TuneOutcome
 
@@ -56,7 +57,7 @@ def render_outcome(console, o: TuneOutcome) -> None:
     if o.noise:
         n = o.noise
         console.print(f"[dim]noise: the defaults compared with themselves gave {n.ratio:.3f}x "
-                      f"(95% CI {n.ratio_ci_low:.3f}-{n.ratio_ci_high:.3f}, {n.rounds} rounds)[/]")
+                      f"({ci_name(n.rounds)} {n.ratio_ci_low:.3f}-{n.ratio_ci_high:.3f}, {n.rounds} rounds)[/]")
     if o.other_load and o.other_load.note:
         console.print(f"[yellow]warning:[/] {o.other_load.note}.")
     if o.figures_note:
@@ -69,11 +70,13 @@ def render_outcome(console, o: TuneOutcome) -> None:
 
 
 def ratio_text(ratio: float | None, low: float | None, high: float | None, rounds: int | None = None) -> str:
-    """`1.32x [1.25, 1.40]` (and the rounds), or `-` without a ratio."""
+    """`1.32x [1.25, 1.40]` (and the rounds; with fewer than a 95% CI needs, the CI's own coverage:
+    `2.37x [0.39, 4.35], 2 rounds (50% CI)`), or `-` without a ratio."""
     if ratio is None:
         return "-"
     ci = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
-    return f"{ratio:.2f}x{ci}" + (f", {rounds} rounds" if rounds else "")
+    short = f" ({ci_name(rounds)})" if ci and rounds and rounds < MIN_WINDOWS_FOR_CI else ""
+    return f"{ratio:.2f}x{ci}" + (f", {rounds} rounds{short}" if rounds else "")
 
 
 def best_line(o: TuneOutcome) -> str:
