@@ -254,3 +254,24 @@ def test_a_search_strategy_other_than_greedy_has_no_waterfall(tuned_study, tmp_p
     page, html = parse_page(out), out.read_text()
     assert set(page.charts) == {"speed", "trials", "losses"} and "best trial of a random search" in html
     assert "there is no waterfall" in " ".join(html.split())
+
+
+def test_the_cards_name_each_figures_ci_by_the_coverage_its_turns_give():
+    from torchpace.measure.result import Objective
+    from torchpace.report.view import summary_cards
+    from torchpace.tune.outcome import TrialRow, TuneOutcome
+
+    def row(slot, rates):
+        figure = Objective("throughput", "samples/s", rates[len(rates) // 2], min(rates), max(rates), 0.1)
+        return TrialRow(number=0, slot=slot, kind="final", stage=None, knob=None, value=None, config={}, status="ok",
+                        throughput=figure, window_rates=tuple(rates), objective=figure, ci_rel_halfwidth=0.1,
+                        peak_memory_bytes=None)
+
+    # a final comparison beside a busy process: the defaults' arm took 8 turns, the tuned arm's 3 are all it got
+    base, tuned = row("final", [100.0 + i for i in range(8)]), row("final", [3000.0, 3100.0, 3200.0])
+    outcome = TuneOutcome(study="s", storage="sqlite://", strategy="greedy", workload="w", baseline=base,
+                          best_config={"threads.intra_op": 1}, best=tuned, speedup=31.0, accepted=(), trials=(),
+                          out_path=None, stopped="budget")
+    cards = {card["label"]: card["detail"] for card in summary_cards(ReportData(kind="study", source="s", workload="w",
+                                                                               tune=outcome))}
+    assert cards["baseline samples/s"].startswith("95% CI ") and cards["tuned samples/s"].startswith("75% CI ")

@@ -17,6 +17,7 @@ from torchpace.config import SCHEMA_VERSION
 from torchpace.knobs import REGISTRY
 from torchpace.measure.render import bench_rows, bench_warnings, format_bytes
 from torchpace.measure.result import SAMPLES_PER_S, BenchResult, Objective
+from torchpace.measure.stats import ci_name
 from torchpace.profile.render import SHOWN_AS_TABLES, profile_warnings, split_rows, top_op_rows
 from torchpace.profile.result import ProfileResult
 from torchpace.report.load import ReportData
@@ -53,6 +54,11 @@ def trial_label(row: TrialRow) -> str:
 def is_failed(row: TrialRow) -> bool:
     """True for a trial without a usable figure: a failure class, or no throughput figure."""
     return row.status != "ok" or not (row.throughput and row.throughput.value)
+
+
+def _ci_name(row: TrialRow | None) -> str:
+    """What a row's CI is called: by the coverage it has over its windows (or turns: `measure.stats.ci_name`)."""
+    return ci_name(len(row.window_rates)) if row is not None and row.window_rates else "95% CI"
 
 
 def tuned_row(tune: TuneOutcome) -> TrialRow | None:
@@ -143,9 +149,9 @@ def summary_cards(data: ReportData) -> list[dict[str, str]]:
         base_figure, tuned_figure = (tune.baseline.throughput if tune.baseline else None), (tuned.throughput if tuned else None)
         return [
             {"label": f"baseline {tune.unit}", "value": format_figure(base_figure),
-             "detail": "95% CI " + format_figure_ci(base_figure, with_value=False)},
+             "detail": f"{_ci_name(tune.baseline)} " + format_figure_ci(base_figure, with_value=False)},
             {"label": f"tuned {tune.unit}", "value": format_figure(tuned_figure),
-             "detail": "95% CI " + format_figure_ci(tuned_figure, with_value=False)},
+             "detail": f"{_ci_name(tuned)} " + format_figure_ci(tuned_figure, with_value=False)},
             {"label": "speedup", "value": f"{tune.speedup:.2f}×" if tune.speedup is not None else "-",
              "detail": f"{len(tune.accepted)} accepted change(s)" if tune.strategy == "greedy"
              else f"best trial of a {tune.strategy} search"},
