@@ -41,7 +41,8 @@ class Summary:
 
     @property
     def ci_name(self) -> str:
-        return ci_name(self.n)
+        """What every text calls this CI (see `ci_name`)."""
+        return _named(self.ci_coverage)
 
     @property
     def iqr_frac(self) -> float:
@@ -73,7 +74,10 @@ def median_ci_ranks(n: int, confidence: float = _CONFIDENCE) -> tuple[int, int, 
 def ci_name(n: int) -> str:
     """What every text calls the CI of a median of `n` samples: `95% CI`, or the coverage it has with fewer
     than `MIN_WINDOWS_FOR_CI` (`50% CI` on 2, `0% CI` on 1)."""
-    coverage = median_ci_ranks(n)[2] if n > 0 else 0.0
+    return _named(median_ci_ranks(n)[2] if n > 0 else 0.0)
+
+
+def _named(coverage: float) -> str:
     return f"{_CONFIDENCE:.0%} CI" if coverage >= _CONFIDENCE else f"{math.floor(coverage * 100):.0f}% CI"
 
 
