@@ -2,6 +2,8 @@
 
 from dataclasses import replace
 
+import pytest
+
 from torchpace.compare.run import build_comparison
 from torchpace.config import RunConfig
 from torchpace.protocol import TrialResult
@@ -38,12 +40,25 @@ def test_steady_turns_or_a_quiet_host_say_nothing_of_switching():
 
 def test_fewer_rounds_than_a_95_percent_ci_needs_give_no_verdict_and_name_the_ci_they_have():
     # `make demo`'s compare beside a busy process: 2 rounds of 28x; their range covers the median 1 time in 2
-    few = build_comparison(_pair((1_400, 1_420, 1_410), (39_800, 39_900), 1.0), "tabular", DEFAULTS, DEFAULTS)
+    few = build_comparison(_pair((1_400, 1_420, 1_410), (39_800, 39_900, 39_850), 1.0), "tabular", DEFAULTS, DEFAULTS)
     assert few.verdict == "too few rounds" and few.rounds == 2 and few.ratio_ci_coverage == 0.5
     assert few.summary.startswith("too few rounds to tell: B is 28.")
     assert "(50% CI 28." in few.summary and "a 95% CI needs 6 rounds, a longer --max-time gives more" in few.summary
-    sequential = build_comparison(replace(_pair((1_400, 1_420, 1_410), (39_800, 39_900), 1.0), mode=SEQUENTIAL),
+    sequential = build_comparison(replace(_pair((1_400, 1_420, 1_410), (39_800, 39_900, 39_850), 1.0), mode=SEQUENTIAL),
                                   "tabular", DEFAULTS, DEFAULTS)
     assert sequential.verdict == "too few rounds" and "separate runs give no more" in sequential.summary
-    enough = build_comparison(_pair(STEADY[:7], (40_000,) * 6, 1.0), "tabular", DEFAULTS, DEFAULTS)
+    enough = build_comparison(_pair(STEADY + STEADY[:1], (40_000,) * 9, 1.0), "tabular", DEFAULTS, DEFAULTS)
     assert enough.verdict == "faster" and enough.rounds == 6 and "(95% CI " in enough.summary
+
+
+def test_the_json_holds_each_arms_turns_and_the_rounds_come_from_them():
+    from torchpace.compare.result import Comparison
+    from torchpace.trial.pair import paired_ratios
+
+    comparison = build_comparison(_pair(SWITCHING_A, SWITCHING_B, 1.0), "tabular", DEFAULTS, DEFAULTS)
+    data = comparison.to_dict()
+    assert data["a"]["turns"] == list(SWITCHING_A) and data["b"]["turns"] == list(SWITCHING_B)
+    assert paired_ratios(data["a"]["turns"], data["b"]["turns"]) == pytest.approx(data["ratios"]) and data["rounds"] == 5
+    assert Comparison.from_dict(data) == comparison
+    older = {**data, "a": {k: v for k, v in data["a"].items() if k != "turns"}}  # written before arms held their turns
+    assert Comparison.from_dict(older).a.turns == ()

@@ -49,7 +49,7 @@ def test_the_arms_take_turns_workers_included(tmp_path):
         pids = {pid for _, pgid, pid in events if pgid == group}
         assert group in pids and len(pids) >= 2
     switches = sum(1 for before, after in zip(events, events[1:]) if before[1] != after[1])
-    turns = 2 * (len(rounds_at) - 1)
+    turns = 3 * (len(rounds_at) - 1)  # three turns to a round
     # taking turns, activity switches arm only at turn boundaries; running together, it would switch
     # at nearly every one of the hundreds of logged events
     assert switches <= turns, (switches, turns, len(events))
@@ -155,15 +155,41 @@ def test_arms_that_cannot_be_held_together_are_compared_in_separate_runs():
     assert sequential_reason(one, one, peak_bytes=6 * 2**30, available_bytes=10 * 2**30, new_processes=1) is None
 
 
-def test_each_b_turn_is_compared_with_the_a_turns_on_either_side():
+def test_every_three_turns_are_a_round_whose_middle_turn_is_compared_with_the_two_around_it():
     from torchpace.trial.pair import paired_ratios
 
-    # A drifts linearly (100, 110, 120, ...) and B is always 1.5x the A of its moment: every ratio is 1.5
-    a = [100.0, 110.0, 120.0, 130.0]
-    b = [157.5, 172.5, 187.5]
-    assert paired_ratios(a, b) == pytest.approx([1.5, 1.5, 1.5])
-    assert paired_ratios(a[:3], b) == pytest.approx([1.5, 1.5])  # B's last turn waits for the A after it
+    # the host drifts linearly (100, 105, 110, ... per turn, A B A B ...) and B is always 1.5x A at its moment
+    moment = [100.0 + 5 * turn for turn in range(9)]
+    a, b = moment[0::2], [1.5 * rate for rate in moment[1::2]]
+    assert paired_ratios(a, b) == pytest.approx([1.5, 1.5, 1.5])  # A B A, B A B, A B A: the drift cancels in each
+    assert paired_ratios(a[:4], b) == pytest.approx([1.5, 1.5])  # 8 turns: the last two wait for a third
+    assert paired_ratios(a[:3], b[:2]) == pytest.approx([1.5])
     assert paired_ratios([100.0], [150.0]) == []
+
+
+def test_one_turn_many_times_slower_moves_one_round_whichever_arm_it_fell_to():
+    from torchpace.trial.pair import paired_ratios
+
+    # an A/A comparison on a host that now and then stalls a turn 20x (another process took the core)
+    for slow_turn in range(12):
+        turns = [1000.0] * 12
+        turns[slow_turn] = 50.0
+        a, b = turns[0::2], turns[1::2]
+        ratios = paired_ratios(a, b)
+        assert len(ratios) == 4  # each turn serves one round
+        above, below = sum(r > 1 for r in ratios), sum(r < 1 for r in ratios)
+        # a slow A turn pushes one round above 1 and a slow B turn one below, whether it is a round's middle or frame
+        assert (above, below) == ((1, 0) if slow_turn % 2 == 0 else (0, 1)), (slow_turn, ratios)
+    assert paired_ratios([1000.0] * 6, [1000.0] * 6) == [1.0] * 4
+
+
+def test_a_turn_of_no_samples_leaves_its_round_out():
+    from torchpace.trial.pair import paired_ratios
+
+    # turns 100 150 100 | 0 100 150: the second round holds a turn that measured nothing (B's), so does
+    # the first of 100 150 0 | 150 100 150 (A's)
+    assert paired_ratios([100.0, 100.0, 100.0], [150.0, 0.0, 150.0]) == pytest.approx([1.5])
+    assert paired_ratios([100.0, 0.0, 100.0], [150.0, 150.0, 150.0]) == pytest.approx([1.5])
 
 
 def test_a_config_that_cannot_run_here_is_that_arms_invalid_and_nothing_starts(tmp_path):
@@ -276,12 +302,12 @@ def test_a_keeper_takes_an_arm_back_for_the_next_comparison_and_ends_every_arm_a
         assert second.ok and second.reused == ("a",), (second.a.error, second.b.error)
         assert held[1] in kept_arms.pids and held[0] not in kept_arms.pids and not psutil.pid_exists(held[0])
         # each report holds that comparison's turns only, and the guard steps the process ran when it started
-        assert second.a.bench.throughput.windows == len(second.a_rates) == 4
+        assert second.a.bench.throughput.windows == len(second.a_rates) == 5  # 3 rounds: A B A B A B A B A
         assert second.a.guard_losses == first.b.guard_losses
         # the same two again (a comparison repeated to confirm it): no process is started
         third = run_pair(_spec("logged", incumbent), _spec("logged", candidate, guard_steps=2), host, 180, _SHORT,
                          kept_arms=kept_arms, workdir=tmp_path)
-        assert third.ok and third.reused == ("a", "b") and third.b.bench.throughput.windows == 3
+        assert third.ok and third.reused == ("a", "b") and third.b.bench.throughput.windows == 4
         last = kept_arms.pids
     assert still_running(last, 15.0) == [] and not list(tmp_path.glob("torchpace-trial-*"))
 

@@ -20,7 +20,7 @@ from torchpace.errors import UsageError
 @click.option("--max-time", "max_time_s", type=SECONDS, default=30.0, show_default=True,
               help="Seconds of rounds (both arms' turns together); each arm's warm-up comes before, alone.")
 @click.option("--sequential", is_flag=True,
-              help="Compare in separate runs (A B B A) instead of turns of two processes held at once.")
+              help="Compare in separate runs (A B A B A B) instead of turns of two processes held at once.")
 @device_option
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Also save the JSON result here.")
 @samples_per_step_option

@@ -29,4 +29,4 @@ def render_comparison(console, r: Comparison) -> None:
 def _mode(r: Comparison) -> str:
     if r.mode == "alternating":
         return f"in alternation: each round one window of A and one of B, the other arm stopped; stopped by {r.stopped_by}"
-    return f"separate runs A B B A, because {r.mode_reason}"
+    return f"separate runs A B A B A B, because {r.mode_reason}"

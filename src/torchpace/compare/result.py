@@ -30,6 +30,9 @@ class ComparisonArm:
     error: str | None
     stderr_tail: str | None = field(default=None, metadata=spec(required=False))
     warmup_converged: bool | None = field(default=None, metadata=spec(required=False))
+    turns: tuple[float, ...] = field(default=(), metadata=spec(
+        "each turn's figure (separate runs': each run's) in `unit`, in the order measured; A's and B's alternate, "
+        "A first, and every three make a round", required=False))
 
     @property
     def ok(self) -> bool:
@@ -44,7 +47,7 @@ class Comparison:
     schema_version: int = field(metadata=spec(const=RESULT_SCHEMA_VERSION))
     target: str = field(metadata=spec("the workload's name, or the script's label"))
     mode: str = field(metadata=spec("alternating: two processes held at once take turns; sequential: separate runs "
-                                    "A B B A", enum=["alternating", "sequential"]))
+                                    "A B A B A B", enum=["alternating", "sequential"]))
     mode_reason: str | None = field(metadata=spec("why the comparison is sequential"))
     unit: str = field(metadata=spec("steps/s when a script's samples per step are unknown",
                                     enum=[SAMPLES_PER_S, STEPS_PER_S]))

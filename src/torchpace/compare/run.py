@@ -52,7 +52,7 @@ class CompareOptions:
     """What `torchpace compare` takes (times in seconds)."""
 
     max_time_s: float = 30.0  # the rounds: both arms' turns together
-    sequential: bool = False  # separate runs A B B A instead of turns
+    sequential: bool = False  # separate runs A B A B A B instead of turns
     samples_per_step: int | None = None
     device: str | None = None
 
@@ -187,7 +187,7 @@ def _arm(result, config: RunConfig, rates: Sequence[float], other_load: float | 
         config=config.non_default(), status=result.status, figure=figure.median if figure else None,
         ci_low=figure.ci_low if figure else None, ci_high=figure.ci_high if figure else None, rounds=len(rates),
         other_load_cores=other_load, error=result.error or None, stderr_tail=result.stderr_tail or None,
-        warmup_converged=result.bench.throughput.warmup_converged if result.bench else None)
+        warmup_converged=result.bench.throughput.warmup_converged if result.bench else None, turns=tuple(rates))
 
 
 @contextlib.contextmanager

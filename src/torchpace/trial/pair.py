@@ -7,13 +7,18 @@ core. `run_pair` measures the two configs (arms A and B) *in alternation* instea
 1. both trial processes start at once (imports, model build, guard steps overlap);
 2. each stops at its gate before its first timed step (`torchpace.measure.gate`); then each warms up
    alone, A then B, while the other is stopped (compile and warm-up never overlap a measurement);
-3. rounds: the arms take turns A B A B ... A, each turn one measured window of one arm while the
-   other's whole process group (DataLoader workers included) is stopped with SIGSTOP; round k is the
-   ratio of B's k-th window to the mean of the A windows on either side of it (`paired_ratios`), so a
-   drift that is linear over a round cancels. Strict alternation, rather than A B B A, keeps every turn
-   alike: each one follows the other arm's turn, with caches the other arm left cold and the wake-up
-   a stopped process gets from the scheduler, where A B B A would mix those turns with turns that
-   continue the same arm's own;
+3. rounds: the arms take turns A B A B A B ..., each turn one measured window of one arm while the
+   other's whole process group (DataLoader workers included) is stopped with SIGSTOP. Every three
+   turns make a round (`paired_ratios`): A B A gives B's turn over the mean of the two A turns around
+   it, the next B A B the mean of its two B turns over its A turn, and so on, so a drift that is
+   linear over a round cancels and every turn serves exactly one round. Rounds centred on B alone
+   (B's k-th turn against the A turns on either side, each A turn framing two rounds) are biased
+   towards B on a host whose turns are now and then many times slower: a slow A turn pushes two
+   rounds above 1, a slow B turn pulls one below, and the median follows (A/A comparisons beside
+   two busy processes came out at 1.011 and 1.015, with 53-59% of their rounds above 1). Strict alternation,
+   rather than A B B A, keeps every turn alike: each one follows the other arm's turn, with caches
+   the other arm left cold and the wake-up a stopped process gets from the scheduler, where A B B A
+   would mix those turns with turns that continue the same arm's own;
 4. the rounds stop when at least `min_rounds` give a 95% CI of the median ratio within
    ±`target_ci_rel` (`measure.stats.summarize`, the statistics of every other figure), or lie wholly
    on one side of the ratio a decision is taken against (`decide_at`, tune's), or when the rounds'
@@ -36,13 +41,14 @@ guard covers them meanwhile.
 
 Where two processes cannot be held at once (several ranks per config; the latency objective, which
 times single calls; a pair that ran out of memory held together; a peak memory that would not fit
-twice), the comparison is *sequential*: short separate runs A B A ... B A, each round B's run against
-the two A runs around it, and the result says so and why.
+twice), the comparison is *sequential*: short separate runs A B A B A B ..., three to a round as the
+turns are, and the result says so and why.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -159,10 +165,21 @@ class PairResult:
 
 
 def paired_ratios(a_rates: Sequence[float], b_rates: Sequence[float]) -> list[float]:
-    """Each round's B / A: B's k-th figure over the mean of A's k-th and (k+1)-th, the A figures taken just
-    before and just after it (a round is complete once the A after it is in)."""
-    return [b / ((a_rates[k] + a_rates[k + 1]) / 2) for k, b in enumerate(b_rates[:len(a_rates) - 1])
-            if a_rates[k] + a_rates[k + 1] > 0]
+    """Each round's B / A, from turns taken A B A B ... (A first, `a_rates` and `b_rates` each arm's in order).
+
+    Every three turns are a round: the middle turn against the mean of the two around it, so that a drift
+    linear over the round cancels; the middle arm alternates (A B A, then B A B) so that each arm is
+    the middle as often as the frame and each turn serves one round. Rounds are thus independent when
+    turns are, and a turn many times slower than the rest moves one round whichever arm it was.
+    """
+    turns = [rate for pair in zip(a_rates, b_rates) for rate in pair] + list(a_rates[len(b_rates):len(b_rates) + 1])
+    ratios = []
+    for start in range(0, len(turns) - 2, 3):
+        before, middle, after = turns[start:start + 3]
+        if min(before, middle, after) > 0:  # a turn that measured nothing leaves its round out
+            frame = (before + after) / 2
+            ratios.append(middle / frame if start % 2 == 0 else frame / middle)  # A first at even turns
+    return ratios
 
 
 def ratio_fields(summary: Summary | None) -> dict[str, Any]:
@@ -567,19 +584,16 @@ class _Rounds:
         _log.info("rounds start %.1f s after the arms did", time.monotonic() - started)
         load = _LoadMeter()
         rounds_end = time.monotonic() + rounds_time(self.options, warmups_s)
-        a, b = self.arms
-        turns = [a]  # A first, then B A, B A, ...: an A turn frames every B turn
-        while True:
-            for arm in turns:
-                arm.resume(GO)
-                event = arm.await_gate(WINDOW, deadline)
-                if event is None:
-                    return arm
-                load.charge(arm)
-                self.rates[arm.name].append(event["samples"] / event["elapsed_s"] if event["elapsed_s"] > 0 else 0.0)
-            if self.rates["b"] and self._done(rounds_end):
+        for turn in itertools.count():  # A B A B ...: every third turn completes a round (`paired_ratios`)
+            arm = self.arms[turn % 2]
+            arm.resume(GO)
+            event = arm.await_gate(WINDOW, deadline)
+            if event is None:
+                return arm
+            load.charge(arm)
+            self.rates[arm.name].append(event["samples"] / event["elapsed_s"] if event["elapsed_s"] > 0 else 0.0)
+            if turn % 3 == 2 and self._done(rounds_end):
                 return None
-            turns = [b, a]
 
     def _done(self, rounds_end: float) -> bool:
         ratios = paired_ratios(self.rates["a"], self.rates["b"])
@@ -694,8 +708,8 @@ def _tail(path: Path, size: int = 4000) -> str:
 
 def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions,
                     reason: str, base_env, workdir, figure, on_round, output: _Output = _Output()) -> PairResult:
-    """Separate runs A B A ... B A (`options.sequential_rounds` B runs, each framed by two A runs), each
-    measuring its share of the arms' time caps; a round's ratio is `paired_ratios`' of their figures."""
+    """Separate runs A B A B ..., three to each of `options.sequential_rounds` rounds, each run measuring its
+    share of its arm's time cap; the rounds' ratios are `paired_ratios`' of their figures."""
     started = time.perf_counter()
     figure = figure or _throughput
     rounds = max(1, options.sequential_rounds)
@@ -703,7 +717,7 @@ def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeo
     rates: dict[str, list[float]] = {"a": [], "b": []}
     specs = {"a": replace(spec_a, max_time_s=spec_a.max_time_s / rounds),
              "b": replace(spec_b, max_time_s=spec_b.max_time_s / rounds)}
-    order = ["a", *["b", "a"] * rounds]
+    order = ["ab"[turn % 2] for turn in range(3 * rounds)]  # A B A B ...: three runs to a round
     for name in order:
         result = run_trial(specs[name], host, timeout_s=timeout_s / len(order), base_env=base_env, workdir=workdir,
                            log_path=output.log(name), echo=output.echo_of(name))
@@ -715,7 +729,7 @@ def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeo
                               usable_cores=host.usable_cores, wall_time_s=time.perf_counter() - started)
         runs[name].append(result)
         rates[name].append(value)
-        if on_round and name == "a" and rates["b"]:
+        if on_round and (len(rates["a"]) + len(rates["b"])) % 3 == 0:  # a round completed
             ratios = paired_ratios(rates["a"], rates["b"])
             on_round(len(ratios), summarize(ratios))
     return PairResult(SEQUENTIAL, _pooled(runs["a"]), _pooled(runs["b"]), tuple(rates["a"]), tuple(rates["b"]), "rounds",

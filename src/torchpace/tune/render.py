@@ -93,7 +93,7 @@ def best_line(o: TuneOutcome) -> str:
     if not o.best_config:
         return config
     ratio = ratio_text(o.speedup, speedup.ci_low, speedup.ci_high, speedup.rounds)
-    how = " (in separate runs A B A B A: the two configs could not be held at once)" if speedup.mode == "sequential" else ""
+    how = " (in separate runs A B A B A B: the two configs could not be held at once)" if speedup.mode == "sequential" else ""
     return f"{config}  ->  {ratio} the defaults{figures}; {speedup.source}{how}"
 
 
