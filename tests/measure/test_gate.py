@@ -6,18 +6,19 @@ import os
 
 import pytest
 
-from torchpace.measure.gate import END, GO, REPORT, Gate
+from torchpace.measure.gate import END, GO, REPORT, Gate, go
 from torchpace.measure.timing import TimingOptions, WindowMeter
 
 
 class ScriptedParent:
     """Plays the parent: records each event, lets `away_s` pass on the clock while the arm is stopped,
-    and answers `go` until `end_after` measured windows were reported."""
+    and answers `go` (with `turn_s`, when given) until `end_after` measured windows were reported."""
 
-    def __init__(self, clock, end_after: int, away_s: float = 5.0):
+    def __init__(self, clock, end_after: int, away_s: float = 5.0, turn_s: float | None = None):
         self.control_r, self.control_w = os.pipe()
         self.event_r, self.event_w = os.pipe()
         self.clock, self.end_after, self.away_s = clock, end_after, away_s
+        self.go = go(turn_s) if turn_s else GO
         self.events = []
 
     def gate(self) -> Gate:
@@ -28,7 +29,7 @@ class ScriptedParent:
         self.events.append(event)
         self.clock.now += self.away_s  # the other arm's turn
         windows = sum(e["event"] == "window" for e in self.events)
-        os.write(self.control_w, f"{END if windows >= self.end_after else GO}\n".encode())
+        os.write(self.control_w, f"{END if windows >= self.end_after else self.go}\n".encode())
 
     def close(self):
         for fd in (self.control_r, self.control_w, self.event_r, self.event_w):
@@ -69,6 +70,18 @@ def test_pause_reports_the_event_and_returns_the_command(clock):
         assert gate.pause("loaded", note="x") == END
         assert parent.events == [{"event": "loaded", "note": "x"}]
         assert clock.now == 13.0 and gate.clock() == pytest.approx(10.0)  # the time stopped is not the arm's
+    finally:
+        parent.close()
+
+
+def test_a_go_carries_the_turn_time_the_parent_gives_both_arms(clock):
+    parent = ListedParent(clock, [go(0.25), GO, END])
+    try:
+        gate = parent.gate()
+        assert gate.turn_s is None  # not said yet: the meter's own planned window
+        assert gate.pause("loaded") == GO and gate.turn_s == 0.25
+        assert gate.pause("ready") == GO and gate.turn_s == 0.25  # a go without a time keeps the last one
+        assert gate.pause("window") == END
     finally:
         parent.close()
 
@@ -162,10 +175,11 @@ def test_end_before_the_first_step_measures_nothing(clock):
         meter.result()
 
 
-def _three_turns(clock, options: TimingOptions, warmup_step_s: float, step_s: float):
+def _three_turns(clock, options: TimingOptions, warmup_step_s: float, step_s: float, turn_s: float | None = None):
     """A gated meter warmed up on steps of `warmup_step_s`, then measured over three turns of steps of
-    `step_s`: (its windows, the steps run during the turns, timed or not)."""
-    parent = ScriptedParent(clock, end_after=3)
+    `step_s` (of `turn_s` each when the parent says so): (its windows, the steps run during the turns,
+    timed or not)."""
+    parent = ScriptedParent(clock, end_after=3, turn_s=turn_s)
     try:
         gate = parent.gate()
         meter = WindowMeter(gate.clock, lambda: None, options, warmup_deadline=2.0, deadline=2.5, gate=gate)
@@ -184,22 +198,31 @@ def _three_turns(clock, options: TimingOptions, warmup_step_s: float, step_s: fl
 
 
 @pytest.mark.parametrize("step_s, steps", [
-    (0.045, 5),  # 4.5x slower: a 10-step turn would take 0.45 s; it ends at the first step past twice its 0.1 s plan
-    (0.0015, 34),  # 6.7x faster (two OpenMP threads got their cores back): it goes on to the first step past half its plan
+    (0.045, 2),  # 4.5x slower: 2 steps (0.09 s) are nearer the 0.1 s turn than 3 (0.135 s)
+    (0.0015, 67),  # 6.7x faster (two OpenMP threads got their cores back): 67 steps, 0.1005 s
 ])
-def test_a_turn_lasts_between_half_and_twice_its_planned_time_when_the_host_changes_speed(clock, step_s, steps):
+def test_a_turn_lasts_its_time_at_the_nearest_whole_step_when_the_host_changes_speed(clock, step_s, steps):
     windows, _ = _three_turns(clock, TimingOptions(window_s=0.1, turn_lead_in=0.0), 0.01, step_s)
     assert [w.steps for w in windows] == [steps] * 3
     assert all(w.samples_per_s == pytest.approx(1 / step_s) for w in windows)
+
+
+def test_arms_sized_at_different_speeds_take_turns_of_the_time_the_parent_gives_both(clock):
+    # one arm warmed up on 20 ms steps (its 0.1 s windows: 5 steps), the other on 1 ms steps (100 steps);
+    # then both run 2 ms steps: by their own plans their turns would last 10 ms and 0.2 s
+    slow_sized, _ = _three_turns(clock, TimingOptions(window_s=0.1, turn_lead_in=0.0), 0.02, 0.002, turn_s=0.3)
+    fast_sized, _ = _three_turns(clock, TimingOptions(window_s=0.1, turn_lead_in=0.0), 0.001, 0.002, turn_s=0.3)
+    assert [w.steps for w in slow_sized] == [w.steps for w in fast_sized] == [150] * 3
+    assert all(w.elapsed_s == pytest.approx(0.3) for w in slow_sized + fast_sized)
 
 
 def test_a_turn_whose_steps_became_much_slower_spends_no_more_than_its_share_of_the_planned_time_untimed(clock):
     # sized on 1 ms steps: 100-step windows of 0.1 s, each turn's first 20 steps untimed (0.02 s); then every
     # step takes 50 ms (two OpenMP threads beside busy processes): 20 untimed steps would be a whole second
     windows, turn_steps = _three_turns(clock, TimingOptions(window_s=0.1, turn_lead_in=0.2), 0.001, 0.05)
-    # each turn: one untimed step (the lead-in's 0.02 s is over after it), then the window: 5 steps of
-    # 50 ms, the first past twice its planned 0.1 s
-    assert [w.steps for w in windows] == [5] * 3
+    # each turn: one untimed step (the lead-in's 0.02 s is over after it), then the window: 2 steps of
+    # 50 ms, the nearest its 0.1 s
+    assert [w.steps for w in windows] == [2] * 3
     assert turn_steps - sum(w.steps for w in windows) == 3
 
 

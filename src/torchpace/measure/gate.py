@@ -10,7 +10,8 @@ workers, compile workers) is stopped. This module is the measured process's part
   with SIGSTOP, so nothing of it runs while the other arm measures, not even for the moment it would
   take the parent to stop it;
 - the parent continues it (SIGCONT) when its turn comes, after writing what to do to the control
-  pipe: `go` (measure the next window), `end` (the comparison is over: finish as a plain bench does)
+  pipe: `go SECONDS` (measure the next window, for that long: the parent gives both arms the same
+  turn time, `Gate.turn_s`), `end` (the comparison is over: finish as a plain bench does)
   or `report` (the comparison is over, but the process is kept for the next one: it hands the
   windows measured since its last report to `Gate.reporter`, which writes them as a result, forgets
   them, and stops again at a `reported` gate until its next comparison continues it);
@@ -35,6 +36,11 @@ from typing import Any, Callable
 
 GO, END, REPORT = "go", "end", "report"  # what the parent tells a stopped arm
 LOADED, READY, WINDOW, REPORTED = "loaded", "ready", "window", "reported"  # where an arm stopped
+
+
+def go(turn_s: float) -> str:
+    """The command that continues an arm for a turn of `turn_s` seconds."""
+    return f"{GO} {turn_s!r}"
 
 
 def stop_own_group() -> None:
@@ -62,6 +68,7 @@ class Gate:
         # this process cannot be kept for another comparison, and says so at its gates)
         self.reporter: Callable[[Any], None] | None = None
         self._frozen: float | None = None  # the clock's reading while stopped, until `pause` counted that time
+        self.turn_s: float | None = None  # how long the parent's last `go` asked a turn to last (None: not said)
         self._pending = b""
 
     @classmethod
@@ -101,4 +108,7 @@ class Gate:
                 return END
             self._pending += chunk
         line, _, self._pending = self._pending.partition(b"\n")
-        return line.decode().strip()
+        command, _, turn_s = line.decode().strip().partition(" ")
+        if command == GO and turn_s:
+            self.turn_s = float(turn_s)
+        return command

@@ -15,10 +15,13 @@ step are injected, so the loop is tested with a scripted clock and no torch at a
 In a paired comparison (`torchpace.trial.pair`) the meter takes turns with another trial through a
 `torchpace.measure.gate.Gate`: it stops before the first step and when warm-up is over (so the two
 warm-ups and any compile never overlap the other arm's measurement), then measures one window per
-turn, the first `turn_lead_in` of each turn's steps untimed (caches and clocks the other arm left
-cold; at least the first step, and no longer than that share of the turn's planned time), and the
-parent, which compares the two arms round by round, says when to end. A turn lasts about the
-window's planned time however the host's speed changes (between half and twice it).
+turn, the first `turn_lead_in` of each turn's time untimed (caches and clocks the other arm left
+cold; in whole steps, none for a turn of a few long steps), and the parent, which compares the two
+arms round by round, says when to end. Every turn lasts the time the parent gives both arms
+(`Gate.turn_s`), at the whole steps nearest it, however fast this arm's steps are: two arms sized
+at different speeds (one warmed up while two OpenMP threads had lost a core, the other once they had
+it back) would otherwise take turns of different lengths, and on a host whose speed switches, a
+long turn averages the slow spells that a short one mostly misses.
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ _MAX_WINDOW_GROWTH = 8  # warm-up doubles a window while it is shorter than this
 _OVERRUN = 4  # a warm-up window that lasts this many times its plan ends early and re-sizes the next
 # consecutive warm-up windows (or, for latency, blocks of calls) agreeing within this share end the warm-up
 WARMUP_TOLERANCE = 0.10
-_TURN_OVERRUN = 2  # a paired comparison's turn ends at this many times its planned time (the host slowed)
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ class WindowMeter:
     last step with one `sync()` and one clock reading.
 
     With a `gate` (a paired comparison), `start()` and the end of warm-up stop at the gate, and the
-    ``measure`` phase is one window per turn (of between half and twice its planned time), ended by
+    ``measure`` phase is one window per turn (of the gate's `turn_s`, else its planned time), ended by
     the parent (stopped by "pair"), not by the CI or the deadline; `clock` must then be the gate's,
     which leaves out the time stopped.
     """
@@ -201,19 +203,20 @@ class WindowMeter:
 
     def _window_full(self) -> bool:
         """The window ends at this step: a single step; a warm-up window at its planned steps, or at
-        `_OVERRUN` times its planned time; a turn of a paired comparison at its planned steps, but not
-        before half its planned time nor after `_TURN_OVERRUN` times it (checked at each step). A host
-        whose speed changed mid-comparison (other processes came or went, two OpenMP threads got or lost
-        a core) then still gives turns of about the planned time, never one of a millisecond or of many
-        seconds, and the two arms' turns stay alike in length."""
+        `_OVERRUN` times its planned time; a turn of a paired comparison at the step nearest its turn
+        time (`_turn_s`; at the step's mean time so far, checked at each step), whatever this arm's
+        steps now take, so both arms' turns last alike and a host whose speed changed mid-comparison
+        gives turns of a millisecond or of many seconds to neither."""
         if self.phase == "single":
             return True
         planned_s, elapsed_s = self._per_window * self._step_s, self.clock() - self._window_start
         if self.gate is not None and self.phase == "measure":
-            if self._steps >= self._per_window:
-                return 2 * elapsed_s >= planned_s
-            return elapsed_s > _TURN_OVERRUN * planned_s
+            return elapsed_s + elapsed_s / self._steps / 2 >= self._turn_s()
         return self._steps >= self._per_window or (self.phase == "warmup" and elapsed_s > _OVERRUN * planned_s)
+
+    def _turn_s(self) -> float:
+        """A paired turn's time: the parent's (the same for both arms), else this arm's planned window."""
+        return self.gate.turn_s if self.gate is not None and self.gate.turn_s else self._per_window * self._step_s
 
     def _after_warmup(self, window: Window) -> None:
         previous, self._last = self._last, window
@@ -257,13 +260,14 @@ class WindowMeter:
         if command in (END, REPORT):
             self.stopped_by, self.phase = "pair", "done"
         else:
-            # a share of the turn's time, in whole steps: none for a window of a few long steps, where one
+            # a share of the turn's time, in whole steps: none for a turn of a few long steps, where one
             # step's cold caches are a small part of it and an untimed step would cost a whole step's time;
-            # and no longer than that share of the planned time, should the steps have become much slower
-            # (two OpenMP threads beside busy processes: 100x), where a count of steps sized for fast ones
-            # would leave the turn mostly untimed and many times its planned length
-            self._lead_in = round(self.options.turn_lead_in * self._per_window)
-            self._lead_in_until = self.clock() + self.options.turn_lead_in * self._per_window * self._step_s
+            # and no longer than that share of the time, should the steps have become much slower (two
+            # OpenMP threads beside busy processes: 100x), where a count of steps sized for fast ones
+            # would leave the turn mostly untimed
+            lead_in_s = self.options.turn_lead_in * self._turn_s()
+            self._lead_in = round(lead_in_s / self._step_s)
+            self._lead_in_until = self.clock() + lead_in_s
 
     def _after_measured(self, window: Window) -> None:
         self.windows.append(window)

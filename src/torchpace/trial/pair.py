@@ -8,7 +8,11 @@ core. `run_pair` measures the two configs (arms A and B) *in alternation* instea
 2. each stops at its gate before its first timed step (`torchpace.measure.gate`); then each warms up
    alone, A then B, while the other is stopped (compile and warm-up never overlap a measurement);
 3. rounds: the arms take turns A B A B A B ..., each turn one measured window of one arm while the
-   other's whole process group (DataLoader workers included) is stopped with SIGSTOP. Every three
+   other's whole process group (DataLoader workers included) is stopped with SIGSTOP. Every turn lasts
+   the same time (`PairOptions.turn_s`, told with each `go`), whichever arm and however fast its steps:
+   two arms that warmed up at different speeds (one while two OpenMP threads had lost a core) took
+   turns of 0.45 s and 2.0 s beside two busy processes, and a long turn averages the slow spells that
+   a short one mostly misses. Every three
    turns make a round (`paired_ratios`): A B A gives B's turn over the mean of the two A turns around
    it, the next B A B the mean of its two B turns over its A turn, and so on, so a drift that is
    linear over a round cancels and every turn serves exactly one round. Rounds centred on B alone
@@ -67,7 +71,8 @@ from torchpace.errors import UsageError
 from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.measure.contention import other_load_cores, probe_cpu_times
-from torchpace.measure.gate import END, GO, LOADED, READY, REPORT, REPORTED, WINDOW
+from torchpace.measure.bench import BenchOptions
+from torchpace.measure.gate import END, LOADED, READY, REPORT, REPORTED, WINDOW, go
 from torchpace.measure.result import BenchResult, pool_throughput
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
@@ -102,6 +107,8 @@ class PairOptions:
         warmups_count: the arms' warm-ups are spent out of `rounds_s`, as a single trial's warm-up is out of
             its time cap (tune's trial time), but the rounds keep at least half of it; False: the rounds get
             all of `rounds_s` (compare's --max-time).
+        turn_length_s: how long every turn of either arm lasts (None: the window a bench of `rounds_s` would
+            measure, `BenchOptions.timing`).
     """
 
     rounds_s: float = 20.0
@@ -111,6 +118,12 @@ class PairOptions:
     sequential_rounds: int = 2
     decide_at: float | None = None
     warmups_count: bool = False
+    turn_length_s: float | None = None
+
+    @property
+    def turn_s(self) -> float:
+        """Seconds of every turn, the same for both arms."""
+        return self.turn_length_s or BenchOptions(max_time_s=self.rounds_s).timing().window_s
 
 
 @dataclass(frozen=True)
@@ -572,7 +585,7 @@ class _Rounds:
                   time.monotonic() - started)
         warmups_started = time.monotonic()
         for arm in new:  # each warms up alone
-            arm.resume(GO)
+            arm.resume(go(self.options.turn_s))
             ready = arm.await_gate(READY, deadline)
             if ready is None:
                 return arm
@@ -586,12 +599,14 @@ class _Rounds:
         rounds_end = time.monotonic() + rounds_time(self.options, warmups_s)
         for turn in itertools.count():  # A B A B ...: every third turn completes a round (`paired_ratios`)
             arm = self.arms[turn % 2]
-            arm.resume(GO)
+            arm.resume(go(self.options.turn_s))
             event = arm.await_gate(WINDOW, deadline)
             if event is None:
                 return arm
             load.charge(arm)
             self.rates[arm.name].append(event["samples"] / event["elapsed_s"] if event["elapsed_s"] > 0 else 0.0)
+            _log.debug("turn %d, arm %s: %d steps in %.3f s, %.0f a second", turn, arm.name.upper(), event["steps"],
+                       event["elapsed_s"], self.rates[arm.name][-1])
             if turn % 3 == 2 and self._done(rounds_end):
                 return None
 
