@@ -25,8 +25,9 @@ def pair(slot, config, ratios, reference=None, sps=None, **kw):
     ratios = tuple(ratios)
     middle = sorted(ratios)[len(ratios) // 2]
     kw = {"warmup_converged": True, "reference_warmup_converged": True, **kw}
+    kw.setdefault("mode", "alternating")
     return Record(slot, config, figure=sps or 100.0 * middle, reference=reference or {}, ratios=ratios,
-                  reference_figure=100.0, mode="alternating", **kw)
+                  reference_figure=100.0, **kw)
 
 
 def aa():
@@ -235,6 +236,16 @@ def test_a_second_comparison_after_too_few_rounds_runs_longer_for_the_missing_on
     again = pair("confirm-pair:precision.amp=bf16", BF16, [4.7, 5.2, 5.0, 4.8, 5.3])
     decision = play([base(), aa(), first, again], SPACE[1:]).decisions[0]
     assert decision.accepted_value == "bf16" and decision.rounds == 7 and "for 2x the trial time" in decision.reason
+
+
+def test_a_second_comparison_of_separate_runs_is_not_stretched_as_longer_runs_give_no_more_rounds():
+    # nproc_per_node=2 under torchrun: separate runs, 2 rounds whatever their length
+    separate = pair("pair:precision.amp=bf16", BF16, [0.66, 0.71], mode="sequential")
+    assert play([base(), aa(), separate], SPACE[1:]).next.time_factor == 1
+    assert plan_greedy(SPACE[1:], [base(), aa(), separate], revision=2).next.time_factor == 2  # as revision 2 tuned it
+    again = pair("confirm-pair:precision.amp=bf16", BF16, [0.64, 0.69], mode="sequential")
+    decision = play([base(), aa(), separate, again], SPACE[1:]).decisions[0]
+    assert decision.accepted_value is None and decision.rounds == 4 and "trial time" not in decision.reason
 
 
 WORKERS_2 = {"data.num_workers": 2}

@@ -44,7 +44,11 @@ it stopped, and several processes on one study each take a different pending tri
 Paired studies carry the policy's revision (`GREEDY_REVISION`, stored as `StudyAttrs.greedy_revision`) and
 are replayed with their own: revision 1 (studies tuned before revisions were recorded) decides the knobs in
 stage order whatever the load, and accepts after a second comparison on any number of pooled rounds;
-revision 2 brought the cores-first order, the pooled rounds' floor and the stretched second comparison above.
+revision 2 brought the cores-first order, the pooled rounds' floor and the stretched second comparison above;
+revision 3 stretches no second comparison of separate runs (several ranks): those give their rounds
+(`PairOptions.sequential_rounds`) however long each run is, so a longer one would add no round, only
+time (beside a busy process the `make demo` tune judged such a stretched second comparison of
+`nproc_per_node=2` too long for its budget and ended a minute early).
 
 Studies tuned before paired comparisons (their metadata has no `paired`) are replayed, resumed and
 reported with the policy they were tuned with (`plan_greedy(..., paired=False)`): each trial one
@@ -66,7 +70,8 @@ from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.profile.verdict import stages_to_try_first
 from torchpace.tune.space import KnobSpace
 
-GREEDY_REVISION = 2  # the paired policy's revision a new study is tuned with (see the module's docstring)
+GREEDY_REVISION = 3  # the paired policy's revision a new study is tuned with (see the module's docstring)
+_SEPARATE_RUNS = "sequential"  # a comparison's mode when its arms ran as separate runs (`torchpace.trial.pair`)
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
 ACCEPT_FLOOR = _NOISE_FLOOR  # the smallest gain a paired comparison must show (the tuner stops its rounds once clear of it)
 _INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
@@ -392,7 +397,8 @@ def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
     if summary.ci_low > 1 and unsettled is None:
         _decide(state, proposal, best, [best], True, f"accepted: {_ratio_text(summary)}, the whole CI above 1")
         return
-    stretch = _stretch(len(best.ratios)) if state.revision >= 2 else 1
+    stretch = _stretch(len(best.ratios)) if state.revision >= 2 and not (state.revision >= 3 and best.mode == _SEPARATE_RUNS) \
+        else 1
     again = replay.need_all([Proposal(f"confirm-pair:{knob.name}={proposal.value}", "candidate", proposal.config,
                                       proposal.stage, knob.name, proposal.value, reference=dict(state.incumbent),
                                       time_factor=stretch)])[0]
