@@ -28,5 +28,6 @@ def render_comparison(console, r: Comparison) -> None:
 
 def _mode(r: Comparison) -> str:
     if r.mode == "alternating":
-        return f"in alternation: each round one window of A and one of B, the other arm stopped; stopped by {r.stopped_by}"
+        return (f"in alternation: turns of one length, A B A then B A B to a round, the other arm stopped; "
+                f"stopped by {r.stopped_by}")
     return f"separate runs A B A B A B, because {r.mode_reason}"

@@ -12,17 +12,15 @@ core. `run_pair` measures the two configs (arms A and B) *in alternation* instea
    the same time (`PairOptions.turn_s`, told with each `go`), whichever arm and however fast its steps:
    two arms that warmed up at different speeds (one while two OpenMP threads had lost a core) took
    turns of 0.45 s and 2.0 s beside two busy processes, and a long turn averages the slow spells that
-   a short one mostly misses. Every three
-   turns make a round (`paired_ratios`): A B A gives B's turn over the mean of the two A turns around
-   it, the next B A B the mean of its two B turns over its A turn, and so on, so a drift that is
-   linear over a round cancels and every turn serves exactly one round. Rounds centred on B alone
-   (B's k-th turn against the A turns on either side, each A turn framing two rounds) are biased
-   towards B on a host whose turns are now and then many times slower: a slow A turn pushes two
-   rounds above 1, a slow B turn pulls one below, and the median follows (A/A comparisons beside
-   two busy processes came out at 1.011 and 1.015, with 53-59% of their rounds above 1). Strict alternation,
-   rather than A B B A, keeps every turn alike: each one follows the other arm's turn, with caches
-   the other arm left cold and the wake-up a stopped process gets from the scheduler, where A B B A
-   would mix those turns with turns that continue the same arm's own;
+   a short one mostly misses. Every three turns make a round (`paired_ratios`): A B A gives B's turn
+   over the mean of the two A turns around it, the next B A B the mean of its two B turns over its A
+   turn, and so on, so a drift that is linear over a round cancels and every turn serves exactly one
+   round. Rounds centred on B alone (B's k-th turn against the A turns on either side, each A turn
+   framing two rounds) lean towards B on a host whose turns are now and then many times slower: a
+   slow A turn pushes two rounds above 1, a slow B turn pulls one below, and the median follows.
+   Strict alternation, rather than A B B A, keeps every turn alike: each one follows the other arm's
+   turn, with caches the other arm left cold and the wake-up a stopped process gets from the
+   scheduler, where A B B A would mix those turns with turns that continue the same arm's own;
 4. the rounds stop when at least `min_rounds` give a 95% CI of the median ratio within
    ±`target_ci_rel` (`measure.stats.summarize`, the statistics of every other figure), or lie wholly
    on one side of the ratio a decision is taken against (`decide_at`, tune's), or when the rounds'
@@ -89,6 +87,10 @@ _KILL_GRACE_S = 3.0
 _POLL_S = 0.05  # how often a wait for an arm looks at whether it is still running
 _STOP_WAIT_S = 5.0  # an arm that reported a gate is stopped within this (it stops itself right after)
 _HOLD_BOTH_SHARE = 0.8  # two arms are held at once only when twice the peak memory fits in this share
+# a turn lasts at most this long: a round of three then mostly falls within one speed of a host whose speed
+# switches every few seconds (beside two busy processes, 0.5 s turns gave an A/A comparison 172 rounds in
+# 300 s, CI ±3.6%, where 1 s turns gave 89-93 and ±3.6-5.3%)
+_MAX_TURN_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ class PairOptions:
             its time cap (tune's trial time), but the rounds keep at least half of it; False: the rounds get
             all of `rounds_s` (compare's --max-time).
         turn_length_s: how long every turn of either arm lasts (None: the window a bench of `rounds_s` would
-            measure, `BenchOptions.timing`).
+            measure, `BenchOptions.timing`, but at most `_MAX_TURN_S`).
     """
 
     rounds_s: float = 20.0
@@ -123,7 +125,7 @@ class PairOptions:
     @property
     def turn_s(self) -> float:
         """Seconds of every turn, the same for both arms."""
-        return self.turn_length_s or BenchOptions(max_time_s=self.rounds_s).timing().window_s
+        return self.turn_length_s or min(_MAX_TURN_S, BenchOptions(max_time_s=self.rounds_s).timing().window_s)
 
 
 @dataclass(frozen=True)
@@ -181,9 +183,9 @@ def paired_ratios(a_rates: Sequence[float], b_rates: Sequence[float]) -> list[fl
     """Each round's B / A, from turns taken A B A B ... (A first, `a_rates` and `b_rates` each arm's in order).
 
     Every three turns are a round: the middle turn against the mean of the two around it, so that a drift
-    linear over the round cancels; the middle arm alternates (A B A, then B A B) so that each arm is
-    the middle as often as the frame and each turn serves one round. Rounds are thus independent when
-    turns are, and a turn many times slower than the rest moves one round whichever arm it was.
+    linear over the round cancels; the middle arm alternates (A B A, then B A B), so each arm is the
+    middle of every other round, and each turn serves one round. Rounds are thus independent when turns
+    are, and a turn many times slower than the rest moves one round whichever arm it was.
     """
     turns = [rate for pair in zip(a_rates, b_rates) for rate in pair] + list(a_rates[len(b_rates):len(b_rates) + 1])
     ratios = []
