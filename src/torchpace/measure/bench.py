@@ -17,7 +17,7 @@ from torchpace.measure.latency import Latency
 from torchpace.measure.memory import read_peak_memory
 from torchpace.measure.result import BenchResult, LatencyFigures, ScriptInfo, StepShape, ThroughputFigures
 from torchpace.measure.stats import summarize
-from torchpace.measure.timing import Throughput, TimingOptions
+from torchpace.measure.timing import Throughput, TimingOptions, window_for
 from torchpace.records import from_json
 
 WARMUP_SHARE = 0.4  # warm-up may use up to this share of the time cap (compile can take ~20 s)
@@ -34,7 +34,7 @@ class BenchOptions:
     latency: bool | None = None  # batch-1 latency percentiles; None: for inference workloads only
 
     def timing(self) -> TimingOptions:
-        window = self.window_s or min(1.0, max(0.1, self.max_time_s / 40))
+        window = self.window_s or window_for(self.max_time_s)
         return TimingOptions(window_s=window, target_ci_rel=self.target_ci_rel)
 
 

@@ -41,6 +41,11 @@ _OVERRUN = 4  # a warm-up window that lasts this many times its plan ends early 
 WARMUP_TOLERANCE = 0.10
 
 
+def window_for(max_time_s: float) -> float:
+    """The window of a measurement capped at `max_time_s`: a fortieth of it, within [0.1, 1.0] s."""
+    return min(1.0, max(0.1, max_time_s / 40))
+
+
 @dataclass(frozen=True)
 class Window:
     """`steps` steps that processed `samples` samples in `elapsed_s` seconds."""

@@ -69,10 +69,10 @@ from torchpace.errors import UsageError
 from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.measure.contention import other_load_cores, probe_cpu_times
-from torchpace.measure.bench import BenchOptions
 from torchpace.measure.gate import END, LOADED, READY, REPORT, REPORTED, WINDOW, go
 from torchpace.measure.result import BenchResult, pool_throughput
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
+from torchpace.measure.timing import window_for
 from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
 from torchpace.protocol import INVALID, OOM, TIMEOUT, TrialResult, TrialSpec, classify_timeout
 from torchpace.trial.output import follow
@@ -110,7 +110,7 @@ class PairOptions:
             its time cap (tune's trial time), but the rounds keep at least half of it; False: the rounds get
             all of `rounds_s` (compare's --max-time).
         turn_length_s: how long every turn of either arm lasts (None: the window a bench of `rounds_s` would
-            measure, `BenchOptions.timing`, but at most `_MAX_TURN_S`).
+            measure, `measure.timing.window_for`, but at most `_MAX_TURN_S`).
     """
 
     rounds_s: float = 20.0
@@ -125,7 +125,7 @@ class PairOptions:
     @property
     def turn_s(self) -> float:
         """Seconds of every turn, the same for both arms."""
-        return self.turn_length_s or min(_MAX_TURN_S, BenchOptions(max_time_s=self.rounds_s).timing().window_s)
+        return self.turn_length_s or min(_MAX_TURN_S, window_for(self.rounds_s))
 
 
 @dataclass(frozen=True)
