@@ -108,3 +108,5 @@ def test_a_study_tuned_before_arms_were_kept_counts_two_processes_per_comparison
     assert pairs and all(p.reused == () and p.processes_started == 2 for p in pairs if p.mode == "alternating")
     kept = replace(pairs[0], reused=("a",))
     assert kept.processes_started == 1 and replace(pairs[0], reused=("a", "b")).processes_started == 0
+    # separate runs A B A B A B: one process a run, three runs a round
+    assert replace(pairs[0], mode="sequential", ratios=(0.7, 0.66)).processes_started == 6

@@ -82,6 +82,7 @@ from torchpace.trial.runner import (child_stdout, plan_trial_child, read_trial_r
 _log = logging.getLogger(__name__)
 
 ALTERNATING, SEQUENTIAL = "alternating", "sequential"
+TURNS_PER_ROUND = 3  # A B A, then B A B, ...: turns, or separate runs, to a round (`paired_ratios`)
 PARTNER = "partner"  # an arm ended because the other arm failed: no verdict on its config
 _KILL_GRACE_S = 3.0
 _POLL_S = 0.05  # how often a wait for an arm looks at whether it is still running
@@ -189,8 +190,8 @@ def paired_ratios(a_rates: Sequence[float], b_rates: Sequence[float]) -> list[fl
     """
     turns = [rate for pair in zip(a_rates, b_rates) for rate in pair] + list(a_rates[len(b_rates):len(b_rates) + 1])
     ratios = []
-    for start in range(0, len(turns) - 2, 3):
-        before, middle, after = turns[start:start + 3]
+    for start in range(0, len(turns) - TURNS_PER_ROUND + 1, TURNS_PER_ROUND):
+        before, middle, after = turns[start:start + TURNS_PER_ROUND]
         if min(before, middle, after) > 0:  # a turn that measured nothing leaves its round out
             frame = (before + after) / 2
             ratios.append(middle / frame if start % 2 == 0 else frame / middle)  # A first at even turns
@@ -609,7 +610,7 @@ class _Rounds:
             self.rates[arm.name].append(event["samples"] / event["elapsed_s"] if event["elapsed_s"] > 0 else 0.0)
             _log.debug("turn %d, arm %s: %d steps in %.3f s, %.0f a second", turn, arm.name.upper(), event["steps"],
                        event["elapsed_s"], self.rates[arm.name][-1])
-            if turn % 3 == 2 and self._done(rounds_end):
+            if (turn + 1) % TURNS_PER_ROUND == 0 and self._done(rounds_end):
                 return None
 
     def _done(self, rounds_end: float) -> bool:
@@ -734,7 +735,7 @@ def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeo
     rates: dict[str, list[float]] = {"a": [], "b": []}
     specs = {"a": replace(spec_a, max_time_s=spec_a.max_time_s / rounds),
              "b": replace(spec_b, max_time_s=spec_b.max_time_s / rounds)}
-    order = ["ab"[turn % 2] for turn in range(3 * rounds)]  # A B A B ...: three runs to a round
+    order = ["ab"[turn % 2] for turn in range(TURNS_PER_ROUND * rounds)]  # A B A B ...
     for name in order:
         result = run_trial(specs[name], host, timeout_s=timeout_s / len(order), base_env=base_env, workdir=workdir,
                            log_path=output.log(name), echo=output.echo_of(name))
@@ -746,7 +747,7 @@ def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeo
                               usable_cores=host.usable_cores, wall_time_s=time.perf_counter() - started)
         runs[name].append(result)
         rates[name].append(value)
-        if on_round and (len(rates["a"]) + len(rates["b"])) % 3 == 0:  # a round completed
+        if on_round and (len(rates["a"]) + len(rates["b"])) % TURNS_PER_ROUND == 0:  # a round completed
             ratios = paired_ratios(rates["a"], rates["b"])
             on_round(len(ratios), summarize(ratios))
     return PairResult(SEQUENTIAL, _pooled(runs["a"]), _pooled(runs["b"]), tuple(rates["a"]), tuple(rates["b"]), "rounds",

@@ -20,6 +20,7 @@ from typing import Any
 
 from torchpace.measure.result import AccuracyReport, BenchResult, Objective
 from torchpace.records import from_json, to_json
+from torchpace.trial.pair import SEQUENTIAL, TURNS_PER_ROUND
 
 ATTR = "torchpace"
 STUDY_KIND = "torchpace.study"
@@ -144,9 +145,11 @@ class PairRecord:
 
     @property
     def processes_started(self) -> int:
-        """Trial processes this comparison started: two, less its reused arms; separate runs one per run."""
-        if self.mode == "sequential":
-            return 2 * len(self.ratios) + 1
+        """Trial processes this comparison started: two, less its reused arms; separate runs one per run,
+        `TURNS_PER_ROUND` to a round (a comparison of separate runs tuned before rounds took three ran one
+        fewer: A B A B A for 2 rounds)."""
+        if self.mode == SEQUENTIAL:
+            return TURNS_PER_ROUND * len(self.ratios)
         return 2 - len(self.reused)
 
     @property

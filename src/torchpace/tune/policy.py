@@ -68,10 +68,10 @@ from typing import Callable, Iterable
 from torchpace.measure.contention import is_material
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.profile.verdict import stages_to_try_first
+from torchpace.trial.pair import SEQUENTIAL
 from torchpace.tune.space import KnobSpace
 
 GREEDY_REVISION = 3  # the paired policy's revision a new study is tuned with (see the module's docstring)
-_SEPARATE_RUNS = "sequential"  # a comparison's mode when its arms ran as separate runs (`torchpace.trial.pair`)
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
 ACCEPT_FLOOR = _NOISE_FLOOR  # the smallest gain a paired comparison must show (the tuner stops its rounds once clear of it)
 _INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
@@ -397,7 +397,7 @@ def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
     if summary.ci_low > 1 and unsettled is None:
         _decide(state, proposal, best, [best], True, f"accepted: {_ratio_text(summary)}, the whole CI above 1")
         return
-    stretch = _stretch(len(best.ratios)) if state.revision >= 2 and not (state.revision >= 3 and best.mode == _SEPARATE_RUNS) \
+    stretch = _stretch(len(best.ratios)) if state.revision >= 2 and not (state.revision >= 3 and best.mode == SEQUENTIAL) \
         else 1
     again = replay.need_all([Proposal(f"confirm-pair:{knob.name}={proposal.value}", "candidate", proposal.config,
                                       proposal.stage, knob.name, proposal.value, reference=dict(state.incumbent),
