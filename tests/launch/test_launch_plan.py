@@ -15,6 +15,7 @@ from torchpace.host import DistroInfo, GpuInfo, HostFacts, NumaNode
 from torchpace.launch.bind import BINDINGS_ENV
 from torchpace.knobs import REGISTRY, Knob, Point, Reach
 from torchpace.knobs.child import env_part
+from torchpace.knobs.system import GLIBC_THRESHOLDS
 from torchpace.launch.command import PythonCommand
 from torchpace.launch.plan import (
     CONFIG_ENV,
@@ -165,9 +166,47 @@ def test_a_module_with_interpreter_options_runs_with_this_interpreter_plain_unde
 def test_with_a_config_nothing_is_preloaded_bound_or_threaded_that_the_config_does_not_say():
     result = plan(TWO_NODES, {"PATH": "/bin"}, config=RunConfig({"precision.matmul": "high"}), config_name="torchpace.toml")
     assert result.argv == ("/py", "train.py", "--lr", "3") and result.bindings == ()
-    assert {k for k in result.env if k not in ("PATH", "PYTHONPATH", CONFIG_ENV)} == set()
+    assert {k for k in result.env if k not in ("PATH", "PYTHONPATH", CONFIG_ENV)} == set(GLIBC_THRESHOLDS)
     assert "torchpace.toml does not set system.allocator" in result.setting("allocator").reason
     assert not any("jemalloc" in note for note in result.notes)
+
+
+FIXED = {name: (str(value), "auto") for name, value in GLIBC_THRESHOLDS.items()}
+UNSET = dict.fromkeys(GLIBC_THRESHOLDS, (None, "env"))
+
+
+# (id, host, options, base env, what the thresholds are: FIXED, UNSET (the user's own), or absent)
+THRESHOLDS = [
+    ("launch --config without an allocator", ONE_NODE, {"config": RunConfig({"precision.matmul": "high"})}, {}, FIXED),
+    ("a trial of the defaults", ONE_NODE, {"config": RunConfig(), "config_over_env": True}, {}, FIXED),
+    ("auto on a host without jemalloc or tcmalloc", ONE_NODE, {"facts": BARE}, {}, FIXED),
+    ("--allocator system strips a preloaded jemalloc", ONE_NODE, {"allocator": "system"},
+     {"LD_PRELOAD": "/x/libjemalloc.so.2"}, FIXED),
+    ("auto preloads jemalloc", ONE_NODE, {}, {}, None),
+    ("a trial of tcmalloc", ONE_NODE, {"config": RunConfig({"system.allocator": "tcmalloc"}), "config_over_env": True},
+     {}, None),
+    ("tcmalloc preloaded in the environment", ONE_NODE, {"config": RunConfig()}, {"LD_PRELOAD": "/x/libtcmalloc.so.4"}, None),
+    ("the user's MALLOC_TRIM_THRESHOLD_, even in a trial", ONE_NODE, {"config": RunConfig(), "config_over_env": True},
+     {"MALLOC_TRIM_THRESHOLD_": "131072"}, {"MALLOC_TRIM_THRESHOLD_": ("131072", "env"), "MALLOC_MMAP_THRESHOLD_": (None, "env")}),
+    ("the user's MALLOC_TOP_PAD_", ONE_NODE, {"config": RunConfig()}, {"MALLOC_TOP_PAD_": "0"}, UNSET),
+    ("the user's GLIBC_TUNABLES", ONE_NODE, {"config": RunConfig()},
+     {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=65536"}, UNSET),
+]
+
+
+@pytest.mark.parametrize("name, host, options, env, expected", THRESHOLDS, ids=[row[0] for row in THRESHOLDS])
+def test_the_system_malloc_runs_with_glibcs_thresholds_fixed_unless_the_user_fixed_them(name, host, options, env, expected):
+    facts = options.pop("facts", FACTS)
+    result = plan(host, env, facts=facts, **options)
+    if expected is None:  # jemalloc or tcmalloc: glibc's malloc serves nothing
+        assert not any(s.name in GLIBC_THRESHOLDS for s in result.settings)
+        assert not set(GLIBC_THRESHOLDS) & set(result.env)
+        return
+    assert result.setting("allocator").value == "system"
+    assert picked(result, *GLIBC_THRESHOLDS) == expected
+    assert {name: result.env.get(name) for name in GLIBC_THRESHOLDS} == {name: value for name, (value, _) in expected.items()}
+    if expected is not FIXED:
+        assert all("set in your environment" in result.setting(name).reason for name in GLIBC_THRESHOLDS)
 
 
 def test_a_trial_runs_its_config_over_the_callers_environment():

@@ -6,6 +6,7 @@ import re
 import sys
 
 
+from torchpace.knobs.system import GLIBC_THRESHOLDS
 from torchpace.trial import TrialSpec, plan_trial, run_trial
 
 from _support import faked_host, faked_host_env, fixture_workload
@@ -84,7 +85,8 @@ def test_a_worker_death_reported_but_not_acted_on_is_a_crash():
 def test_process_level_knobs_go_into_the_child_env_only(host, tmp_path):
     before = dict(os.environ)
     plan = plan_trial({"threads.intra_op": 1}, host, {"PATH": "/bin"}, tmp_path / "spec.json", tmp_path / "result.json")
-    assert plan.env == {"PATH": "/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    fixed = {name: str(value) for name, value in GLIBC_THRESHOLDS.items()}  # the system malloc, one speed
+    assert plan.env == {"PATH": "/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **fixed}
     assert plan.argv == (sys.executable, "-m", "torchpace.trial", str(tmp_path / "spec.json"), str(tmp_path / "result.json"))
     assert dict(os.environ) == before
 

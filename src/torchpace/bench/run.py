@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError, UserCodeError
 from torchpace.host import HostFacts
+from torchpace.knobs.system import fix_glibc_thresholds
 from torchpace.measure.bench import BenchOptions
 from torchpace.measure.result import BenchResult
 from torchpace.protocol import check_eval_batches, is_nonfinite
@@ -73,6 +74,7 @@ def bench_workload(spec: str | None, config: RunConfig, options: BenchOptions, *
 
         check_config(config, host, workload)  # a knob that does not apply: say so before starting processes
         return _bench_in_trial(spec, config, options, host, device, accuracy_batches)
+    fix_glibc_thresholds()  # as a trial process and a launch run: one speed for one config
     # in this process, an exit in the workload's code would end torchpace silently with its code: say so
     # (a trial child's exit is classified by its parent from the exit status instead)
     with exits_as_errors("running the workload's training step"):

@@ -3,12 +3,15 @@
 They are pure functions of `HostFacts` (which allocators, numactl and cores the host has). Their
 process-level settings reach trials, `bench`, `profile` and launched scripts through one planner,
 `torchpace.launch.plan.plan_child`, which builds the child's argv and env (never torchpace's own)
-from each knob's own part (`plan_child` here: OMP_NUM_THREADS, LD_PRELOAD, each rank's NUMA binding).
+from each knob's own part (`plan_child` here: OMP_NUM_THREADS, LD_PRELOAD, glibc malloc's thresholds,
+each rank's NUMA binding).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -22,6 +25,19 @@ ALLOCATORS = ("jemalloc", "tcmalloc")  # in the order `auto` prefers them
 NUMA_MODES = ("auto", "off", "node")  # the cli's --numa
 # jemalloc's settings from the PyTorch CPU tuning guide: background purging, no eager decay.
 JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1"
+# glibc malloc's two thresholds, fixed for every process that runs on the system malloc. Left to glibc,
+# they move with each process's history of frees, so two processes of one config serve a step's large
+# blocks differently (fresh mmap'd pages, or heap kept from the last step) and run at different speeds
+# for their whole life (docs/method.md, "What the CI covers"). 32 MiB is glibc's own ceiling for its
+# moving mmap threshold on 64-bit, and the most every glibc accepts: blocks up to it come from the
+# heap from the first step, larger ones are mmap'd as glibc always does. The heap is trimmed once 1 GiB
+# is free at its top, so a step's freed memory is not given back and faulted in again every step.
+# Both fit mallopt's int, so this process (`fix_glibc_thresholds`) uses the same values as its children.
+GLIBC_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": 32 << 20, "MALLOC_TRIM_THRESHOLD_": 1 << 30}
+_MALLOPT_PARAMS = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}  # M_TRIM_THRESHOLD, M_MMAP_THRESHOLD
+# Variables by which a user already fixes glibc's thresholds (any one of them stops the moving thresholds).
+_GLIBC_THRESHOLD_VARS = (*GLIBC_THRESHOLDS, "MALLOC_TOP_PAD_")
+_GLIBC_THRESHOLD_TUNABLES = ("glibc.malloc.mmap_threshold", "glibc.malloc.trim_threshold", "glibc.malloc.top_pad")
 
 
 def read_loaded_libraries(maps_path: str = "/proc/self/maps") -> str:
@@ -131,7 +147,15 @@ class AllocatorKnob(Knob):
         return any(lib in maps for maps in [read_loaded_libraries()] for lib in ALLOCATOR_LIBRARIES[str(value)])
 
     def plan_child(self, value, given, request, draft):
-        """LD_PRELOAD of jemalloc (with MALLOC_CONF) or tcmalloc, or the system's malloc, and why."""
+        """LD_PRELOAD of jemalloc (with MALLOC_CONF) or tcmalloc, or the system's malloc with its
+        thresholds fixed (`GLIBC_THRESHOLDS`), and why."""
+        part = self._plan_library(value, given, request)
+        if next(s.value for s in part.settings if s.name == "allocator") != "system":
+            return part
+        fixed = glibc_thresholds_part(request.base_env)
+        return ChildPart(part.settings + fixed.settings, {**part.env, **fixed.env}, part.notes + fixed.notes)
+
+    def _plan_library(self, value, given, request: ChildRequest) -> ChildPart:
         base_env, host = request.base_env, request.host
         preloaded = preloaded_allocator(base_env.get("LD_PRELOAD", ""))
         configured = value is not None
@@ -202,6 +226,46 @@ def _system_allocator(base_env: Mapping[str, str], source: Source, asked: str) -
         part.env["LD_PRELOAD"] = stripped
         part.settings.append(Setting("LD_PRELOAD", stripped, source, f"{asked}: allocators removed from your LD_PRELOAD"))
     return part
+
+
+def user_glibc_threshold(env: Mapping[str, str]) -> str | None:
+    """The variable (or GLIBC_TUNABLES entry) by which `env` already fixes glibc malloc's thresholds, or None."""
+    for name in _GLIBC_THRESHOLD_VARS:
+        if name in env:
+            return f"{name}={env[name]}"
+    for entry in env.get("GLIBC_TUNABLES", "").split(":"):
+        if entry.partition("=")[0] in _GLIBC_THRESHOLD_TUNABLES:
+            return f"GLIBC_TUNABLES {entry}"
+    return None
+
+
+def glibc_thresholds_part(env: Mapping[str, str]) -> ChildPart:
+    """The child's glibc malloc thresholds: `GLIBC_THRESHOLDS`, unless `env` already fixes them (the user's
+    own values then stand, whatever the source of the rest: both arms of a comparison and the launch
+    inherit them alike). Other C libraries ignore the variables."""
+    names = tuple(GLIBC_THRESHOLDS)
+    users = user_glibc_threshold(env)
+    if users is not None:
+        return ChildPart([Setting(name, env.get(name), Source.ENV, f"glibc's thresholds are set in your environment "
+                                  f"({users}); left as they are") for name in names])
+    reason = ("glibc malloc's thresholds fixed, so that every process of one config runs at one speed "
+              "(left to glibc they move with each process's history)")
+    return ChildPart([Setting(name, str(value), Source.AUTO, reason) for name, value in GLIBC_THRESHOLDS.items()],
+                     env={name: str(value) for name, value in GLIBC_THRESHOLDS.items()})
+
+
+def fix_glibc_thresholds(env: Mapping[str, str] | None = None) -> bool:
+    """Give this process the thresholds its children get (`GLIBC_THRESHOLDS`, by mallopt), for a
+    workload measured in this process. Nothing is done when `env` (default: os.environ) already fixes
+    them, when jemalloc or tcmalloc is preloaded, or off glibc. True when they were set."""
+    env = os.environ if env is None else env
+    if platform.libc_ver()[0] != "glibc" or user_glibc_threshold(env) is not None:
+        return False
+    if preloaded_allocator(env.get("LD_PRELOAD", "")) is not None:
+        return False
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return all(mallopt(_MALLOPT_PARAMS[name], value) == 1 for name, value in GLIBC_THRESHOLDS.items())
 
 
 def preloaded_allocator(ld_preload: str) -> str | None:

@@ -9,6 +9,7 @@ from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.files import OutputWriteFailed
 from torchpace.host import HostFacts, probe_host
+from torchpace.knobs.system import fix_glibc_thresholds
 from torchpace.measure.contention import measure_other_load
 from torchpace.profile.capture import CaptureOptions, capture_profile
 from torchpace.profile.result import ProfileResult, build_profile_result
@@ -31,6 +32,7 @@ def profile_workload(spec: str | None, config: RunConfig | None = None, options:
     host = host or probe_host()
     check_device(device, host)
     workload = load_workload(spec)
+    fix_glibc_thresholds()  # the malloc a trial process and a launch run with
     with measure_other_load() as load:
         capture = capture_profile(workload, config, options, host=host, device=device)
     written, failure = save_trace_keeping_figures(capture.document, trace_path)
