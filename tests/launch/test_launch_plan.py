@@ -189,6 +189,7 @@ THRESHOLDS = [
     ("the user's MALLOC_TRIM_THRESHOLD_, even in a trial", ONE_NODE, {"config": RunConfig(), "config_over_env": True},
      {"MALLOC_TRIM_THRESHOLD_": "131072"}, {"MALLOC_TRIM_THRESHOLD_": ("131072", "env"), "MALLOC_MMAP_THRESHOLD_": (None, "env")}),
     ("the user's MALLOC_TOP_PAD_", ONE_NODE, {"config": RunConfig()}, {"MALLOC_TOP_PAD_": "0"}, UNSET),
+    ("the user's MALLOC_MMAP_MAX_", ONE_NODE, {"config": RunConfig()}, {"MALLOC_MMAP_MAX_": "0"}, UNSET),
     ("the user's GLIBC_TUNABLES", ONE_NODE, {"config": RunConfig()},
      {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=65536"}, UNSET),
 ]

@@ -1,6 +1,7 @@
 """System-stage knobs: threads, allocator, NUMA binding.
 
-They are pure functions of `HostFacts` (which allocators, numactl and cores the host has). Their
+They are pure functions of `HostFacts` (which allocators, numactl and cores the host has); only
+`fix_glibc_thresholds` acts on this process, for a workload measured in it. Their
 process-level settings reach trials, `bench`, `profile` and launched scripts through one planner,
 `torchpace.launch.plan.plan_child`, which builds the child's argv and env (never torchpace's own)
 from each knob's own part (`plan_child` here: OMP_NUM_THREADS, LD_PRELOAD, glibc malloc's thresholds,
@@ -35,9 +36,11 @@ JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto,d
 # Both fit mallopt's int, so this process (`fix_glibc_thresholds`) uses the same values as its children.
 GLIBC_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": 32 << 20, "MALLOC_TRIM_THRESHOLD_": 1 << 30}
 _MALLOPT_PARAMS = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}  # M_TRIM_THRESHOLD, M_MMAP_THRESHOLD
-# Variables by which a user already fixes glibc's thresholds (any one of them stops the moving thresholds).
-_GLIBC_THRESHOLD_VARS = (*GLIBC_THRESHOLDS, "MALLOC_TOP_PAD_")
-_GLIBC_THRESHOLD_TUNABLES = ("glibc.malloc.mmap_threshold", "glibc.malloc.trim_threshold", "glibc.malloc.top_pad")
+# Variables by which a user already fixes glibc's thresholds (mallopt(3): setting any one of them stops
+# the moving thresholds).
+_GLIBC_THRESHOLD_VARS = (*GLIBC_THRESHOLDS, "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+_GLIBC_THRESHOLD_TUNABLES = ("glibc.malloc.mmap_threshold", "glibc.malloc.trim_threshold", "glibc.malloc.top_pad",
+                             "glibc.malloc.mmap_max")
 
 
 def read_loaded_libraries(maps_path: str = "/proc/self/maps") -> str:
