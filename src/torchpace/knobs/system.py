@@ -19,7 +19,8 @@ from typing import Mapping, Sequence
 from torchpace.errors import UsageError
 from torchpace.host import ALLOCATOR_LIBRARIES, HostFacts, NumaNode
 from torchpace.knobs.base import IntKnob, Knob, Point, Reach
-from torchpace.knobs.child import KEPT, ChildPart, ChildRequest, RankBinding, Setting, Source, env_part, format_cpu_list
+from torchpace.knobs.child import (KEPT, ChildPart, ChildRequest, RankBinding, Setting, Source, env_part, format_cpu_list,
+                                   merge_parts)
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # OpenMP's and MKL's thread counts, read at start-up
 ALLOCATORS = ("jemalloc", "tcmalloc")  # in the order `auto` prefers them
@@ -155,8 +156,7 @@ class AllocatorKnob(Knob):
         part = self._plan_library(value, given, request)
         if next(s.value for s in part.settings if s.name == "allocator") != "system":
             return part
-        fixed = glibc_thresholds_part(request.base_env)
-        return ChildPart(part.settings + fixed.settings, {**part.env, **fixed.env}, part.notes + fixed.notes)
+        return merge_parts(part, glibc_thresholds_part(request.base_env))
 
     def _plan_library(self, value, given, request: ChildRequest) -> ChildPart:
         base_env, host = request.base_env, request.host
@@ -246,15 +246,13 @@ def glibc_thresholds_part(env: Mapping[str, str]) -> ChildPart:
     """The child's glibc malloc thresholds: `GLIBC_THRESHOLDS`, unless `env` already fixes them (the user's
     own values then stand, whatever the source of the rest: both arms of a comparison and the launch
     inherit them alike). Other C libraries ignore the variables."""
-    names = tuple(GLIBC_THRESHOLDS)
     users = user_glibc_threshold(env)
     if users is not None:
         return ChildPart([Setting(name, env.get(name), Source.ENV, f"glibc's thresholds are set in your environment "
-                                  f"({users}); left as they are") for name in names])
+                                  f"({users}); left as they are") for name in GLIBC_THRESHOLDS])
     reason = ("glibc malloc's thresholds fixed, so that every process of one config runs at one speed "
               "(left to glibc they move with each process's history)")
-    return ChildPart([Setting(name, str(value), Source.AUTO, reason) for name, value in GLIBC_THRESHOLDS.items()],
-                     env={name: str(value) for name, value in GLIBC_THRESHOLDS.items()})
+    return env_part({name: str(value) for name, value in GLIBC_THRESHOLDS.items()}, Source.AUTO, reason, env)
 
 
 def fix_glibc_thresholds(env: Mapping[str, str] | None = None) -> bool:
