@@ -99,3 +99,24 @@ def test_a_latency_at_its_own_score_reads_the_same_and_at_another_score_is_its_i
     assert moved.value == pytest.approx(2e-05) and moved.ci_low == figure.ci_low
     rate = Objective("throughput", "samples/s", 100.0, 90.0, 110.0, 0.1)
     assert at_score(rate, 120.0).value == 120.0 and at_score(rate, None) == rate
+
+
+def test_a_value_kept_over_the_one_kept_before_it_is_a_step_of_its_own_read_from_their_duel():
+    from torchpace.tune.figures import ReportedDecision
+    from torchpace.tune.outcome import _paired_changes
+    from torchpace.tune.policy import Decision
+
+    def trial(slot, config, sps):
+        return TrialRow(number=0, slot=slot, config=config, status="ok", guard="pass",
+                        throughput=Objective("throughput", "samples/s", sps), window_rates=(sps,))
+
+    rows = [trial("pair:data.num_workers=1", {"data.num_workers": 1}, 120.0),
+            trial("pair:data.num_workers=2", {"data.num_workers": 2}, 101.0),
+            trial("duel:data.num_workers=2", {"data.num_workers": 2}, 133.0)]
+    kept = [Decision("data", "data.num_workers", 1, 100.0, 120.0, 0.01, "accepted: ...", value=1, ratio=1.2,
+                     ratio_ci_low=1.1, ratio_ci_high=1.3, rounds=6),
+            Decision("data", "data.num_workers", 2, 120.0, 133.0, 0.01, "accepted: ... head to head", value=2, ratio=1.1,
+                     ratio_ci_low=1.05, ratio_ci_high=1.15, rounds=7)]
+    steps = _paired_changes([ReportedDecision(d) for d in kept], rows, "throughput")
+    assert [(s.value, s.slot) for s in steps] == [(1, "pair:data.num_workers=1"), (2, "duel:data.num_workers=2")]
+    assert [s.step_gain for s in steps] == [1.2, 1.1] and steps[1].speedup == pytest.approx(1.32)

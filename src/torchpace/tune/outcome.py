@@ -496,7 +496,8 @@ def _paired_changes(decisions: Sequence[ReportedDecision], rows: Sequence[TrialR
         if decision.accepted_value is None:
             continue
         value = decision.accepted_value
-        row = _row_of(rows, f"confirm-pair:{decision.knob}={value}", f"pair:{decision.knob}={value}")
+        # a value kept over the one kept just before it (revision 4) was decided by their duel
+        row = _row_of(rows, *(f"{kind}:{decision.knob}={value}" for kind in ("duel", "confirm-pair", "pair")))
         cumulative *= decision.ratio
         changes.append(_change(decision, row, {}, decision.best_figure, objective, study_unit(rows), step_gain=decision.ratio,
                                step_gain_ci_low=decision.ratio_ci_low, step_gain_ci_high=decision.ratio_ci_high,

@@ -19,10 +19,10 @@ decision is the spread of its own paired ratios, not the spread between two sepa
    comparison behaves (a two-thread step beside busy processes takes bimodal turns), so the other
    knobs are then judged against an incumbent that fits the load, not against the defaults' threads;
 3. the best value (highest median ratio) is accepted when the convergence guard passed, its median
-   gain is over 1% and its whole 95% CI is above 1; rejected when its median gain is 1% or less
-   (its rounds stop early once the CI lies wholly above or below a 1% gain: more would not change
-   the decision);
-4. a gain in between (its CI reaches 1), a comparison that is not *settled* (fewer rounds than a
+   gain is over 1% and its whole 95% CI is above 1; rejected when its median gain is 1% or less and
+   its whole CI is at or under a 1% gain (its rounds stop early once the CI lies wholly above or below
+   a 1% gain: more would not change the decision);
+4. a gain in between (its CI reaches 1), a loss whose CI reaches over a 1% gain, a comparison that is not *settled* (fewer rounds than a
    CI needs, an arm whose warm-up did not converge), or a loss on fewer rounds than a CI needs (the
    budget or the time cap ended it early), is compared once more (`confirm-pair:KNOB=VALUE`)
    and decided on the two comparisons' rounds pooled, accepted only on at least the rounds a CI
@@ -30,7 +30,14 @@ decision is the spread of its own paired ratios, not the spread between two sepa
    then decides less. When the first comparison had fewer rounds than a CI needs (a slow step on a
    busy host: the warm-ups took most of the trial time), the second runs for a multiple of the trial
    time (`Proposal.time_factor`, up to `_MAX_STRETCH`) sized to give the missing rounds;
-5. once every knob is decided, the tuned config is compared with the defaults (slot `final`): that
+5. once a value is kept, the second best value of that knob, when its CI reaches both a gain over 1% and
+   the kept value's CI (it could be as fast), is compared with the kept value head to head
+   (`duel:KNOB=VALUE`, the kept value as the reference arm) and kept instead when that comparison
+   alone is a clear gain (median over 1%, whole CI above 1, settled): a decision of its own, a step
+   of the waterfall over the value kept before it. Each value was compared with the incumbent by its
+   own pair of processes, and a process's pace can differ by some percent from another's of the same
+   config, so the highest of several medians is partly the luckiest pair;
+6. once every knob is decided, the tuned config is compared with the defaults (slot `final`): that
    ratio and its CI are the speedup reported. When the budget left would not hold both the next
    candidate's comparison and the final one (the tuner judges that: `plan_greedy(..., finish=True)`),
    the knobs not yet decided are left so and the config kept so far gets its final comparison, so
@@ -48,7 +55,9 @@ revision 2 brought the cores-first order, the pooled rounds' floor and the stret
 revision 3 stretches no second comparison of separate runs (several ranks): those give their rounds
 (`PairOptions.sequential_rounds`) however long each run is, so a longer one would add no round, only
 time (beside a busy process the `make demo` tune judged such a stretched second comparison of
-`nproc_per_node=2` too long for its budget and ended a minute early).
+`nproc_per_node=2` too long for its budget and ended a minute early); revision 4 decides a loss at once only
+on a CI wholly at or under a 1% gain (before, any median of 1% or less with a CI's rounds) and brought the
+head-to-head comparison of a knob's two best values (step 5).
 
 Studies tuned before paired comparisons (their metadata has no `paired`) are replayed, resumed and
 reported with the policy they were tuned with (`plan_greedy(..., paired=False)`): each trial one
@@ -71,7 +80,7 @@ from torchpace.profile.verdict import stages_to_try_first
 from torchpace.trial.pair import SEQUENTIAL
 from torchpace.tune.space import KnobSpace
 
-GREEDY_REVISION = 3  # the paired policy's revision a new study is tuned with (see the module's docstring)
+GREEDY_REVISION = 4  # the paired policy's revision a new study is tuned with (see the module's docstring)
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
 ACCEPT_FLOOR = _NOISE_FLOOR  # the smallest gain a paired comparison must show (the tuner stops its rounds once clear of it)
 _INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
@@ -340,7 +349,8 @@ def _walk_paired(space: list[KnobSpace], replay: _Replay, conflicts, finish: boo
             if not (finish and state.incumbent and state.next is not None and state.next.kind == "candidate"):
                 raise
             state.next = None
-            state.left_undecided = [k.name for k in knobs[i:]]
+            decided = {d.knob for d in state.decisions}  # a kept value whose second best was to be compared with it
+            state.left_undecided = [k.name for k in knobs[i:] if k.name not in decided]
             break
     if state.incumbent:
         state.final = _need_final(replay, state.incumbent)
@@ -385,11 +395,22 @@ def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
     if not usable:
         state.decisions.append(_not_judged(knob, records))
         return
-    best, proposal = max(usable, key=lambda rp: summarize(list(rp[0].ratios)).median)
+    ranked = sorted(usable, key=lambda rp: summarize(list(rp[0].ratios)).median, reverse=True)  # stable: value order on ties
+    _judge_best(knob, replay, *ranked[0])
+    if state.revision >= 4 and len(ranked) > 1 and state.decisions[-1].accepted_value is not None:
+        _rematch(replay, knob, *ranked[1])
+
+
+def _judge_best(knob: KnobSpace, replay: _Replay, best: Record, proposal: Proposal) -> None:
+    """Decide on `knob`'s best value from its comparison with the incumbent, comparing it again when that
+    one comparison cannot decide."""
+    state = replay.state
     summary = summarize(list(best.ratios))
     unsettled = best.pair_unsettled()
-    # a loss is decided only on enough rounds for a CI: two rounds at 0.96 on a busy host say nothing
-    if summary.median - 1 <= _NOISE_FLOOR and len(best.ratios) >= MIN_WINDOWS_FOR_CI:
+    # a loss is decided only on enough rounds for a CI: two rounds at 0.96 on a busy host say nothing;
+    # since revision 4 only on a CI wholly under the floor: 0.99x with a CI up to 1.25 is not a loss yet
+    clear_loss = state.revision < 4 or summary.ci_high <= 1 + _NOISE_FLOOR
+    if summary.median - 1 <= _NOISE_FLOOR and len(best.ratios) >= MIN_WINDOWS_FOR_CI and clear_loss:
         verdict = "no faster" if summary.median <= 1 else f"under the {_NOISE_FLOOR:.0%} floor"
         _decide(state, proposal, best, [best], False, f"rejected: best {knob.name}={proposal.value} is "
                 f"{_ratio_text(summary)}: {verdict}")
@@ -402,7 +423,10 @@ def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
     again = replay.need_all([Proposal(f"confirm-pair:{knob.name}={proposal.value}", "candidate", proposal.config,
                                       proposal.stage, knob.name, proposal.value, reference=dict(state.incumbent),
                                       time_factor=stretch)])[0]
-    why = f"not settled ({unsettled})" if unsettled else "its CI reaches 1"
+    if unsettled:
+        why = f"not settled ({unsettled})"
+    else:
+        why = "its CI reaches 1" if summary.median - 1 > _NOISE_FLOOR else f"its CI reaches over the {_NOISE_FLOOR:.0%} floor"
     said = f"first comparison {_ratio_text(summary)}, {why}, so compared again"
     if stretch > 1:
         said += f" for {stretch}x the trial time"
@@ -417,6 +441,36 @@ def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
         short = f", fewer rounds than the {MIN_WINDOWS_FOR_CI} a CI needs (a longer --trial-time gives more)"
     _decide(state, proposal, again, [best, again], accepted,
             f"{'accepted' if accepted else 'rejected'}: {said}: both pooled give {_ratio_text(pooled)}{short}")
+
+
+def _rematch(replay: _Replay, knob: KnobSpace, second: Record, proposal: Proposal) -> None:
+    """Revision 4: once a value of `knob` is kept, compare the second best with it when that one could be
+    as fast (its CI reaches a gain over the floor and the kept value's CI), and keep it instead when it is
+    clearly faster (a decision of its own, over the value just kept); otherwise the kept value's reason
+    says how the second best fared.
+
+    Each value was compared with the incumbent by its own pair of processes, and a process's own pace
+    can differ by some percent from another's of the same config, so the highest median among several
+    values is partly the luckiest pair: the two are compared with each other in alternation
+    (`duel:KNOB=VALUE`)."""
+    state = replay.state
+    kept = state.decisions[-1]
+    b = summarize(list(second.ratios))
+    if b.ci_high <= 1 + _NOISE_FLOOR or b.ci_high < kept.ratio_ci_low:
+        return
+    duel = Proposal(f"duel:{knob.name}={proposal.value}", "candidate", dict(proposal.config), proposal.stage, knob.name,
+                    proposal.value, reference=dict(state.incumbent))
+    record = replay.need_all([duel])[0]
+    said = f"{knob.name}={proposal.value} (second best, {b.median:.3f}x) compared with it head to head"
+    if not record.usable:
+        said += f" failed ({record.status})"
+    else:
+        summary = summarize(list(record.ratios))
+        if summary.median - 1 > _NOISE_FLOOR and summary.ci_low > 1 and record.pair_unsettled() is None:
+            _decide(state, duel, record, [record], True, f"accepted: {said}: {_ratio_text(summary)}, the whole CI above 1")
+            return
+        said += f": {_ratio_text(summary)}, not clearly faster"
+    state.decisions[-1] = replace(kept, reason=f"{kept.reason}; {said}")
 
 
 def _stretch(rounds: int) -> int:
