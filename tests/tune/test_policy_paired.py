@@ -352,3 +352,13 @@ def test_no_head_to_head_when_the_second_best_is_clearly_slower_nothing_was_kept
 def test_a_budget_that_ends_before_the_head_to_head_leaves_the_kept_value_decided():
     state = plan_greedy(SPACE, TWO_GAINS, finish=True)
     assert state.next.slot == "final" and state.next.config == WORKERS_1 and state.left_undecided == ["precision.amp"]
+
+
+def test_a_gain_under_the_floor_whose_ci_reaches_over_it_is_not_accepted_at_once():
+    # median 1.005, CI 1.001-1.02: not a clear loss under revision 4, and not a gain over the floor either
+    under = pair("pair:precision.amp=bf16", BF16, [1.001, 1.005, 1.02, 1.004, 1.006, 1.003, 1.008])
+    state = play([base(), aa(), under], SPACE[1:])
+    assert state.decisions == [] and state.next.slot == "confirm-pair:precision.amp=bf16"
+    again = pair("confirm-pair:precision.amp=bf16", BF16, [1.002, 1.006, 1.004, 1.003, 1.007, 1.005])
+    decision = play([base(), aa(), under, again], SPACE[1:]).decisions[0]
+    assert decision.accepted_value is None and decision.ratio_ci_low > 1

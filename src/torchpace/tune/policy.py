@@ -409,13 +409,13 @@ def _judge_best(knob: KnobSpace, replay: _Replay, best: Record, proposal: Propos
     unsettled = best.pair_unsettled()
     # a loss is decided only on enough rounds for a CI: two rounds at 0.96 on a busy host say nothing;
     # since revision 4 only on a CI wholly under the floor: 0.99x with a CI up to 1.25 is not a loss yet
-    clear_loss = state.revision < 4 or summary.ci_high <= 1 + _NOISE_FLOOR
+    clear_loss = state.revision < 4 or _never_a_gain(summary)
     if summary.median - 1 <= _NOISE_FLOOR and len(best.ratios) >= MIN_WINDOWS_FOR_CI and clear_loss:
         verdict = "no faster" if summary.median <= 1 else f"under the {_NOISE_FLOOR:.0%} floor"
         _decide(state, proposal, best, [best], False, f"rejected: best {knob.name}={proposal.value} is "
                 f"{_ratio_text(summary)}: {verdict}")
         return
-    if summary.ci_low > 1 and unsettled is None:
+    if _clear_gain(summary) and unsettled is None:
         _decide(state, proposal, best, [best], True, f"accepted: {_ratio_text(summary)}, the whole CI above 1")
         return
     stretch = _stretch(len(best.ratios)) if state.revision >= 2 and not (state.revision >= 3 and best.mode == SEQUENTIAL) \
@@ -434,7 +434,7 @@ def _judge_best(knob: KnobSpace, replay: _Replay, best: Record, proposal: Propos
         _decide(state, proposal, best, [best], False, f"rejected: {said}, and the second comparison failed ({again.status})")
         return
     pooled = summarize([*best.ratios, *again.ratios])
-    accepted = pooled.median - 1 > _NOISE_FLOOR and pooled.ci_low > 1
+    accepted = _clear_gain(pooled)
     short = ""
     if accepted and state.revision >= 2 and pooled.n < MIN_WINDOWS_FOR_CI:  # a gain needs a CI's rounds, as a loss does
         accepted = False
@@ -456,7 +456,7 @@ def _rematch(replay: _Replay, knob: KnobSpace, second: Record, proposal: Proposa
     state = replay.state
     kept = state.decisions[-1]
     b = summarize(list(second.ratios))
-    if b.ci_high <= 1 + _NOISE_FLOOR or b.ci_high < kept.ratio_ci_low:
+    if _never_a_gain(b) or b.ci_high < kept.ratio_ci_low:
         return
     duel = Proposal(f"duel:{knob.name}={proposal.value}", "candidate", dict(proposal.config), proposal.stage, knob.name,
                     proposal.value, reference=dict(state.incumbent))
@@ -466,11 +466,21 @@ def _rematch(replay: _Replay, knob: KnobSpace, second: Record, proposal: Proposa
         said += f" failed ({record.status})"
     else:
         summary = summarize(list(record.ratios))
-        if summary.median - 1 > _NOISE_FLOOR and summary.ci_low > 1 and record.pair_unsettled() is None:
+        if _clear_gain(summary) and record.pair_unsettled() is None:
             _decide(state, duel, record, [record], True, f"accepted: {said}: {_ratio_text(summary)}, the whole CI above 1")
             return
         said += f": {_ratio_text(summary)}, not clearly faster"
     state.decisions[-1] = replace(kept, reason=f"{kept.reason}; {said}")
+
+
+def _clear_gain(summary: Summary) -> bool:
+    """A gain a decision can take: median gain over the floor and the whole CI above 1."""
+    return summary.median - 1 > _NOISE_FLOOR and summary.ci_low > 1
+
+
+def _never_a_gain(summary: Summary) -> bool:
+    """The whole CI at or under a gain of the floor: no gain worth keeping, whatever more rounds would say."""
+    return summary.ci_high <= 1 + _NOISE_FLOOR
 
 
 def _stretch(rounds: int) -> int:
