@@ -376,6 +376,19 @@ def test_an_arm_held_for_a_later_comparison_outlasts_the_capacity_but_not_a_shor
     assert kept_arms.keep_only(new) == 2 and arms[1].ended and arms[3].ended  # memory is short: held or not, ended
 
 
+def test_a_config_to_be_measured_in_a_fresh_process_has_its_kept_arms_ended_whatever_guard_steps_they_ran():
+    defaults, tuned = {}, {"data.num_workers": 2}
+    kept_arms = KeptArms(capacity=4)
+    kept_arms.hold(_spec("logged", defaults))
+    arms = [_HeldArm(defaults), _HeldArm(tuned, 2), _HeldArm(tuned)]
+    for arm in arms:
+        kept_arms.keep(arm)
+    final = [_spec("logged", defaults), _spec("logged", tuned, guard_steps=2)]
+    assert kept_arms.end_serving(final[1]) == 2 and [arm.ended for arm in arms] == [False, True, True]
+    assert kept_arms.reusable(final) == 1 and kept_arms.take(final) == [arms[0], None]
+    assert kept_arms.end_serving(final[1]) == 0
+
+
 @pytest.mark.parametrize("kept, wanted, same", [
     ({}, {"max_time_s": 9.0}, True),  # a comparison's own time cap
     ({"guard_steps": 3}, {}, True),  # a reference needs no guard steps

@@ -1,11 +1,14 @@
 """The one definition of the reported figures, on trial rows (pure)."""
 
+from dataclasses import replace
+
 import pytest
 
 from torchpace.measure.result import Objective
 from torchpace.tune.attrs import PairRecord
-from torchpace.tune.figures import (SPEEDUP_FROM_FINAL, SPEEDUP_FROM_STEPS, at_score, config_figure, load_note, other_load_summary,
-                                    paired_speedup, result_table, speedup)
+from torchpace.tune.figures import (SPEEDUP_FROM_FINAL, SPEEDUP_FROM_STEPS, RangeFigure, at_score, config_figure,
+                                    config_measurements, config_range, load_note, other_load_summary, paired_speedup,
+                                    range_name, result_table, speedup)
 from torchpace.tune.outcome import TrialRow, TuneOutcome, _pooled_row
 
 
@@ -120,3 +123,34 @@ def test_a_value_kept_over_the_one_kept_before_it_is_a_step_of_its_own_read_from
     steps = _paired_changes([ReportedDecision(d) for d in kept], rows, "throughput")
     assert [(s.value, s.slot) for s in steps] == [(1, "pair:data.num_workers=1"), (2, "duel:data.num_workers=2")]
     assert [s.step_gain for s in steps] == [1.2, 1.1] and steps[1].speedup == pytest.approx(1.32)
+
+
+def test_a_configs_range_spans_every_usable_measurement_of_it_and_keeps_the_shown_value():
+    from test_tune_render import _pair
+
+    def arm(config, value, low, high, **kw):
+        return TrialRow(number=0, slot="s", config=config, throughput=Objective("throughput", "samples/s", value, low, high),
+                        **kw)
+
+    one = {"threads.intra_op": 1}
+    failed_reference = replace(_pair([1.0] * 6, 50.0), reference_status="crash")
+    rows = [arm({}, 100.0, 98.0, 102.0),  # the baseline alone
+            arm(one, 300.0, 290.0, 310.0, reference={}, pair=_pair([3.0] * 6, 100.0)),  # its reference arm: 97-103
+            arm(one, 900.0, 880.0, 920.0, guard="fail"),  # the guard failed: not a figure of the config
+            arm(one, 10.0, 9.0, 11.0, status="crash"),
+            arm({"x": 1}, 1.0, 0.5, 1.5, reference=one, pair=failed_reference),  # the reference arm crashed
+            arm(one, 280.0, 270.0, 320.0, reference={}, pair=_pair([2.8] * 6, 100.0))]
+    assert [f.value for f in config_measurements(rows, one)] == [300.0, 280.0]
+    shown = rows[-1].throughput
+    ranged = config_range(shown, rows, one)
+    assert (ranged.measurements, ranged.figure.value, ranged.figure.ci_low, ranged.figure.ci_high) == (2, 280.0, 270.0, 320.0)
+    assert ranged.figure.ci_rel_halfwidth == pytest.approx(25.0 / 280.0)
+    defaults = config_range(rows[0].throughput, rows, {})  # the baseline and two reference arms (97-103 each)
+    assert (defaults.measurements, defaults.figure.ci_low, defaults.figure.ci_high) == pytest.approx((3, 97.0, 103.0))
+    # a figure that is none of the measurements (a latency at another score) is spanned too; one without a CI alone
+    other = Objective("throughput", "samples/s", 400.0, 390.0, 410.0)
+    assert config_range(other, rows, one).measurements == 3 and config_range(other, rows, one).figure.ci_high == 410.0
+    alone = config_range(other, [], {"y": 2})
+    assert (alone.measurements, alone.figure.ci_low, alone.figure.ci_high) == (1, 390.0, 410.0)
+    assert config_range(Objective("throughput", "samples/s", 5.0), [], {}) == RangeFigure(Objective("throughput", "samples/s", 5.0), 0)
+    assert range_name(1) == "range of 1 measurement" and range_name(4) == "range of 4 measurements"

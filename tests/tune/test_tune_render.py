@@ -8,7 +8,7 @@ from rich.console import Console
 
 from torchpace.measure.result import BenchResult, Objective, StepShape, ThroughputFigures
 from torchpace.tune.attrs import PairRecord
-from torchpace.tune.figures import ReportedDecision
+from torchpace.tune.figures import ReportedDecision, result_table
 from torchpace.tune.outcome import TrialRow, TuneOutcome
 from torchpace.tune.policy import Decision
 from torchpace.tune.render import ratio_text, render_outcome
@@ -73,7 +73,7 @@ def _pair(ratios, reference_figure, load=0.1, mode="alternating"):
                                 warmup_converged=True, stopped_by="pair"))
     return PairRecord(mode=mode, ratios=tuple(ratios), ratio=ordered[len(ordered) // 2], ratio_ci_low=ordered[0],
                       ratio_ci_high=ordered[-1], rounds=len(ratios), other_load_a=load, other_load_b=load,
-                      reference_value=reference_figure, reference_bench=reference)
+                      reference_status="ok", reference_value=reference_figure, reference_bench=reference)
 
 
 def test_a_paired_study_shows_each_gain_with_its_ci_the_load_note_and_the_speedup_from_the_final_comparison():
@@ -105,6 +105,17 @@ def test_a_paired_study_shows_each_gain_with_its_ci_the_load_note_and_the_speedu
     assert outcome.speedup == 2.9 and outcome.baseline.throughput.value == 1000.0  # the final comparison's arms
     assert outcome.best.throughput.value == 2900.0
     assert outcome.to_dict()["baseline"]["samples_per_s"] == 1000.0 and outcome.to_dict()["best"]["samples_per_s"] == 2900.0
+    # each shown with the range of every measurement of its config: the defaults' baseline trial, both arms of
+    # the A/A comparison, and the reference arm of both comparisons with them; the tuned config's two arms B
+    base, best = outcome.baseline, outcome.best
+    assert (base.measurements, base.throughput.ci_low, base.throughput.ci_high) == pytest.approx((5, 970.0, 1010.0 * 1.02))
+    assert (best.measurements, best.throughput.ci_low, best.throughput.ci_high) == pytest.approx((2, 2900.0 * 0.98, 3000.0 * 1.02))
+    assert "1,000.0 [970.0, 1,030.2] (range of 5 measurements)" in text
+    assert "tuned, compared with the defaults │ 2,900.0 [2,842.0, 3,060.0] (range of 2 measurements)" in text
+    table = result_table(outcome)
+    assert (table["baseline_measurements"], table["tuned_measurements"]) == (5, 2)
+    assert (table["tuned_ci_low"], table["tuned_ci_high"]) == (best.throughput.ci_low, best.throughput.ci_high)
+    assert outcome.to_dict()["best"]["measurements"] == 2
 
 
 @pytest.mark.parametrize("paired", [True, False], ids=["paired", "separate runs"])

@@ -93,8 +93,9 @@ def _ci_err(figures: Sequence[Objective]) -> list[list[float]]:
     return [below, above]
 
 
-def render_speed_svg(baseline: Objective, tuned: Objective | None) -> str:
-    """Baseline vs tuned figures (samples/s, or steps/s) as horizontal bars with their 95% CI."""
+def render_speed_svg(baseline: Objective, tuned: Objective | None, interval: str = "95% CI") -> str:
+    """Baseline vs tuned figures (samples/s, or steps/s) as horizontal bars with their interval (`interval`
+    names it: their 95% CI, or a paired study's range of every measurement of each config)."""
     rows = [("baseline (PyTorch defaults)", baseline, STAGE_COLOURS["baseline"])]
     if tuned is not None:
         rows.append(("tuned", tuned, TUNED_COLOUR))
@@ -110,7 +111,7 @@ def render_speed_svg(baseline: Objective, tuned: Objective | None) -> str:
                 ax.errorbar((low + high) / 2, y, xerr=(high - low) / 2, fmt="none", capsize=5, elinewidth=1.2, ecolor="#222222")
             ax.annotate(f"{figure.value:,.{_digits(figure.value)}f}", (max(figure.value, high or 0), y), xytext=(6, 0),
                         textcoords="offset points", va="center", fontsize=9)
-        ax.set_xlabel(f"{baseline.unit} (median; bars: 95% CI)")
+        ax.set_xlabel(f"{baseline.unit} (median; bars: {interval})")
         ax.set_xlim(0, max(figure.ci_high or figure.value for _, figure, _ in rows) * 1.18)
         ax.grid(axis="y", visible=False)
 

@@ -42,7 +42,9 @@ def _tune_charts(tune: TuneOutcome) -> dict[str, str]:
     baseline = tune.baseline
     if baseline and baseline.throughput and baseline.throughput.value:
         tuned = tuned_row(tune)
-        svgs["speed"] = charts.render_speed_svg(baseline.throughput, tuned.throughput if tuned else None)
+        ranged = baseline.measurements or (tuned is not None and tuned.measurements)
+        svgs["speed"] = charts.render_speed_svg(baseline.throughput, tuned.throughput if tuned else None,
+                                                interval="range of every measurement" if ranged else "95% CI")
         if tune.strategy == "greedy":  # other strategies accept nothing step by step: no waterfall
             svgs["waterfall"] = charts.render_waterfall_svg(tune.accepted, tune.speedup or 1.0)
     if tune.trials:

@@ -21,7 +21,7 @@ from torchpace.measure.stats import ci_name
 from torchpace.profile.render import SHOWN_AS_TABLES, profile_warnings, split_rows, top_op_rows
 from torchpace.profile.result import ProfileResult
 from torchpace.report.load import ReportData
-from torchpace.tune.figures import ReportedDecision, speedup
+from torchpace.tune.figures import ReportedDecision, range_name, speedup
 from torchpace.tune.outcome import AcceptedChange, TrialRow, TuneOutcome
 from torchpace.tune.render import ratio_text
 
@@ -57,7 +57,11 @@ def is_failed(row: TrialRow) -> bool:
 
 
 def _ci_name(row: TrialRow | None) -> str:
-    """What a row's CI is called: by the coverage it has over its windows (or turns: `measure.stats.ci_name`)."""
+    """What a row's interval is called: the range of the measurements it spans (a paired study's baseline and
+    tuned rows: `tune.figures.config_range`), else a CI by the coverage it has over its windows (or turns:
+    `measure.stats.ci_name`)."""
+    if row is not None and row.measurements:
+        return range_name(row.measurements)
     return ci_name(len(row.window_rates)) if row is not None and row.window_rates else "95% CI"
 
 

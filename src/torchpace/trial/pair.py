@@ -460,6 +460,14 @@ class KeptArms:
         if not any(_same_process(held, spec) for held in self._held):
             self._held.append(spec)
 
+    def end_serving(self, spec: TrialSpec) -> int:
+        """End every arm held that runs `spec`'s config (whatever guard steps it ran), so that a comparison
+        measures it in a fresh process (a tune's final one: the process a decision kept was more likely a fast
+        one); the arms ended."""
+        serving = [arm for arm in self._arms if _same_process(arm.spec, replace(spec, guard_steps=0))]
+        self._release(serving)
+        return len(serving)
+
     def reusable(self, specs: Sequence[TrialSpec]) -> int:
         """How many of `specs` a kept arm would serve (see `take`)."""
         return sum(arm is not None for arm in self._match(specs))

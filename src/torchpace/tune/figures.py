@@ -10,9 +10,13 @@ Greedy studies decide by paired comparisons (`torchpace.tune.policy`):
 - each decision's figure is its comparison's ratio, candidate / incumbent: the median of the rounds'
   ratios with its 95% CI (pooled over both comparisons of a confirmed decision), and each arm's
   figure is that arm's median over its turns in the comparison;
-- the speedup is the tuned config compared with the defaults the same way (the `final` comparison),
-  and the baseline and tuned figures shown beside it are the two arms of that comparison; before
-  it has run (a budget cut), the speedup is the product of the accepted steps' ratios, and says so;
+- the speedup is the tuned config compared with the defaults the same way (the `final` comparison, the
+  tuned config in a fresh process: the one a decision kept was more likely a fast one), and the
+  baseline and tuned figures shown beside it are the two arms of that comparison; before it has run
+  (a budget cut), the speedup is the product of the accepted steps' ratios, and says so;
+- the baseline's and the tuned figure's interval is the range of every measurement of that config in
+  the study (`config_range`), not one process's CI: on a shared host two processes of one config, or
+  one process a minute apart, measure several percent apart, which is what a fresh run may see;
 - when other processes' load was material during a decision, a note says so next to it, naming the
   compared knobs whose gains depend on free cores (`Knob.shares_cores`).
 
@@ -59,8 +63,12 @@ def paired_figures_note(unit: str = SAMPLES_PER_S) -> str:
     return ("Figures: every decision compared two configs in alternation (two processes taking turns on the "
             "host); a ratio is the median of the rounds' ratios, with its 95% CI (on fewer than 6 rounds, the "
             "coverage that CI has is named). The speedup is the tuned "
-            f"config compared with the defaults the same way; each {unit} is that config's median over "
-            "its turns in the comparison shown.")
+            "config, in a process of its own (not one a decision kept), compared with the defaults the same way. "
+            f"The baseline's and the tuned {unit} are each config's median over its turns in that comparison, "
+            "shown with the range of every measurement of the config in the study (from the lowest to the highest "
+            "95% CI bound of every process and comparison that measured it): where a fresh run of it has been seen "
+            f"to land, which one process's CI does not cover. Each change's {unit} is its median over its turns in "
+            "the comparison that decided it, with its 95% CI.")
 
 
 FIGURES_NOTE = figures_note()
@@ -109,6 +117,63 @@ def config_figure(rows: Sequence[Measured], config: Any) -> PooledFigure | None:
     figure = replace(runs[0].throughput, value=summary.median, ci_low=summary.ci_low, ci_high=summary.ci_high,
                      ci_rel_halfwidth=summary.ci_rel_halfwidth)
     return PooledFigure(figure, len(runs), len(windows))
+
+
+class ArmMeasured(Measured, Protocol):
+    """What `config_range` reads of a row of a paired study: a comparison's arm A besides its own arm B."""
+
+    reference: Any
+    pair: PairRecord | None
+
+
+def config_measurements(rows: Sequence[ArmMeasured], config: Any) -> list[Objective]:
+    """Every figure of `config` a paired study measured, each from one process over one stretch of time: its
+    trials alone (the baseline), and every comparison's arm of it (B: the row's usable figure; A: the
+    reference arm's, when that arm ended ok), in trial order."""
+    figures: list[Objective | None] = []
+    for row in rows:
+        if is_usable(row) and dict(row.config or {}) == dict(config):
+            figures.append(row.throughput)
+        pair = row.pair
+        if (pair is not None and row.reference is not None and dict(row.reference) == dict(config)
+                and pair.reference_status == "ok" and pair.reference_bench is not None):
+            figures.append(pair.reference_bench.objective)
+    return [f for f in figures if f is not None and f.value and f.ci_low is not None and f.ci_high is not None]
+
+
+@dataclass(frozen=True)
+class RangeFigure:
+    """A config's figure whose interval spans every measurement of it (see `config_range`).
+
+    Attributes:
+        figure: the shown figure, its value kept, its interval from the lowest to the highest CI bound.
+        measurements: the measurements spanned (the shown figure's own among them).
+    """
+
+    figure: Objective
+    measurements: int
+
+
+def range_name(measurements: int) -> str:
+    """What every output calls the interval of `config_range`: `range of 4 measurements`."""
+    return f"range of {measurements} measurement{'s' if measurements != 1 else ''}"
+
+
+def config_range(figure: Objective, rows: Sequence[ArmMeasured], config: Any) -> RangeFigure:
+    """`figure` (one arm of `config` in the final comparison) with an interval that spans every measurement of
+    `config` in the study (`config_measurements`): from the lowest to the highest bound of their 95% CIs.
+
+    One process's CI bounds that process's median over its turns; another process of the same config, or the
+    same one a minute later, can measure several percent off it on a shared host (and a process that a
+    decision kept was more likely a fast one). The range of every process and stretch of time the tune
+    measured is where a fresh run of the config has been seen to land."""
+    measured = config_measurements(rows, config)
+    spanned = measured if figure in measured or figure.ci_low is None else [figure, *measured]
+    if not spanned:
+        return RangeFigure(figure, 0)
+    low, high = min(f.ci_low for f in spanned), max(f.ci_high for f in spanned)
+    rel = (high - low) / 2 / figure.value if figure.value else None
+    return RangeFigure(replace(figure, ci_low=low, ci_high=high, ci_rel_halfwidth=rel), len(spanned))
 
 
 def speedup(tuned: Objective | None, baseline: Objective | None) -> float | None:
@@ -240,6 +305,9 @@ def result_table(outcome: Any) -> dict[str, Any]:
              "baseline_ci_low": baseline.ci_low if baseline else None, "baseline_ci_high": baseline.ci_high if baseline else None,
              f"tuned_{rate}": best.value if best else None,
              "tuned_ci_low": best.ci_low if best else None, "tuned_ci_high": best.ci_high if best else None,
+             # a paired study's: the measurements those intervals span (`config_range`: a range, not a CI)
+             "baseline_measurements": outcome.baseline.measurements or None if outcome.baseline else None,
+             "tuned_measurements": outcome.best.measurements or None if outcome.best else None,
              "speedup": outcome.speedup, "figures": outcome.figures_note,
              "other_load_cores": load.median_cores if load else None, "other_load_note": load.note if load else None}
     speedup_figure = outcome.speedup_figure

@@ -16,8 +16,8 @@ from torchpace.measure.result import LATENCY, SAMPLES_PER_S, STEPS_PER_S, THROUG
 from torchpace.records import from_json, spec, to_json
 from torchpace.tune.attrs import PairRecord, TrialRecord
 from torchpace.tune.figures import (ComparisonFigure, OtherLoad, ReportedDecision, SpeedupFigure, at_score, comparison,
-                                    config_figure, figures_note, load_note, other_load_summary, paired_figures_note,
-                                    paired_speedup)
+                                    config_figure, config_range, figures_note, load_note, other_load_summary,
+                                    paired_figures_note, paired_speedup)
 from torchpace.tune.figures import speedup as figure_speedup
 from torchpace.tune.guard import check_trial_guard
 from torchpace.tune.policy import is_final_slot
@@ -67,6 +67,8 @@ class TrialRow:
         error: the last line of its error (or where it is still running).
         reference: the config it was compared with (a comparison's arm A).
         pair: its comparison with `reference`.
+        measurements: the baseline's and the tuned config's rows of a paired study: the measurements of the
+            config its interval spans (`torchpace.tune.figures.config_range`); 0: the interval is its CI.
     """
 
     number: int
@@ -97,6 +99,7 @@ class TrialRow:
     reference: Mapping[str, Any] | None = None
     pair: PairRecord | None = None
     accuracy: AccuracyReport | None = None
+    measurements: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """`--json`'s row: every field, and the figures under their unit's names (`rate_columns`)."""
@@ -472,6 +475,9 @@ def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta,
         last = accepted[-1]
         row = next((r for r in rows if r.slot == last.slot), baseline)
         best = replace(row, throughput=last.throughput, objective=last.objective)
+    if baseline:  # each figure shown with the range of every measurement of its config
+        baseline, best = _ranged(baseline, rows), (_ranged(best, rows) if best is not baseline else None)
+        best = best or baseline
     if final:
         speedup = replace(speedup, load_note=load_note(final.pair.other_load_cores, usable_cores, list(state.incumbent)))
     noise = _row_of(rows, "noise")
@@ -504,6 +510,15 @@ def _paired_changes(decisions: Sequence[ReportedDecision], rows: Sequence[TrialR
                                rounds=decision.rounds, mode=decision.mode, speedup=cumulative,
                                load_note=reported.load_note))
     return changes
+
+
+def _ranged(row: TrialRow, rows: Sequence[TrialRow]) -> TrialRow:
+    """`row` showing its figure with the interval of `config_range`: every measurement of its config."""
+    if row.throughput is None:
+        return row
+    ranged = config_range(row.throughput, rows, row.config or {})
+    return row.with_figure(ranged.figure, row.window_rates, ci_rel_halfwidth=ranged.figure.ci_rel_halfwidth,
+                           measurements=ranged.measurements)
 
 
 def _reference_arm(baseline: TrialRow, pair: PairRecord, objective: str) -> TrialRow:

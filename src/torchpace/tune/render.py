@@ -12,7 +12,7 @@ from rich.table import Table
 from torchpace.measure.render import format_bytes, format_latency
 from torchpace.measure.result import AccuracyReport, LatencyFigures, Objective
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, ci_name
-from torchpace.tune.figures import ReportedDecision
+from torchpace.tune.figures import SPEEDUP_FROM_FINAL, ReportedDecision, range_name
 from torchpace.tune.outcome import ExportOutcome, TrialRow, TuneOutcome
 
 
@@ -29,6 +29,13 @@ def figure_text(figure: Objective | None, digits: int | None = None) -> str:
     digits = rate_digits(figure.value) if digits is None else digits
     ci = f" [{figure.ci_low:,.{digits}f}, {figure.ci_high:,.{digits}f}]" if figure.ci_low is not None and figure.ci_high is not None else ""
     return f"{figure.value:,.{digits}f}{ci}"
+
+
+def ranged_text(row) -> str:
+    """A row's figure (`figure_text`), naming its interval when that is the range of the measurements of its
+    config (a paired study's baseline and tuned rows: `torchpace.tune.figures.config_range`)."""
+    text = figure_text(row.throughput)
+    return f"{text} ({range_name(row.measurements)})" if row.measurements and text != "-" else text
 
 
 def render_outcome(console, o: TuneOutcome) -> None:
@@ -104,12 +111,17 @@ def _render_paired_waterfall(console, o: TuneOutcome) -> None:
                         f"the config before it; {len(o.trials)} comparisons, stopped: {o.stopped})")
     for column in ("change", f"{o.unit} [95% CI]", "gain [95% CI]", "cumulative", "peak memory"):
         table.add_column(column, overflow="fold")
-    table.add_row("baseline (PyTorch defaults)", figure_text(base.throughput), "", "1.00x", format_bytes(base.peak_memory_bytes))
+    table.add_row("baseline (PyTorch defaults)", ranged_text(base), "", "1.00x", format_bytes(base.peak_memory_bytes))
     for a in o.accepted:
         gain = ratio_text(a.step_gain, a.step_gain_ci_low, a.step_gain_ci_high, a.rounds) \
             + (" (separate runs)" if a.mode == "sequential" else "")
         table.add_row(f"+ {a.knob} = {a.value}", figure_text(a.throughput), gain, f"{a.speedup:.2f}x",
                       format_bytes(a.peak_memory_bytes))
+    speedup = o.speedup_figure
+    if o.best is not None and o.best_config and speedup is not None and speedup.source == SPEEDUP_FROM_FINAL:
+        table.add_row("tuned, compared with the defaults", ranged_text(o.best),
+                      ratio_text(o.speedup, speedup.ci_low, speedup.ci_high, speedup.rounds), f"{o.speedup:.2f}x",
+                      format_bytes(o.best.peak_memory_bytes))
     console.print(table)
     for a in o.accepted:
         if a.load_note:

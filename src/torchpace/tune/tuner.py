@@ -439,6 +439,8 @@ class Tuner:
         decide_at = 1 + ACCEPT_FLOOR if assignment.kind == "candidate" else None
         if self._kept_arms is not None and not assignment.reference:  # the final comparison measures the defaults again
             self._kept_arms.hold(reference)
+        if self._kept_arms is not None and assignment.kind == "final":  # and the tuned config in a fresh process
+            self._kept_arms.end_serving(candidate)
         pair = run_pair(reference, candidate, self.host, timeout_s,
                         PairOptions(rounds_s=spec.max_time_s, decide_at=decide_at, warmups_count=True),
                         sequential=self._hold_both_reason(reference, candidate),
