@@ -16,6 +16,7 @@ import pytest
 
 from _support import FIXTURES, still_running, trial_snapshot
 from torchpace.host import probe_host
+from torchpace.process import StoppedGroupGuard
 from torchpace.trial.pair import (ALTERNATING, PARTNER, SEQUENTIAL, KeptArms, PairOptions, run_pair,
                                   sequential_reason)
 from torchpace.protocol import TrialResult, TrialSpec
@@ -374,6 +375,27 @@ def test_an_arm_held_for_a_later_comparison_outlasts_the_capacity_but_not_a_shor
     assert kept_arms.take([_spec("logged", defaults), _spec("logged", first, guard_steps=2)]) == [arms[1], None]
     kept_arms.keep(arms[1])
     assert kept_arms.keep_only(new) == 2 and arms[1].ended and arms[3].ended  # memory is short: held or not, ended
+
+
+@pytest.mark.parametrize("exits_after_s, deadline_s, status", [(1.5, 30.0, "crash"), (30.0, 0.5, "timeout")])
+def test_an_arm_that_stopped_taking_turns_and_still_runs_is_waited_for_until_the_deadline(tmp_path, exits_after_s,
+                                                                                          deadline_s, status):
+    # an arm that reported a gate and then failed instead of stopping at it (a DataLoader worker killed: the
+    # loader raises, then waits up to 5 s for its other workers) is still exiting when the comparison looks:
+    # its failure is a crash, not "reached no gate" after no time at all; one still running at the deadline is
+    from torchpace.trial.pair import _Arm, _ended_result
+
+    arm = _Arm("b", _spec("logged"), tmp_path)
+    arm.proc = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({exits_after_s}); raise SystemExit(3)"],
+                                start_new_session=True)  # its own group, as an arm's is
+    with StoppedGroupGuard() as guard:
+        try:
+            result = _ended_result(arm, 60.0, time.monotonic() + deadline_s)
+            assert result.status == status, result.error
+            assert (arm.proc.poll() is None) == (status == "timeout")  # a timeout is told at the deadline, not after
+        finally:
+            guard.hold(arm.proc.pid)
+            arm.dispose(guard)
 
 
 def test_a_config_to_be_measured_in_a_fresh_process_has_its_kept_arms_ended_whatever_guard_steps_they_ran():

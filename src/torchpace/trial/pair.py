@@ -654,7 +654,7 @@ def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_
     and the other arm is not judged (but kept, when it can be: what it measured in this comparison is
     left out of its next report).
     """
-    first = _ended_result(ended, timeout_s) if ended is not None else None
+    first = _ended_result(ended, timeout_s, deadline) if ended is not None else None
     if first is not None and not first.ok:
         for arm in arms:
             if arm is ended or kept_arms is None or not arm.keepable:
@@ -706,9 +706,17 @@ def _report_and_keep(arm: _Arm, kept_arms: KeptArms | None, deadline: float) -> 
     return report
 
 
-def _ended_result(arm: _Arm, timeout_s: float) -> TrialResult:
-    """The result of an arm that stopped taking turns: its own ending, or a timeout when it still runs."""
+def _ended_result(arm: _Arm, timeout_s: float, deadline: float) -> TrialResult:
+    """The result of an arm that stopped taking turns: its own ending, or a timeout when it still runs at
+    `deadline` (monotonic). An arm can stop taking turns before the deadline and still run for a while: one
+    that reported a gate and then failed instead of stopping there (a DataLoader worker killed: the loader
+    raises, then waits up to 5 s for its other workers) is waited for, and its failure is what it is."""
     returncode = arm.proc.poll()
+    if returncode is None:
+        try:
+            returncode = arm.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            returncode = None
     if returncode is None:  # still running at the deadline: it reached no gate in time
         status, why = classify_timeout(_tail(arm.err_path), [])
         return TrialResult(status, error=f"{_label(arm)} reached no gate within the comparison's {timeout_s:.0f} s"
