@@ -321,6 +321,13 @@ def test_a_keeper_takes_an_arm_back_for_the_next_comparison_and_ends_every_arm_a
                          kept_arms=kept_arms, workdir=tmp_path)
         assert third.ok and third.reused == ("a", "b") and third.b.bench.throughput.windows == 4
         last = kept_arms.pids
+        # separate runs (a config of several ranks) leave the arms kept stopped for the comparisons after them
+        separate = run_pair(_spec("logged", max_time_s=1.0), _spec("logged", WORKERS, max_time_s=1.0), host, 180,
+                            PairOptions(sequential_rounds=1), sequential="testing the fallback", kept_arms=kept_arms,
+                            workdir=tmp_path)
+        assert separate.mode == SEQUENTIAL and separate.ok, (separate.a.error, separate.b.error)
+        assert kept_arms.pids == last
+        assert all(psutil.Process(pid).status() == psutil.STATUS_STOPPED for pid in last)
     assert still_running(last, 15.0) == [] and not list(tmp_path.glob("torchpace-trial-*"))
 
 
@@ -396,6 +403,39 @@ def test_an_arm_that_stopped_taking_turns_and_still_runs_is_waited_for_until_the
         finally:
             guard.hold(arm.proc.pid)
             arm.dispose(guard)
+
+
+def test_kept_arms_are_ended_for_memory_and_stay_stopped_through_separate_runs_that_fit_beside_them():
+    from torchpace.trial.pair import hold_both_reason
+
+    gib, defaults, incumbent, other = 2**30, {}, {"data.num_workers": 1}, {"data.num_workers": 2}
+    free = {"bytes": 10 * gib}
+
+    def held():
+        kept_arms = KeptArms(capacity=4)
+        arms = [_HeldArm(defaults), _HeldArm(incumbent, 2), _HeldArm(other, 2)]
+        for arm in arms:
+            kept_arms.keep(arm)
+        return kept_arms, arms
+
+    def available():
+        return free["bytes"]
+
+    ranks = (_spec("logged", incumbent), _spec("logged", {"nproc_per_node": 2}, guard_steps=2))
+    kept_arms, arms = held()  # two ranks of 3 GiB fit in 10 GiB: every arm kept stays, stopped
+    assert "2 processes" in hold_both_reason(*ranks, kept_arms, 3 * gib, available)
+    assert not any(arm.ended for arm in arms)
+    kept_arms, arms = held()  # two ranks of 6 GiB do not: every arm kept is ended, the incumbent's too
+    assert "2 processes" in hold_both_reason(*ranks, kept_arms, 6 * gib, available) and all(arm.ended for arm in arms)
+    # memory alone: the arms the comparison does not need are ended, and memory is read again
+    pair = (_spec("logged", incumbent), _spec("logged", {"data.num_workers": 4}, guard_steps=2))
+    kept_arms, arms = held()
+    readings = iter([5 * gib, 10 * gib])
+    assert hold_both_reason(*pair, kept_arms, 6 * gib, lambda: next(readings)) is None
+    assert [arm.ended for arm in arms] == [True, False, True]
+    kept_arms, arms = held()
+    assert "would not fit" in hold_both_reason(*pair, kept_arms, 9 * gib, available)
+    assert hold_both_reason(*pair, None, 3 * gib, available) is None
 
 
 def test_a_config_to_be_measured_in_a_fresh_process_has_its_kept_arms_ended_whatever_guard_steps_they_ran():

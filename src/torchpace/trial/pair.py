@@ -229,10 +229,41 @@ def sequential_reason(spec_a: TrialSpec, spec_b: TrialSpec, *, peak_bytes: int |
         return "the latency objective times single calls, which are not measured in turns"
     if spec_a.script_mode != "bench" or spec_b.script_mode != "bench" or spec_a.profile or spec_b.profile:
         return "a profiled run is not measured in turns"
-    if peak_bytes and available_bytes is not None and new_processes * peak_bytes > _HOLD_BOTH_SHARE * available_bytes:
+    if not fits_beside(peak_bytes, available_bytes, new_processes):
         runs = "two runs" if new_processes == 2 else "another run beside the one kept"
         return f"{runs} of {peak_bytes / 2**30:.1f} GiB peak memory would not fit in the {available_bytes / 2**30:.1f} GiB free"
     return None
+
+
+def fits_beside(peak_bytes: int | None, available_bytes: int | None, processes: int) -> bool:
+    """Whether `processes` more processes of `peak_bytes` each fit in the memory free (unknown: they do)."""
+    return not (peak_bytes and available_bytes is not None and processes * peak_bytes > _HOLD_BOTH_SHARE * available_bytes)
+
+
+def hold_both_reason(spec_a: TrialSpec, spec_b: TrialSpec, kept_arms: KeptArms | None, peak_bytes: int | None,
+                     available_bytes: Callable[[], int | None]) -> str | None:
+    """Why the two arms of a comparison that takes its arms from `kept_arms` cannot be held at once
+    (`sequential_reason`; None: they can), judged by `peak_bytes` times the arms to start against the memory
+    free (`available_bytes()`, read again after ending arms). When memory alone is short, the kept arms this
+    comparison does not need are ended first. When the comparison must be separate runs anyway (several
+    ranks), the kept arms stay stopped through them, for the comparisons after them, while the runs' ranks
+    fit beside them (else every kept arm is ended)."""
+    specs = (spec_a, spec_b)
+    new = 2 - kept_arms.reusable(specs) if kept_arms is not None else 2
+
+    def reason() -> str | None:
+        return sequential_reason(spec_a, spec_b, peak_bytes=peak_bytes, available_bytes=available_bytes(),
+                                 new_processes=new)
+
+    first = reason()
+    if first is None or kept_arms is None:
+        return first
+    if sequential_reason(spec_a, spec_b) is None:  # memory alone: the kept arms it does not need may hold it
+        return reason() if kept_arms.keep_only(specs) else first
+    ranks = max(nproc_of(spec_a.config), nproc_of(spec_b.config))
+    if not fits_beside(peak_bytes, available_bytes(), ranks):
+        kept_arms.keep_only(())
+    return first
 
 
 def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions = PairOptions(),
@@ -252,14 +283,14 @@ def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: f
             temporary file).
         echo: script mode: also copy arm B's output here as it comes (`--show-output`).
         kept_arms: take the arms from, and keep them for, the comparisons before and after this one (see
-            `KeptArms`; an alternating comparison's only: separate runs end with each run).
+            `KeptArms`; an alternating comparison's only: separate runs end with each run). Separate runs leave
+            the arms it holds as they are, stopped, for the comparisons after them (the caller ends them when
+            memory would not hold both); a pair that ran out of memory held together ends them.
     """
     base_env = os.environ if base_env is None else base_env
     reason = sequential or sequential_reason(spec_a, spec_b)
     output = _Output(logs, echo)
-    if reason:
-        if kept_arms is not None:  # what it holds would share the host (and the memory) with the separate runs
-            kept_arms.release()
+    if reason:  # the arms kept stay stopped: no CPU of the host's, and the caller judged their memory
         return _run_sequential(spec_a, spec_b, host, timeout_s, options, reason, base_env, workdir, figure, on_round, output)
     result = _run_alternating(spec_a, spec_b, host, timeout_s, options, base_env, workdir, on_round, output, kept_arms)
     if OOM in (result.a.status, result.b.status):  # held together they did not fit: separate runs

@@ -28,7 +28,7 @@ from torchpace.redact import redact_url
 from torchpace.script.knobs import script_target
 from torchpace.trial import TrialSpec, run_trial
 from torchpace.trial.output import trial_log_path
-from torchpace.trial.pair import PARTNER, KeptArms, PairOptions, PairResult, run_pair, sequential_reason
+from torchpace.trial.pair import PARTNER, KeptArms, PairOptions, PairResult, hold_both_reason, run_pair
 from torchpace.trial.script import fitted_max_time_s, too_short_hint
 from torchpace.tune.attrs import (ATTR, FITTED_TRIAL_TIME_ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord,
                                   interrupted_attrs, stored_bench)
@@ -460,25 +460,14 @@ class Tuner:
             reference_bench=stored_bench(pair.a.bench) if pair.a.bench is not None else None, reused=pair.reused))
 
     def _hold_both_reason(self, reference, candidate) -> str | None:
-        """Why the two arms cannot be held at once (`torchpace.trial.pair.sequential_reason`), judged by the
+        """Why the two arms cannot be held at once (`torchpace.trial.pair.hold_both_reason`), judged by the
         baseline's peak memory times the arms to start (an arm kept from before holds its memory already)
-        against the memory free now on its device, after ending the kept arms this comparison does not
-        need when that is short; None when they can."""
+        against the memory free now on its device; None when they can."""
         records = trial_records(self.study.get_trials(deepcopy=False))
         baseline = next((r.bench for r in records if r.slot == "baseline" and r.status == "ok" and r.bench), None)
         peak = baseline.peak_memory_bytes if baseline else None
         kind = baseline.peak_memory_kind if baseline else ""
-        kept, specs = self._kept_arms, (reference, candidate)
-        new = 2 - kept.reusable(specs) if kept is not None else 2
-
-        def reason() -> str | None:
-            return sequential_reason(reference, candidate, peak_bytes=peak, available_bytes=_free_memory_bytes(kind or ""),
-                                     new_processes=new)
-
-        first = reason()
-        if first is not None and kept is not None and kept.keep_only(specs):  # kept arms it does not need held memory
-            return reason()
-        return first
+        return hold_both_reason(reference, candidate, self._kept_arms, peak, lambda: _free_memory_bytes(kind or ""))
 
     def _fit_trial_time(self, fitted: float, result) -> None:
         """Measure every trial of this study (also after --resume) for `fitted` seconds, and say why."""
