@@ -384,7 +384,8 @@ def test_an_arm_held_for_a_later_comparison_outlasts_the_capacity_but_not_a_shor
     assert kept_arms.keep_only(new) == 2 and arms[1].ended and arms[3].ended  # memory is short: held or not, ended
 
 
-@pytest.mark.parametrize("exits_after_s, deadline_s, status", [(1.5, 30.0, "crash"), (30.0, 0.5, "timeout")])
+@pytest.mark.parametrize("exits_after_s, deadline_s, status", [(1.5, 30.0, "crash"), (30.0, 0.5, "timeout"),
+                                                              ("stopped", 30.0, "timeout")])
 def test_an_arm_that_stopped_taking_turns_and_still_runs_is_waited_for_until_the_deadline(tmp_path, exits_after_s,
                                                                                           deadline_s, status):
     # an arm that reported a gate and then failed instead of stopping at it (a DataLoader worker killed: the
@@ -393,8 +394,12 @@ def test_an_arm_that_stopped_taking_turns_and_still_runs_is_waited_for_until_the
     from torchpace.trial.pair import _Arm, _ended_result
 
     arm = _Arm("b", _spec("logged"), tmp_path)
-    arm.proc = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({exits_after_s}); raise SystemExit(3)"],
-                                start_new_session=True)  # its own group, as an arm's is
+    # (a stopped one does not end by itself: it is not waited for)
+    code = ("import os, signal; os.kill(os.getpid(), signal.SIGSTOP)" if exits_after_s == "stopped"
+            else f"import time; time.sleep({exits_after_s}); raise SystemExit(3)")
+    arm.proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)  # its own group, as an arm's is
+    if exits_after_s == "stopped":
+        assert _wait_until_stopped(arm.proc)
     with StoppedGroupGuard() as guard:
         try:
             result = _ended_result(arm, 60.0, time.monotonic() + deadline_s)
@@ -436,6 +441,15 @@ def test_kept_arms_are_ended_for_memory_and_stay_stopped_through_separate_runs_t
     kept_arms, arms = held()
     assert "would not fit" in hold_both_reason(*pair, kept_arms, 9 * gib, available)
     assert hold_both_reason(*pair, None, 3 * gib, available) is None
+
+
+def _wait_until_stopped(proc, within_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED:
+            return True
+        time.sleep(0.01)
+    return False
 
 
 def test_a_config_to_be_measured_in_a_fresh_process_has_its_kept_arms_ended_whatever_guard_steps_they_ran():

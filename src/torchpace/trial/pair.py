@@ -539,6 +539,14 @@ def _same_process(kept: TrialSpec, wanted: TrialSpec) -> bool:
     return replace(kept, **ignored) == replace(wanted, **ignored) and wanted.guard_steps in (0, kept.guard_steps)
 
 
+def _is_stopped(proc) -> bool:
+    """Whether `proc` is stopped now (state T)."""
+    try:
+        return psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
+
+
 def _wait_stopped(proc, deadline: float) -> bool:
     """True once `proc` is stopped (state T); False when it ended or `deadline` passed."""
     try:
@@ -741,14 +749,13 @@ def _ended_result(arm: _Arm, timeout_s: float, deadline: float) -> TrialResult:
     """The result of an arm that stopped taking turns: its own ending, or a timeout when it still runs at
     `deadline` (monotonic). An arm can stop taking turns before the deadline and still run for a while: one
     that reported a gate and then failed instead of stopping there (a DataLoader worker killed: the loader
-    raises, then waits up to 5 s for its other workers) is waited for, and its failure is what it is."""
+    raises, then waits up to 5 s for its other workers) is waited for, and its failure is what it is; one
+    that is stopped does not end by itself and is not waited for."""
     returncode = arm.proc.poll()
-    if returncode is None:
-        try:
-            returncode = arm.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            returncode = None
-    if returncode is None:  # still running at the deadline: it reached no gate in time
+    while returncode is None and time.monotonic() < deadline and not _is_stopped(arm.proc):
+        time.sleep(_POLL_S)
+        returncode = arm.proc.poll()
+    if returncode is None:  # still running at the deadline (or stopped): it reached no gate in time
         status, why = classify_timeout(_tail(arm.err_path), [])
         return TrialResult(status, error=f"{_label(arm)} reached no gate within the comparison's {timeout_s:.0f} s"
                            + (f": {why}" if why else ""), stderr_tail=_tail(arm.err_path))
