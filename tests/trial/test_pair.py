@@ -391,7 +391,7 @@ def test_an_arm_that_stopped_taking_turns_and_still_runs_is_waited_for_until_the
     # an arm that reported a gate and then failed instead of stopping at it (a DataLoader worker killed: the
     # loader raises, then waits up to 5 s for its other workers) is still exiting when the comparison looks:
     # its failure is a crash, not "reached no gate" after no time at all; one still running at the deadline is
-    from torchpace.trial.pair import _Arm, _ended_result
+    from torchpace.trial.pair import _Arm, _ended_result, _wait_stopped
 
     arm = _Arm("b", _spec("logged"), tmp_path)
     # (a stopped one does not end by itself: it is not waited for)
@@ -399,7 +399,7 @@ def test_an_arm_that_stopped_taking_turns_and_still_runs_is_waited_for_until_the
             else f"import time; time.sleep({exits_after_s}); raise SystemExit(3)")
     arm.proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)  # its own group, as an arm's is
     if exits_after_s == "stopped":
-        assert _wait_until_stopped(arm.proc)
+        assert _wait_stopped(arm.proc, time.monotonic() + 30.0)
     with StoppedGroupGuard() as guard:
         try:
             result = _ended_result(arm, 60.0, time.monotonic() + deadline_s)
@@ -441,15 +441,6 @@ def test_kept_arms_are_ended_for_memory_and_stay_stopped_through_separate_runs_t
     kept_arms, arms = held()
     assert "would not fit" in hold_both_reason(*pair, kept_arms, 9 * gib, available)
     assert hold_both_reason(*pair, None, 3 * gib, available) is None
-
-
-def _wait_until_stopped(proc, within_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED:
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_a_config_to_be_measured_in_a_fresh_process_has_its_kept_arms_ended_whatever_guard_steps_they_ran():

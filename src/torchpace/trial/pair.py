@@ -539,14 +539,6 @@ def _same_process(kept: TrialSpec, wanted: TrialSpec) -> bool:
     return replace(kept, **ignored) == replace(wanted, **ignored) and wanted.guard_steps in (0, kept.guard_steps)
 
 
-def _is_stopped(proc) -> bool:
-    """Whether `proc` is stopped now (state T)."""
-    try:
-        return psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
-    except psutil.Error:
-        return False
-
-
 def _wait_stopped(proc, deadline: float) -> bool:
     """True once `proc` is stopped (state T); False when it ended or `deadline` passed."""
     try:
@@ -752,8 +744,7 @@ def _ended_result(arm: _Arm, timeout_s: float, deadline: float) -> TrialResult:
     raises, then waits up to 5 s for its other workers) is waited for, and its failure is what it is; one
     that is stopped does not end by itself and is not waited for."""
     returncode = arm.proc.poll()
-    while returncode is None and time.monotonic() < deadline and not _is_stopped(arm.proc):
-        time.sleep(_POLL_S)
+    if returncode is None and not _wait_stopped(arm.proc, deadline):  # it ended meanwhile, or the deadline passed
         returncode = arm.proc.poll()
     if returncode is None:  # still running at the deadline (or stopped): it reached no gate in time
         status, why = classify_timeout(_tail(arm.err_path), [])

@@ -476,8 +476,9 @@ def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta,
         row = next((r for r in rows if r.slot == last.slot), baseline)
         best = replace(row, throughput=last.throughput, objective=last.objective)
     if baseline:  # each figure shown with the range of every measurement of its config
-        baseline, best = _ranged(baseline, rows), (_ranged(best, rows) if best is not baseline else None)
-        best = best or baseline
+        nothing_kept = best is baseline
+        baseline = _ranged(baseline, rows)
+        best = baseline if nothing_kept else _ranged(best, rows)
     if final:
         speedup = replace(speedup, load_note=load_note(final.pair.other_load_cores, usable_cores, list(state.incumbent)))
     noise = _row_of(rows, "noise")
