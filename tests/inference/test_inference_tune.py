@@ -29,6 +29,9 @@ def test_export_format_that_fails_records_the_exporters_error_and_the_search_goe
     assert slots["pair:inference.export=torch_export"].status == "invalid"
     assert "torch.export failed for this model: GuardOnDataDependentSymNode" in slots["pair:inference.export=torch_export"].error
     assert slots["pair:inference.export=torchscript"].status == "ok"
+    # the latency objective times single calls, so separate runs: as many rounds as a 95% CI needs, at once
+    pair = slots["pair:inference.export=torchscript"].pair
+    assert pair.mode == "sequential" and "latency" in pair.mode_reason and pair.rounds == 6 and pair.processes_started == 18
     assert outcome.stopped == "done"
 
 

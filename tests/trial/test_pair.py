@@ -19,6 +19,7 @@ from torchpace.host import probe_host
 from torchpace.process import StoppedGroupGuard
 from torchpace.trial.pair import (ALTERNATING, PARTNER, SEQUENTIAL, KeptArms, PairOptions, run_pair,
                                   sequential_reason)
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
 from torchpace.protocol import TrialResult, TrialSpec
 
 PAIR_WORKLOADS = FIXTURES / "pair_workloads.py"
@@ -142,6 +143,22 @@ def test_a_sequential_comparison_alternates_separate_runs():
     assert result.mode == SEQUENTIAL and result.mode_reason == "testing the fallback" and result.ok
     assert len(result.ratios) == 2 and result.stopped_by == "rounds" and len(result.a_rates) == 3
     assert result.b.bench.throughput.stopped_by != "pair"
+
+
+def test_separate_runs_give_the_rounds_a_ci_needs_each_run_measuring_its_share():
+    options = PairOptions(rounds_s=12.0)
+    assert options.sequential_rounds == MIN_WINDOWS_FOR_CI and options.separate_runs == 3 * MIN_WINDOWS_FOR_CI
+    assert options.run_time_s(12.0) == pytest.approx(2.0)
+
+
+@pytest.mark.slow
+def test_a_separate_run_that_hangs_is_ended_at_its_own_cap_not_the_comparisons():
+    hangs = TrialSpec(workload=f"{FIXTURES / 'workloads.py'}:hangs", config={}, max_time_s=2.0)
+    started = time.monotonic()
+    result = run_pair(_spec("logged", max_time_s=2.0), hangs, probe_host(), timeout_s=900,
+                      options=PairOptions(sequential_rounds=1, run_timeout_s=10), sequential="testing the fallback")
+    assert result.mode == SEQUENTIAL and result.b.status == "timeout" and result.a.status == PARTNER
+    assert time.monotonic() - started < 120  # its own cap (10 s) after A's run, not a third of the comparison's 900 s
 
 
 def test_arms_that_cannot_be_held_together_are_compared_in_separate_runs():

@@ -21,7 +21,7 @@ import contextlib
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
 from rich.console import Console
@@ -38,7 +38,7 @@ from torchpace.measure.result import SAMPLES_PER_S, STEPS_PER_S
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.protocol import INVALID, TrialSpec
 from torchpace.script.knobs import check_script_config
-from torchpace.trial.pair import SEQUENTIAL, PairOptions, PairResult, run_pair
+from torchpace.trial.pair import SEQUENTIAL, PairOptions, PairResult, run_pair, sequential_reason
 from torchpace.trial.script import script_trial_spec
 from torchpace.workload import DEFAULT_WORKLOAD, load_workload
 
@@ -56,9 +56,10 @@ class CompareOptions:
     samples_per_step: int | None = None
     device: str | None = None
 
-    def timeout_s(self) -> float:
-        """The whole comparison's cap: both warm-ups, the rounds, start-up and ending."""
-        return self.max_time_s * (1 + 2 * _WARMUP_SHARE) + _START_MARGIN_S
+    def timeout_s(self, max_time_s: float | None = None) -> float:
+        """The cap of a comparison in turns whose rounds take `max_time_s` (default --max-time): both warm-ups,
+        the rounds, start-up and ending; also one separate run's, of its share of the time."""
+        return (self.max_time_s if max_time_s is None else max_time_s) * (1 + 2 * _WARMUP_SHARE) + _START_MARGIN_S
 
 
 def arm_specs(target: str | None, command: Sequence[str] | None, config_a: RunConfig, config_b: RunConfig,
@@ -82,9 +83,12 @@ def compare(target: str | None, command: Sequence[str] | None, config_a: RunConf
     label = _check_configs(target, command, config_a, config_b, host)
     spec_a, spec_b = arm_specs(target, command, config_a, config_b, options)
     pair_options = PairOptions(rounds_s=options.max_time_s)
-    sequential = "asked for (--sequential)" if options.sequential else None
+    pair_options = replace(pair_options, run_timeout_s=options.timeout_s(pair_options.run_time_s(options.max_time_s)))
+    sequential = "asked for (--sequential)" if options.sequential else sequential_reason(spec_a, spec_b)
+    # separate runs: each capped as one of its share of the time would be
+    timeout_s = pair_options.separate_runs * pair_options.run_timeout_s if sequential else options.timeout_s()
     with round_progress(show_progress, f"compare {label}") as on_round:
-        pair = run_pair(spec_a, spec_b, host, options.timeout_s(), pair_options, sequential=sequential, on_round=on_round)
+        pair = run_pair(spec_a, spec_b, host, timeout_s, pair_options, sequential=sequential, on_round=on_round)
     for arm in (pair.a, pair.b):
         if arm.status == INVALID:
             raise UsageError(arm.error)
@@ -170,7 +174,8 @@ def _sentence(verdict: str, summary: Summary | None, pair: PairResult) -> str:
         return f"no ratio: arm {failed} did not finish a measurement" if failed != "neither" else "no ratio: no round completed"
     ci = f"{summary.ci_name} {summary.ci_low:.3f}-{summary.ci_high:.3f}, {summary.n} rounds"
     if verdict == "too few rounds":
-        more = "a sequential comparison's separate runs give no more" if pair.mode == SEQUENTIAL else "a longer --max-time gives more"
+        more = ("a separate run that measured nothing leaves its round out" if pair.mode == SEQUENTIAL
+                else "a longer --max-time gives more")
         return (f"too few rounds to tell: B is {summary.median:.3f}x A ({ci}; a 95% CI needs {MIN_WINDOWS_FOR_CI} "
                 f"rounds, {more})")
     if verdict == "faster":

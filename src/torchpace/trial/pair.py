@@ -44,7 +44,10 @@ guard covers them meanwhile.
 Where two processes cannot be held at once (several ranks per config; the latency objective, which
 times single calls; a pair that ran out of memory held together; a peak memory that would not fit
 twice), the comparison is *sequential*: short separate runs A B A B A B ..., three to a round as the
-turns are, and the result says so and why.
+turns are, and the result says so and why. It runs the rounds a 95% CI needs (`PairOptions.sequential_rounds`),
+each run measuring its share of the time: more start-ups than two held processes, but a comparison that can
+decide, where two rounds of longer runs could only ever say "too few rounds to tell". Each run has a cap of
+its own (`PairOptions.run_timeout_s`), as a trial would, within the comparison's.
 """
 
 from __future__ import annotations
@@ -103,7 +106,11 @@ class PairOptions:
         min_rounds: rounds before the CI may stop the comparison (the fewest a 95% CI needs).
         max_rounds: rounds at most (None: the time alone ends them, so a longer comparison narrows the CI).
         target_ci_rel: stop once the 95% CI of the median ratio is within this relative half-width.
-        sequential_rounds: rounds of separate runs (A B A ... B A) when the arms cannot take turns.
+        sequential_rounds: rounds of separate runs (A B A, B A B, ...: `separate_runs` runs) when the arms
+            cannot take turns; by default the rounds a 95% CI needs, so that a comparison of separate runs
+            can decide on its own as one in turns does (two rounds bound the median 1 time in 2).
+        run_timeout_s: separate runs: each run's own cap, as a trial of its share of the time would have
+            (None: an equal share of the comparison's cap); a run never outlasts the comparison's cap.
         decide_at: the ratio a decision is taken against (tune: accept above 1 + its floor): stop once
             the 95% CI lies wholly above or wholly below it, since more rounds would not change that
             decision (None: only the CI's width stops the rounds early).
@@ -118,10 +125,20 @@ class PairOptions:
     min_rounds: int = MIN_WINDOWS_FOR_CI
     max_rounds: int | None = None
     target_ci_rel: float = 0.02
-    sequential_rounds: int = 2
+    sequential_rounds: int = MIN_WINDOWS_FOR_CI
+    run_timeout_s: float | None = None
     decide_at: float | None = None
     warmups_count: bool = False
     turn_length_s: float | None = None
+
+    @property
+    def separate_runs(self) -> int:
+        """The runs of a comparison of separate runs: `TURNS_PER_ROUND` to each of its rounds."""
+        return TURNS_PER_ROUND * max(1, self.sequential_rounds)
+
+    def run_time_s(self, rounds_s: float) -> float:
+        """What one separate run of a comparison whose arms have `rounds_s` each measures: its round's share."""
+        return rounds_s / max(1, self.sequential_rounds)
 
     @property
     def turn_s(self) -> float:
@@ -772,18 +789,20 @@ def _tail(path: Path, size: int = 4000) -> str:
 def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: float, options: PairOptions,
                     reason: str, base_env, workdir, figure, on_round, output: _Output = _Output()) -> PairResult:
     """Separate runs A B A B ..., three to each of `options.sequential_rounds` rounds, each run measuring its
-    share of its arm's time cap; the rounds' ratios are `paired_ratios`' of their figures."""
+    share of its arm's time cap and capped by `options.run_timeout_s` (within the comparison's `timeout_s`);
+    the rounds' ratios are `paired_ratios`' of their figures."""
     started = time.perf_counter()
     figure = figure or _throughput
-    rounds = max(1, options.sequential_rounds)
     runs: dict[str, list[TrialResult]] = {"a": [], "b": []}
     rates: dict[str, list[float]] = {"a": [], "b": []}
-    specs = {"a": replace(spec_a, max_time_s=spec_a.max_time_s / rounds),
-             "b": replace(spec_b, max_time_s=spec_b.max_time_s / rounds)}
-    order = ["ab"[turn % 2] for turn in range(TURNS_PER_ROUND * rounds)]  # A B A B ...
+    specs = {"a": replace(spec_a, max_time_s=options.run_time_s(spec_a.max_time_s)),
+             "b": replace(spec_b, max_time_s=options.run_time_s(spec_b.max_time_s))}
+    order = ["ab"[turn % 2] for turn in range(options.separate_runs)]  # A B A B ...
+    run_cap_s = options.run_timeout_s or timeout_s / len(order)
     for name in order:
-        result = run_trial(specs[name], host, timeout_s=timeout_s / len(order), base_env=base_env, workdir=workdir,
-                           log_path=output.log(name), echo=output.echo_of(name))
+        left_s = timeout_s - (time.perf_counter() - started)
+        result = run_trial(specs[name], host, timeout_s=max(1.0, min(run_cap_s, left_s)), base_env=base_env,
+                           workdir=workdir, log_path=output.log(name), echo=output.echo_of(name))
         value = figure(result.bench) if result.ok and result.bench else None
         if value is None:  # this config's failure; the other is not judged
             partner = TrialResult(PARTNER, error="the comparison ended when the other arm failed; this config was not judged")

@@ -381,13 +381,20 @@ class Tuner:
                          profile=self.options.profile_baseline and assignment.slot == "baseline" and not self.options.command,
                          command=list(self.options.command), samples_per_step=self.options.samples_per_step,
                          **self._inference_spec())
-        if self.options.trial_timeout_s:  # a cap given for the tune's trial time: stretched with it
-            cap_s = self.options.trial_timeout_s * factor
-        else:
-            cap_s = (trial_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
-                     + compile_allowance_s({**(assignment.reference or {}), **assignment.config}))
+        return (spec, *self._within_budget(self._cap_s(assignment, trial_time_s)))
+
+    def _cap_s(self, assignment, max_time_s: float) -> float:
+        """The cap of one trial process of `assignment` that measures for `max_time_s`: the --trial-timeout
+        given for the tune's trial time (stretched with it), else its time x 3 + 60 s and a compile allowance."""
+        if self.options.trial_timeout_s:
+            return self.options.trial_timeout_s * (assignment.time_factor or 1)
+        return (max_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
+                + compile_allowance_s({**(assignment.reference or {}), **assignment.config}))
+
+    def _within_budget(self, cap_s: float) -> tuple[float, bool]:
+        """(`cap_s` within the budget left, whether the budget cut it short)."""
         remaining = self.deadline - time.monotonic()
-        return spec, max(1.0, min(cap_s, remaining)), remaining < cap_s
+        return max(1.0, min(cap_s, remaining)), remaining < cap_s
 
     def _run_single(self, assignment, log: Path | None) -> tuple[TrialResult, bool]:
         """(result, cut by the budget) of one trial process."""
@@ -441,9 +448,12 @@ class Tuner:
             self._kept_arms.hold(reference)
         if self._kept_arms is not None and assignment.kind == "final":  # and the tuned config in a fresh process
             self._kept_arms.end_serving(candidate)
-        pair = run_pair(reference, candidate, self.host, timeout_s,
-                        PairOptions(rounds_s=spec.max_time_s, decide_at=decide_at, warmups_count=True),
-                        sequential=self._hold_both_reason(reference, candidate),
+        options = PairOptions(rounds_s=spec.max_time_s, decide_at=decide_at, warmups_count=True)
+        options = replace(options, run_timeout_s=self._cap_s(assignment, options.run_time_s(spec.max_time_s)))
+        sequential = self._hold_both_reason(reference, candidate)
+        if sequential:  # separate runs, each capped as a trial of its share of the time would be
+            timeout_s, cut_by_budget = self._within_budget(options.separate_runs * options.run_timeout_s)
+        pair = run_pair(reference, candidate, self.host, timeout_s, options, sequential=sequential,
                         figure=lambda bench: objective_value(bench, self.options.objective)[0],
                         on_round=lambda rounds, summary: self.on_event("round", number=number, rounds=rounds,
                                                                        summary=summary),
