@@ -28,7 +28,8 @@ from torchpace.redact import redact_url
 from torchpace.script.knobs import script_target
 from torchpace.trial import TrialSpec, run_trial
 from torchpace.trial.output import trial_log_path
-from torchpace.trial.pair import PARTNER, KeptArms, PairOptions, PairResult, hold_both_reason, run_pair
+from torchpace.trial.pair import (PARTNER, SEQUENTIAL, KeptArms, PairOptions, PairResult, hold_both_reason, run_pair,
+                                  sequential_reason)
 from torchpace.trial.script import fitted_max_time_s, too_short_hint
 from torchpace.tune.attrs import (ATTR, FITTED_TRIAL_TIME_ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord,
                                   interrupted_attrs, stored_bench)
@@ -276,19 +277,45 @@ class Tuner:
         first one's: the same two configs, the same kind of comparison, which may be separate runs under
         torchrun), times the proposal's time factor (a stretched second comparison); the final one, the
         median of the A/A and final comparisons', which like it run to their CI target or the trial time.
+        A candidate compared in separate runs (several ranks, the latency objective) is judged by the study's
+        comparisons of separate runs, else by its runs, each as long as the baseline trial less the time it
+        measured beyond a run's share (`_separate_runs_s`): 18 start-ups, not the two of a comparison in turns.
         False until a comparison has finished."""
-        walls = {"candidate": [], "whole": []}
+        walls = {"candidate": [], "whole": [], "separate": []}
         first_s = None  # the first comparison of the candidate `proposal` compares again
-        for record in trial_records(trials):
+        records = trial_records(trials)
+        for record in records:
             if record.status == "ok" and record.pair is not None and record.pair.wall_time_s:
-                walls["candidate" if record.assignment.kind == "candidate" else "whole"].append(record.pair.wall_time_s)
+                kind = "whole" if record.assignment.kind != "candidate" else \
+                    "separate" if record.pair.mode == SEQUENTIAL else "candidate"
+                walls[kind].append(record.pair.wall_time_s)
                 if proposal.slot.startswith("confirm-") and record.slot == proposal.slot.removeprefix("confirm-"):
                     first_s = record.pair.wall_time_s
-        if not walls["candidate"] and not walls["whole"]:
+        if not any(walls.values()):
             return False
-        candidate_s = (first_s or statistics.median(walls["candidate"] or walls["whole"])) * (proposal.time_factor or 1)
-        final_s = statistics.median(walls["whole"] or walls["candidate"])
-        return self.deadline - time.monotonic() < candidate_s + final_s
+        in_turns_s = statistics.median(walls["candidate"] or walls["whole"] or walls["separate"])
+        candidate_s = first_s or in_turns_s
+        if not first_s and self._in_separate_runs(proposal):
+            candidate_s = (statistics.median(walls["separate"]) if walls["separate"]
+                           else self._separate_runs_s(proposal, records) or in_turns_s)
+        final_s = statistics.median(walls["whole"] or walls["candidate"] or walls["separate"])
+        return self.deadline - time.monotonic() < candidate_s * (proposal.time_factor or 1) + final_s
+
+    def _in_separate_runs(self, proposal) -> bool:
+        """Whether `proposal`'s comparison runs as separate runs whatever the memory (several ranks, the latency
+        objective: `sequential_reason` of its two arms)."""
+        spec, _, _ = self._trial_spec(proposal)
+        return sequential_reason(replace(spec, config=dict(proposal.reference or {})), spec) is not None
+
+    def _separate_runs_s(self, proposal, records) -> float | None:
+        """A comparison of separate runs, estimated from the baseline trial (None without one): each run as long
+        as the baseline less the time it measured beyond a run's share of the trial time."""
+        baseline = next((r for r in records if r.slot == "baseline" and r.status == "ok" and r.wall_time_s), None)
+        if baseline is None:
+            return None
+        options = self._pair_options(proposal, self.trial_time_s)
+        run_s = options.run_time_s(self.trial_time_s)
+        return options.separate_runs * max(baseline.wall_time_s - (self.trial_time_s - run_s), run_s)
 
     def _enqueue_baseline(self) -> None:
         if self.options.strategy == "greedy" or self.study.get_trials(deepcopy=False):
@@ -443,13 +470,11 @@ class Tuner:
         # a candidate's comparison stops once its CI is clear of the gain it must show to be kept (or clearly
         # under it); the A/A and the final comparison estimate a figure, and run to the CI target or the time.
         # The trial time holds the warm-ups and the rounds, as a single trial's holds its warm-up and windows.
-        decide_at = 1 + ACCEPT_FLOOR if assignment.kind == "candidate" else None
         if self._kept_arms is not None and not assignment.reference:  # the final comparison measures the defaults again
             self._kept_arms.hold(reference)
         if self._kept_arms is not None and assignment.kind == "final":  # and the tuned config in a fresh process
             self._kept_arms.end_serving(candidate)
-        options = PairOptions(rounds_s=spec.max_time_s, decide_at=decide_at, warmups_count=True)
-        options = replace(options, run_timeout_s=self._cap_s(assignment, options.run_time_s(spec.max_time_s)))
+        options = self._pair_options(assignment, spec.max_time_s)
         sequential = self._hold_both_reason(reference, candidate)
         if sequential:  # separate runs, each capped as a trial of its share of the time would be
             timeout_s, cut_by_budget = self._within_budget(options.separate_runs * options.run_timeout_s)
@@ -468,6 +493,14 @@ class Tuner:
             other_load_b=pair.other_load_b, usable_cores=pair.usable_cores, wall_time_s=pair.wall_time_s,
             reference_status=pair.a.status, reference_error=pair.a.error[-_STORED_STDERR_CHARS:], reference_value=ref_value,
             reference_bench=stored_bench(pair.a.bench) if pair.a.bench is not None else None, reused=pair.reused))
+
+    def _pair_options(self, assignment, max_time_s: float) -> PairOptions:
+        """How `assignment`'s comparison runs: its rounds take `max_time_s` with the warm-ups; a candidate's stop
+        once their CI is clear of the gain it must show (see `_run_pair`); a separate run has the cap of a
+        trial of its share of the time."""
+        options = PairOptions(rounds_s=max_time_s, decide_at=1 + ACCEPT_FLOOR if assignment.kind == "candidate" else None,
+                              warmups_count=True)
+        return replace(options, run_timeout_s=self._cap_s(assignment, options.run_time_s(max_time_s)))
 
     def _hold_both_reason(self, reference, candidate) -> str | None:
         """Why the two arms cannot be held at once (`torchpace.trial.pair.hold_both_reason`), judged by the
