@@ -17,8 +17,9 @@ import pytest
 from _support import FIXTURES, still_running, trial_snapshot
 from torchpace.host import probe_host
 from torchpace.process import StoppedGroupGuard
+from torchpace.measure.bench import WARMUP_SHARE, BenchOptions
 from torchpace.trial.pair import (ALTERNATING, PARTNER, SEQUENTIAL, KeptArms, PairOptions, run_pair,
-                                  sequential_reason)
+                                  separate_run_spec, sequential_reason)
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
 from torchpace.protocol import TrialResult, TrialSpec
 
@@ -149,6 +150,12 @@ def test_separate_runs_give_the_rounds_a_ci_needs_each_run_measuring_its_share()
     options = PairOptions(rounds_s=12.0)
     assert options.sequential_rounds == MIN_WINDOWS_FOR_CI and options.separate_runs == 3 * MIN_WINDOWS_FOR_CI
     assert options.run_time_s(12.0) == pytest.approx(2.0)
+    # each run measures its share, after a warm-up that may take as long as the whole arm's would
+    run = separate_run_spec(_spec("logged", max_time_s=12.0), options)
+    assert run.max_time_s == pytest.approx(2.0) and run.warmup_s == pytest.approx(WARMUP_SHARE * 12.0)
+    bench = BenchOptions(max_time_s=run.max_time_s, warmup_s=run.warmup_s)
+    assert bench.warmup_extra_s() == pytest.approx(WARMUP_SHARE * 12.0 - WARMUP_SHARE * 2.0)
+    assert BenchOptions(max_time_s=2.0).warmup_extra_s() == 0.0 == BenchOptions(max_time_s=2.0, warmup_s=0.1).warmup_extra_s()
 
 
 @pytest.mark.slow

@@ -32,6 +32,14 @@ class BenchOptions:
     compute_only: bool = True
     window_s: float | None = None  # default: max_time_s / 40, within [0.1, 1.0] s
     latency: bool | None = None  # batch-1 latency percentiles; None: for inference workloads only
+    # the warm-up's own cap (None: its share of max_time_s); a separate run of a comparison measures a share
+    # of the time but may warm up as a whole trial would
+    warmup_s: float | None = None
+
+    def warmup_extra_s(self, share: float = WARMUP_SHARE) -> float:
+        """Seconds the warm-up may run beyond its `share` of `max_time_s` (`warmup_s`); every phase after it
+        moves by as much and keeps its own length."""
+        return 0.0 if self.warmup_s is None else max(0.0, self.warmup_s - share * self.max_time_s)
 
     def timing(self) -> TimingOptions:
         window = self.window_s or window_for(self.max_time_s)

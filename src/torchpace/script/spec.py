@@ -34,6 +34,7 @@ class ScriptMeasure:
         command: the user's command, for the result's `workload` name.
         mode: `bench` (measure windows) or `profile` (trace a few steps with torch.profiler).
         max_time_s: the measurement's time cap, counted from the end of the first step.
+        warmup_s: the warm-up's own cap (None: its share of `max_time_s`; see `TrialSpec.warmup_s`).
         target_ci_rel: stop once the 95% CI of the median is within this relative half-width.
         guard_steps: how many first step losses to return as the guard curve.
         seed: seeds torch (and `random`, numpy when loaded) at `import torch`; None leaves them alone.
@@ -48,6 +49,7 @@ class ScriptMeasure:
     command: tuple[str, ...] = ()
     mode: str = "bench"
     max_time_s: float = 30.0
+    warmup_s: float | None = None
     target_ci_rel: float = 0.02
     guard_steps: int = 0
     seed: int | None = GUARD_SEED

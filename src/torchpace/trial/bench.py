@@ -174,6 +174,7 @@ def _measure_all(run: Prepared, clock: Clock, opts: BenchOptions, start: float, 
     """(real step, compute-only or None, batch-1 latency or None), in that order within the time cap."""
     wants_latency = opts.latency if opts.latency is not None else not run.workload.is_training
     phases = _INFERENCE_PHASES if wants_latency else _TRAINING_PHASES
+    start += opts.warmup_extra_s(phases.warmup_end)  # a warm-up of its own cap: every phase after it moves
     if gate is not None:  # what is measured after the windows is measured while the other arm waits
         gate.alone_after = wants_latency or opts.compute_only
         gate.reporter = None if gate.alone_after else report  # such a process is not kept for another comparison

@@ -46,8 +46,9 @@ times single calls; a pair that ran out of memory held together; a peak memory t
 twice), the comparison is *sequential*: short separate runs A B A B A B ..., three to a round as the
 turns are, and the result says so and why. It runs the rounds a 95% CI needs (`PairOptions.sequential_rounds`),
 each run measuring its share of the time: more start-ups than two held processes, but a comparison that can
-decide, where two rounds of longer runs could only ever say "too few rounds to tell". Each run has a cap of
-its own (`PairOptions.run_timeout_s`), as a trial would, within the comparison's.
+decide, where two rounds of longer runs could only ever say "too few rounds to tell". Each run warms up as
+a whole trial would (`TrialSpec.warmup_s`: a sixth of the time would leave most warm-ups unconverged, and
+the comparison unsettled) and has a cap of its own (`PairOptions.run_timeout_s`), within the comparison's.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.measure.contention import other_load_cores, probe_cpu_times
 from torchpace.measure.gate import END, LOADED, READY, REPORT, REPORTED, WINDOW, go
+from torchpace.measure.bench import WARMUP_SHARE
 from torchpace.measure.result import BenchResult, pool_throughput
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.measure.timing import window_for
@@ -795,8 +797,7 @@ def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeo
     figure = figure or _throughput
     runs: dict[str, list[TrialResult]] = {"a": [], "b": []}
     rates: dict[str, list[float]] = {"a": [], "b": []}
-    specs = {"a": replace(spec_a, max_time_s=options.run_time_s(spec_a.max_time_s)),
-             "b": replace(spec_b, max_time_s=options.run_time_s(spec_b.max_time_s))}
+    specs = {"a": separate_run_spec(spec_a, options), "b": separate_run_spec(spec_b, options)}
     order = ["ab"[turn % 2] for turn in range(options.separate_runs)]  # A B A B ...
     run_cap_s = options.run_timeout_s or timeout_s / len(order)
     for name in order:
@@ -817,6 +818,12 @@ def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeo
     return PairResult(SEQUENTIAL, _pooled(runs["a"]), _pooled(runs["b"]), tuple(rates["a"]), tuple(rates["b"]), "rounds",
                       reason, other_load_a=_median_load(runs["a"]), other_load_b=_median_load(runs["b"]),
                       usable_cores=host.usable_cores, wall_time_s=time.perf_counter() - started)
+
+
+def separate_run_spec(spec: TrialSpec, options: PairOptions) -> TrialSpec:
+    """One separate run of `spec`'s arm: it measures its round's share of the arm's time, after a warm-up that
+    may take as long as a whole trial's (a sixth of the time would leave most warm-ups unconverged)."""
+    return replace(spec, max_time_s=options.run_time_s(spec.max_time_s), warmup_s=WARMUP_SHARE * spec.max_time_s)
 
 
 def _pooled(runs: Sequence[TrialResult]) -> TrialResult:

@@ -37,7 +37,7 @@ def plan_script_trial(spec: TrialSpec, host: HostFacts, base_env: Mapping[str, s
     """(argv, env, soft RLIMIT_NOFILE) of the script's process for trial `spec`: the launch plan of its
     config, plus the hook."""
     measure = ScriptMeasure(result_path=str(result_path), command=tuple(spec.command), mode=spec.script_mode,
-                            max_time_s=spec.max_time_s, guard_steps=spec.guard_steps,
+                            max_time_s=spec.max_time_s, warmup_s=spec.warmup_s, guard_steps=spec.guard_steps,
                             samples_per_step=spec.samples_per_step,
                             no_step_timeout_s=max(5.0, timeout_s - _NO_STEP_MARGIN_S), profile=dict(spec.script_profile),
                             gate=spec.gate)
