@@ -126,6 +126,21 @@ def test_a_comparison_in_separate_runs_is_judged_by_its_runs_not_by_the_comparis
     assert not tuner._budget_short(separate, trials)
 
 
+def test_no_trial_starts_once_the_budget_is_spent(tmp_path, host):
+    tuner = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "t.toml"), host)
+
+    class Study:
+        stopped = False
+
+        def stop(self):
+            self.stopped = True
+
+    tuner._after_trial(within := Study(), None)
+    tuner.deadline = time.monotonic() - 0.1  # Optuna's timeout, counted from later, would start more trials
+    tuner._after_trial(spent := Study(), None)
+    assert not within.stopped and spent.stopped
+
+
 def test_a_study_tuned_before_arms_were_kept_counts_two_processes_per_comparison(recorded_db):
     tune = load_report_data(str(recorded_db)).tune
     pairs = [t.pair for t in tune.trials if t.pair is not None]
