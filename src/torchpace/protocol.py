@@ -45,9 +45,9 @@ class TrialSpec:
         workload: workload spec string (`pkg.mod:fn`, `file.py:fn`, or a built-in name).
         config: knob name -> value.
         max_time_s: the bench's own time cap (the parent's timeout is larger).
-        warmup_s: the warm-up's own cap, the phases after it keeping their shares of `max_time_s` (None: the
-            warm-up's share of `max_time_s`): a separate run of a comparison measures its share of the time
-            but warms up as a whole trial would (`torchpace.trial.pair`).
+        warmup_s: the warm-up's own cap (None: its share of `max_time_s`); the measuring after it keeps its
+            own length, moved by the extra warm-up used: a separate run of a comparison measures its share
+            of the time but may warm up as a whole trial would (`torchpace.trial.pair`).
         guard_steps: run this many seeded steps first and record their losses (0: no guard run).
         device: torch device string, or None for the default.
         sys_path: directories to prepend to sys.path in the child (the user's cwd).

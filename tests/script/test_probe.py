@@ -9,6 +9,7 @@ import os
 import pytest
 import torch
 
+from torchpace.measure.bench import WARMUP_SHARE
 from torchpace.protocol import CRASH, INVALID, OK, TIMEOUT, TrialResult
 from torchpace.script.inprocess import HookReport
 from torchpace.script.probe import NO_STEP_MESSAGE, ScriptProbe
@@ -260,13 +261,15 @@ def test_a_loader_that_reads_a_batch_ahead_counts_the_batches_each_step_used(tmp
 def test_a_warm_up_of_its_own_cap_runs_past_its_share_of_a_short_measurement(tmp_path, warmup_s):
     # a separate run of a comparison measures a sixth of the time (here 1 s) and warms up as a whole trial would:
     # a step that takes about 1.3 s to settle converges within 4 s, never within 40% of 1 s
-    script = Script(tmp_path, max_time_s=1.0, target_ci_rel=0.05, warmup_s=warmup_s)
+    script = Script(tmp_path, max_time_s=1.0, target_ci_rel=0.0, warmup_s=warmup_s)  # no CI ends it: the time does
     steps = 0
     while not script.probe.finished and steps < 10_000:
         script.step(compute_s=COMPUTE_S + 0.5 * 0.6 ** steps)
         steps += 1
     throughput = script.result().bench.throughput
     assert throughput.warmup_converged is (warmup_s is not None)
-    if warmup_s is not None:  # then it measures the settled step, for its own second
+    measured_s = throughput.measured_steps * (WAIT_S + COMPUTE_S)
+    if warmup_s is not None:  # then it measures the settled step, for as long as a run of 1 s measures: 60% of it
+        assert WARMUP_SHARE * 1.0 < throughput.warmup_s < warmup_s  # past its share of the 1 s
         assert throughput.samples_per_s == pytest.approx(BATCH / (WAIT_S + COMPUTE_S), rel=0.05)
-        assert throughput.windows >= 6
+        assert throughput.windows >= 6 and 0.5 < measured_s < 0.7

@@ -37,13 +37,16 @@ class BenchOptions:
     warmup_s: float | None = None
 
     def warmup_extra_s(self, share: float = WARMUP_SHARE) -> float:
-        """Seconds the warm-up may run beyond its `share` of `max_time_s` (`warmup_s`); every phase after it
-        moves by as much and keeps its own length."""
+        """Seconds the warm-up may run beyond its `share` of `max_time_s` (`warmup_s`): the measuring after it
+        keeps its own length (`TimingOptions.warmup_extra_s`)."""
         return 0.0 if self.warmup_s is None else max(0.0, self.warmup_s - share * self.max_time_s)
 
-    def timing(self) -> TimingOptions:
+    def timing(self, warmup_share: float | None = None) -> TimingOptions:
+        """The meter's options; for the first warm-up, whose deadline is `warmup_share` of `max_time_s`, the extra
+        time `warmup_s` gives it (none for a phase warmed up already)."""
         window = self.window_s or window_for(self.max_time_s)
-        return TimingOptions(window_s=window, target_ci_rel=self.target_ci_rel)
+        extra_s = self.warmup_extra_s(warmup_share) if warmup_share is not None else 0.0
+        return TimingOptions(window_s=window, target_ci_rel=self.target_ci_rel, warmup_extra_s=extra_s)
 
 
 def throughput_figures(real: Throughput, samples_known: bool = True) -> ThroughputFigures:

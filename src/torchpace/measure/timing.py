@@ -73,6 +73,9 @@ class TimingOptions:
     # paired comparisons: this share of a window's steps (rounded to whole steps) runs untimed at the
     # start of each turn, after the other arm had the host
     turn_lead_in: float = 0.1
+    # the warm-up may run this long past its deadline, and the measuring deadline then moves by as much as it
+    # used (a separate run of a comparison measures a share of the time but warms up as a whole trial would)
+    warmup_extra_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -195,12 +198,12 @@ class WindowMeter:
             self._singles_s.append(window.elapsed_s)
         # single steps jitter more than windows: a looser test only to size the window
         agreed = previous is not None and windows_agree(window.elapsed_s, previous.elapsed_s, self.options.warmup_tolerance * 3)
-        if agreed or self.warmup_steps >= self.options.max_single_steps or self.clock() >= self.warmup_deadline:
+        if agreed or self.warmup_steps >= self.options.max_single_steps or self.clock() >= self._warmup_until:
             # the agreeing pair, else the mean of the last few (steps that alternate fast and slow)
             recent = self._singles_s[-2 if agreed else -_SIZING_STEPS:] or [window.elapsed_s]
             self._size_windows(max(sum(recent) / len(recent), 1e-9))
             self._last = None
-            self._enter("warmup" if self.clock() < self.warmup_deadline else "measure")
+            self._enter("warmup" if self.clock() < self._warmup_until else "measure")
 
     def _size_windows(self, step_s: float) -> None:
         self._step_s = step_s
@@ -234,20 +237,27 @@ class WindowMeter:
         if previous is not None and windows_agree(window.samples_per_s, previous.samples_per_s, self.options.warmup_tolerance):
             self.warmup_converged = True
             self._enter("measure")
-        elif self.clock() >= self.warmup_deadline:
+        elif self.clock() >= self._warmup_until:
             self._enter("measure")
         elif (previous is not None and 2 * window.elapsed_s <= _MAX_WINDOW_GROWTH * self.options.window_s
-              and self.clock() + 2 * window.elapsed_s <= self.warmup_deadline):
+              and self.clock() + 2 * window.elapsed_s <= self._warmup_until):
             # Neighbours disagree: the window may be too short to hold the step's own rhythm (loader
             # workers that deliver batches in bursts, periodic logging); the next one is twice as long,
             # as long as it stays within 8x `window_s` and the warm-up's deadline (a host whose load
             # makes every window disagree must not grow them into the time left for measuring).
             self._per_window = min(_MAX_STEPS_PER_WINDOW, self._per_window * 2)
 
+    @property
+    def _warmup_until(self) -> float:
+        """When the warm-up stops unconverged: its deadline, and the extra time it may take."""
+        return self.warmup_deadline + self.options.warmup_extra_s
+
     def _enter(self, phase: str) -> None:
         self.phase = phase
         if phase == "measure":
             self.warmup_s = self.clock() - self._begin
+            # the measuring keeps its own length: its deadline moves by the extra warm-up used, no more
+            self.deadline += min(self.options.warmup_extra_s, max(0.0, self.clock() - self.warmup_deadline))
             if self.gate is not None:
                 self._take_turn(READY, warmup_s=self.warmup_s, warmup_converged=self.warmup_converged,
                                 steps_per_window=self._per_window)

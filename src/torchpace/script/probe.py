@@ -214,9 +214,8 @@ class ScriptProbe:
         options = BenchOptions(max_time_s=self.spec.max_time_s, target_ci_rel=self.spec.target_ci_rel,
                                warmup_s=self.spec.warmup_s)
         now = self.meter_started_s = self.clock()
-        later = now + options.warmup_extra_s()  # a warm-up of its own cap: the windows' deadline moves with it
-        self.meter = WindowMeter(self.clock, self._sync, options.timing(), later + WARMUP_SHARE * options.max_time_s,
-                                 later + options.max_time_s, gate=self.gate)
+        self.meter = WindowMeter(self.clock, self._sync, options.timing(WARMUP_SHARE), now + WARMUP_SHARE * options.max_time_s,
+                                 now + options.max_time_s, gate=self.gate)
         self.meter.start()
         self._wait_mark = self.wait_s
 

@@ -67,7 +67,7 @@ def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: f
         return batch_len(batch) * run.world_size  # every rank steps on an equal shard
 
     try:
-        return measure_throughput(step, clock, device_sync(run.device), opts.timing(),
+        return measure_throughput(step, clock, device_sync(run.device), opts.timing(phases.warmup_end),
                                   start + phases.warmup_end * opts.max_time_s, start + phases.real_end * opts.max_time_s, on_window,
                                   gate)
     finally:
@@ -174,7 +174,6 @@ def _measure_all(run: Prepared, clock: Clock, opts: BenchOptions, start: float, 
     """(real step, compute-only or None, batch-1 latency or None), in that order within the time cap."""
     wants_latency = opts.latency if opts.latency is not None else not run.workload.is_training
     phases = _INFERENCE_PHASES if wants_latency else _TRAINING_PHASES
-    start += opts.warmup_extra_s(phases.warmup_end)  # a warm-up of its own cap: every phase after it moves
     if gate is not None:  # what is measured after the windows is measured while the other arm waits
         gate.alone_after = wants_latency or opts.compute_only
         gate.reporter = None if gate.alone_after else report  # such a process is not kept for another comparison
