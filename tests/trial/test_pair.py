@@ -16,11 +16,12 @@ import pytest
 
 from _support import FIXTURES, still_running, trial_snapshot
 from torchpace.host import probe_host
+from torchpace.measure.bench import BenchOptions
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
+from torchpace.measure.timing import WARMUP_SHARE
 from torchpace.process import StoppedGroupGuard
-from torchpace.measure.bench import WARMUP_SHARE, BenchOptions
 from torchpace.trial.pair import (ALTERNATING, PARTNER, SEQUENTIAL, KeptArms, PairOptions, run_pair,
                                   separate_run_spec, sequential_reason)
-from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
 from torchpace.protocol import TrialResult, TrialSpec
 
 PAIR_WORKLOADS = FIXTURES / "pair_workloads.py"

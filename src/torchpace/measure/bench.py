@@ -17,10 +17,9 @@ from torchpace.measure.latency import Latency
 from torchpace.measure.memory import read_peak_memory
 from torchpace.measure.result import BenchResult, LatencyFigures, ScriptInfo, StepShape, ThroughputFigures
 from torchpace.measure.stats import summarize
-from torchpace.measure.timing import Throughput, TimingOptions, window_for
+from torchpace.measure.timing import WARMUP_SHARE, Throughput, TimingOptions, window_for
 from torchpace.records import from_json
 
-WARMUP_SHARE = 0.4  # warm-up may use up to this share of the time cap (compile can take ~20 s)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ _MAX_STEPS_PER_WINDOW = 10_000  # bounds a window of a near-free step
 _SIZING_STEPS = 8  # the window is sized from the mean of the last few single steps
 _MAX_WINDOW_GROWTH = 8  # warm-up doubles a window while it is shorter than this many `window_s`
 _OVERRUN = 4  # a warm-up window that lasts this many times its plan ends early and re-sizes the next
+WARMUP_SHARE = 0.4  # warm-up may use up to this share of the time cap (compile can take ~20 s)
 # consecutive warm-up windows (or, for latency, blocks of calls) agreeing within this share end the warm-up
 WARMUP_TOLERANCE = 0.10
 

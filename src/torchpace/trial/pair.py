@@ -72,12 +72,11 @@ import psutil
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
-from torchpace.measure.bench import WARMUP_SHARE
 from torchpace.measure.contention import other_load_cores, probe_cpu_times
 from torchpace.measure.gate import END, LOADED, READY, REPORT, REPORTED, WINDOW, go
 from torchpace.measure.result import BenchResult, pool_throughput
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
-from torchpace.measure.timing import window_for
+from torchpace.measure.timing import WARMUP_SHARE, window_for
 from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
 from torchpace.protocol import INVALID, OOM, TIMEOUT, TrialResult, TrialSpec, classify_timeout
 from torchpace.trial.output import follow
