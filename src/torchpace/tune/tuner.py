@@ -278,27 +278,28 @@ class Tuner:
         torchrun), times the proposal's time factor (a stretched second comparison); the final one, the
         median of the A/A and final comparisons', which like it run to their CI target or the trial time.
         A candidate compared in separate runs (several ranks, the latency objective) is judged by the study's
-        comparisons of separate runs, else by its runs, each as long as the baseline trial less the time it
-        measured beyond a run's share (`_separate_runs_s`): 18 start-ups, not the two of a comparison in turns.
-        False until a comparison has finished."""
-        walls = {"candidate": [], "whole": [], "separate": []}
+        comparisons in separate runs, else by the A/A comparison in turns (`_separate_runs_s`): 18 start-ups,
+        not the one or two of a comparison in turns. False until a comparison has finished."""
+        walls = {"candidate": [], "whole": []}
+        separate, whole_in_turns = [], []  # comparisons in separate runs (of any kind); the A/A and final ones in turns
         first_s = None  # the first comparison of the candidate `proposal` compares again
-        records = trial_records(trials)
-        for record in records:
+        for record in trial_records(trials):
             if record.status == "ok" and record.pair is not None and record.pair.wall_time_s:
-                kind = "whole" if record.assignment.kind != "candidate" else \
-                    "separate" if record.pair.mode == SEQUENTIAL else "candidate"
-                walls[kind].append(record.pair.wall_time_s)
+                wall_s, kind = record.pair.wall_time_s, "candidate" if record.assignment.kind == "candidate" else "whole"
+                walls[kind].append(wall_s)
+                if record.pair.mode == SEQUENTIAL:
+                    separate.append(wall_s)
+                elif kind == "whole":
+                    whole_in_turns.append(wall_s)
                 if proposal.slot.startswith("confirm-") and record.slot == proposal.slot.removeprefix("confirm-"):
-                    first_s = record.pair.wall_time_s
-        if not any(walls.values()):
+                    first_s = wall_s
+        if not walls["candidate"] and not walls["whole"]:
             return False
-        in_turns_s = statistics.median(walls["candidate"] or walls["whole"] or walls["separate"])
-        candidate_s = first_s or in_turns_s
+        candidate_s = first_s or statistics.median(walls["candidate"] or walls["whole"])
         if not first_s and self._in_separate_runs(proposal):
-            candidate_s = (statistics.median(walls["separate"]) if walls["separate"]
-                           else self._separate_runs_s(proposal, records) or in_turns_s)
-        final_s = statistics.median(walls["whole"] or walls["candidate"] or walls["separate"])
+            candidate_s = (statistics.median(separate) if separate
+                           else self._separate_runs_s(proposal, whole_in_turns) or candidate_s)
+        final_s = statistics.median(walls["whole"] or walls["candidate"])
         return self.deadline - time.monotonic() < candidate_s * (proposal.time_factor or 1) + final_s
 
     def _in_separate_runs(self, proposal) -> bool:
@@ -307,15 +308,19 @@ class Tuner:
         spec, _, _ = self._trial_spec(proposal)
         return sequential_reason(replace(spec, config=dict(proposal.reference or {})), spec) is not None
 
-    def _separate_runs_s(self, proposal, records) -> float | None:
-        """A comparison of separate runs, estimated from the baseline trial (None without one): each run as long
-        as the baseline less the time it measured beyond a run's share of the trial time."""
-        baseline = next((r for r in records if r.slot == "baseline" and r.status == "ok" and r.wall_time_s), None)
-        if baseline is None:
+    def _separate_runs_s(self, proposal, whole_in_turns: list[float]) -> float | None:
+        """A comparison of separate runs, estimated from the A/A and final comparisons in turns (None without
+        one): each of those holds the trial time and the start-up and ending of its two processes, so a run
+        takes about half of what is beyond the trial time, and its share of the trial time.
+
+        Not from the baseline trial: its profile and guard steps make it a poor measure of a start-up (beside
+        a busy process its 13-18 s said 110-206 s for a comparison that took 83 s, and a tune that believed
+        206 s ended with 2.5 of its 4 minutes left)."""
+        if not whole_in_turns:
             return None
         options = self._pair_options(proposal, self.trial_time_s)
-        run_s = options.run_time_s(self.trial_time_s)
-        return options.separate_runs * max(baseline.wall_time_s - (self.trial_time_s - run_s), run_s)
+        beyond_s = max(0.0, statistics.median(whole_in_turns) - self.trial_time_s)
+        return options.separate_runs * (beyond_s / 2 + options.run_time_s(self.trial_time_s))
 
     def _enqueue_baseline(self) -> None:
         if self.options.strategy == "greedy" or self.study.get_trials(deepcopy=False):
