@@ -109,22 +109,12 @@ def test_the_budget_is_short_when_it_would_not_hold_the_next_comparison_and_the_
     assert not fresh._budget_short(candidate, fresh.study.get_trials(deepcopy=False))  # no comparison yet to judge by
 
 
-def test_a_comparison_in_separate_runs_is_judged_by_its_runs_not_by_the_comparisons_in_turns(recorded_db, tmp_path, host):
-    # the A/A and final comparisons took 6.7 and 7.9 s (median 7.3) at a trial time of 1 s: a separate run, about
-    # (7.3 - 1) / 2 + 1/6 = 3.3 s, 18 of them: 59.8 s
-    tuner = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{recorded_db}", study="paired-sleepy",
-                              resume=True, out=tmp_path / "t.toml", trial_time_s=1.0), host)
-    trials = tuner.study.get_trials(deepcopy=False)
-    ranks = {"nproc_per_node": 2, "distributed.strategy": "ddp"}
-    in_turns, separate = Proposal("pair:x", "candidate", {}, reference={}), Proposal("pair:y", "candidate", ranks, reference={})
-    assert not tuner._in_separate_runs(in_turns) and tuner._in_separate_runs(separate)
-    # each separate run is capped as a trial of its share of the time would be
-    assert tuner._pair_options(separate, 6.0).run_timeout_s == tuner._cap_s(separate, 1.0) < tuner._cap_s(separate, 6.0)
-    tuner.deadline = time.monotonic() + 60.0
-    assert not tuner._budget_short(in_turns, trials)  # 60 s > 8.6 + 7.3
-    assert tuner._budget_short(separate, trials)  # 60 s < 59.8 + 7.3
-    tuner.deadline = time.monotonic() + 70.0
-    assert not tuner._budget_short(separate, trials)
+def test_a_separate_run_is_capped_as_a_trial_of_its_share_of_the_time(tmp_path, host):
+    tuner = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "t.toml"), host)
+    ranks = Proposal("pair:y", "candidate", {"nproc_per_node": 2, "distributed.strategy": "ddp"}, reference={})
+    options = tuner._pair_options(ranks, 6.0)
+    assert options.decide_at is not None and options.run_time_s(6.0) == pytest.approx(1.0)
+    assert options.run_timeout_s == tuner._cap_s(ranks, 1.0) < tuner._cap_s(ranks, 6.0)
 
 
 def test_no_trial_starts_once_the_budget_is_spent(tmp_path, host):

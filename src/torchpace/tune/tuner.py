@@ -28,8 +28,7 @@ from torchpace.redact import redact_url
 from torchpace.script.knobs import script_target
 from torchpace.trial import TrialSpec, run_trial
 from torchpace.trial.output import trial_log_path
-from torchpace.trial.pair import (PARTNER, SEQUENTIAL, KeptArms, PairOptions, PairResult, hold_both_reason, run_pair,
-                                  sequential_reason)
+from torchpace.trial.pair import PARTNER, KeptArms, PairOptions, PairResult, hold_both_reason, run_pair
 from torchpace.trial.script import fitted_max_time_s, too_short_hint
 from torchpace.tune.attrs import (ATTR, FITTED_TRIAL_TIME_ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord,
                                   interrupted_attrs, stored_bench)
@@ -277,50 +276,19 @@ class Tuner:
         first one's: the same two configs, the same kind of comparison, which may be separate runs under
         torchrun), times the proposal's time factor (a stretched second comparison); the final one, the
         median of the A/A and final comparisons', which like it run to their CI target or the trial time.
-        A candidate compared in separate runs (several ranks, the latency objective) is judged by the study's
-        comparisons in separate runs, else by the A/A comparison in turns (`_separate_runs_s`): 18 start-ups,
-        not the one or two of a comparison in turns. False until a comparison has finished."""
+        False until a comparison has finished."""
         walls = {"candidate": [], "whole": []}
-        separate, whole_in_turns = [], []  # comparisons in separate runs (of any kind); the A/A and final ones in turns
         first_s = None  # the first comparison of the candidate `proposal` compares again
         for record in trial_records(trials):
             if record.status == "ok" and record.pair is not None and record.pair.wall_time_s:
-                wall_s, kind = record.pair.wall_time_s, "candidate" if record.assignment.kind == "candidate" else "whole"
-                walls[kind].append(wall_s)
-                if record.pair.mode == SEQUENTIAL:
-                    separate.append(wall_s)
-                elif kind == "whole":
-                    whole_in_turns.append(wall_s)
+                walls["candidate" if record.assignment.kind == "candidate" else "whole"].append(record.pair.wall_time_s)
                 if proposal.slot.startswith("confirm-") and record.slot == proposal.slot.removeprefix("confirm-"):
-                    first_s = wall_s
+                    first_s = record.pair.wall_time_s
         if not walls["candidate"] and not walls["whole"]:
             return False
-        candidate_s = first_s or statistics.median(walls["candidate"] or walls["whole"])
-        if not first_s and self._in_separate_runs(proposal):
-            candidate_s = (statistics.median(separate) if separate
-                           else self._separate_runs_s(proposal, whole_in_turns) or candidate_s)
+        candidate_s = (first_s or statistics.median(walls["candidate"] or walls["whole"])) * (proposal.time_factor or 1)
         final_s = statistics.median(walls["whole"] or walls["candidate"])
-        return self.deadline - time.monotonic() < candidate_s * (proposal.time_factor or 1) + final_s
-
-    def _in_separate_runs(self, proposal) -> bool:
-        """Whether `proposal`'s comparison runs as separate runs whatever the memory (several ranks, the latency
-        objective: `sequential_reason` of its two arms)."""
-        spec, _, _ = self._trial_spec(proposal)
-        return sequential_reason(replace(spec, config=dict(proposal.reference or {})), spec) is not None
-
-    def _separate_runs_s(self, proposal, whole_in_turns: list[float]) -> float | None:
-        """A comparison of separate runs, estimated from the A/A and final comparisons in turns (None without
-        one): each of those holds the trial time and the start-up and ending of its two processes, so a run
-        takes about half of what is beyond the trial time, and its share of the trial time.
-
-        Not from the baseline trial: its profile and guard steps make it a poor measure of a start-up (beside
-        a busy process its 13-18 s said 110-206 s for a comparison that took 83 s, and a tune that believed
-        206 s ended with 2.5 of its 4 minutes left)."""
-        if not whole_in_turns:
-            return None
-        options = self._pair_options(proposal, self.trial_time_s)
-        beyond_s = max(0.0, statistics.median(whole_in_turns) - self.trial_time_s)
-        return options.separate_runs * (beyond_s / 2 + options.run_time_s(self.trial_time_s))
+        return self.deadline - time.monotonic() < candidate_s + final_s
 
     def _enqueue_baseline(self) -> None:
         if self.options.strategy == "greedy" or self.study.get_trials(deepcopy=False):
