@@ -150,7 +150,8 @@ def test_a_sequential_comparison_alternates_separate_runs():
 def test_separate_runs_give_the_rounds_a_ci_needs_each_run_measuring_its_share():
     options = PairOptions(rounds_s=12.0)
     assert options.sequential_rounds == MIN_WINDOWS_FOR_CI and options.separate_runs == 3 * MIN_WINDOWS_FOR_CI
-    assert options.run_time_s(12.0) == pytest.approx(2.0)
+    assert options.run_time_s(12.0) == pytest.approx(2.0) and options.separate_runs_timeout_s is None
+    assert replace(options, run_timeout_s=10.0).separate_runs_timeout_s == 3 * MIN_WINDOWS_FOR_CI * 10.0
     # each run measures its share, after a warm-up that may take as long as the whole arm's would
     run = separate_run_spec(_spec("logged", max_time_s=12.0), options)
     assert run.max_time_s == pytest.approx(2.0) and run.warmup_s == pytest.approx(WARMUP_SHARE * 12.0)

@@ -86,7 +86,7 @@ def compare(target: str | None, command: Sequence[str] | None, config_a: RunConf
     pair_options = replace(pair_options, run_timeout_s=options.timeout_s(pair_options.run_time_s(options.max_time_s)))
     sequential = "asked for (--sequential)" if options.sequential else sequential_reason(spec_a, spec_b)
     # separate runs: each capped as one of its share of the time would be
-    timeout_s = pair_options.separate_runs * pair_options.run_timeout_s if sequential else options.timeout_s()
+    timeout_s = pair_options.separate_runs_timeout_s if sequential else options.timeout_s()
     with round_progress(show_progress, f"compare {label}") as on_round:
         pair = run_pair(spec_a, spec_b, host, timeout_s, pair_options, sequential=sequential, on_round=on_round)
     for arm in (pair.a, pair.b):

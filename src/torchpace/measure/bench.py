@@ -21,7 +21,6 @@ from torchpace.measure.timing import WARMUP_SHARE, Throughput, TimingOptions, wi
 from torchpace.records import from_json
 
 
-
 @dataclass(frozen=True)
 class BenchOptions:
     """How long and how precisely to measure."""

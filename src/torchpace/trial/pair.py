@@ -137,6 +137,11 @@ class PairOptions:
         """The runs of a comparison of separate runs: `TURNS_PER_ROUND` to each of its rounds."""
         return TURNS_PER_ROUND * max(1, self.sequential_rounds)
 
+    @property
+    def separate_runs_timeout_s(self) -> float | None:
+        """The cap of a comparison of separate runs: every run's own cap (None without `run_timeout_s`)."""
+        return self.separate_runs * self.run_timeout_s if self.run_timeout_s is not None else None
+
     def run_time_s(self, rounds_s: float) -> float:
         """What one separate run of a comparison whose arms have `rounds_s` each measures: its round's share."""
         return rounds_s / max(1, self.sequential_rounds)

@@ -452,7 +452,7 @@ class Tuner:
         options = self._pair_options(assignment, spec.max_time_s)
         sequential = self._hold_both_reason(reference, candidate)
         if sequential:  # separate runs, each capped as a trial of its share of the time would be
-            timeout_s, cut_by_budget = self._within_budget(options.separate_runs * options.run_timeout_s)
+            timeout_s, cut_by_budget = self._within_budget(options.separate_runs_timeout_s)
         pair = run_pair(reference, candidate, self.host, timeout_s, options, sequential=sequential,
                         figure=lambda bench: objective_value(bench, self.options.objective)[0],
                         on_round=lambda rounds, summary: self.on_event("round", number=number, rounds=rounds,
