@@ -3,6 +3,7 @@ ends both, and nothing of either arm outlives the comparison, even when its pare
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import psutil
 import pytest
 
 from _support import FIXTURES, still_running, trial_snapshot
+from fixtures.pair_workloads import MEMORY_LOCK_ENV
 from torchpace.host import probe_host
 from torchpace.measure.bench import BenchOptions
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
@@ -168,6 +170,21 @@ def test_a_separate_run_that_hangs_is_ended_at_its_own_cap_not_the_comparisons()
                       options=PairOptions(sequential_rounds=1, run_timeout_s=10), sequential="testing the fallback")
     assert result.mode == SEQUENTIAL and result.b.status == "timeout" and result.a.status == PARTNER
     assert time.monotonic() - started < 120  # its own cap (10 s) after A's run, not a third of the comparison's 900 s
+
+
+@pytest.mark.slow
+def test_arms_out_of_memory_held_together_go_on_in_separate_runs_under_a_cap_of_their_own(tmp_path, caplog):
+    # room for one process on the "device": whichever arm loads second runs out of memory at its first step
+    env = {**os.environ, MEMORY_LOCK_ENV: str(tmp_path / "device.lock")}
+    one = _spec("memory_for_one", max_time_s=1.2)
+    with caplog.at_level(logging.INFO, logger="torchpace.trial.pair"):
+        result = run_pair(one, one, probe_host(), timeout_s=90, base_env=env,
+                          options=PairOptions(rounds_s=1.2, sequential_rounds=2, run_timeout_s=60.0))
+    assert result.mode == SEQUENTIAL and "out of memory" in result.mode_reason
+    assert result.ok and len(result.ratios) == 2, (result.a.status, result.a.error, result.b.status, result.b.error)
+    # the runs' own caps (6 runs of 60 s), not the 90 s left of a cap sized for two processes in turns: on a GPU
+    # host each run starts CUDA (10-14 s a run on an H200 host), and 18 runs would have run past it
+    assert any(r.getMessage().startswith("comparing in 6 separate runs, 360 s at most") for r in caplog.records)
 
 
 def test_arms_that_cannot_be_held_together_are_compared_in_separate_runs():

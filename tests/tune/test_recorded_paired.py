@@ -10,6 +10,8 @@ from dataclasses import replace
 import pytest
 
 from _support import FIXTURES, restore_recorded_study
+from fixtures.pair_workloads import MEMORY_LOCK_ENV
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
 from torchpace.report import write_report
 from torchpace.report.load import load_report_data
 from torchpace.tune.attrs import Assignment, StudyAttrs
@@ -115,6 +117,19 @@ def test_a_separate_run_is_capped_as_a_trial_of_its_share_of_the_time(tmp_path, 
     options = tuner._pair_options(ranks, 6.0)
     assert options.decide_at is not None and options.run_time_s(6.0) == pytest.approx(1.0)
     assert options.run_timeout_s == tuner._cap_s(ranks, 1.0) < tuner._cap_s(ranks, 6.0)
+
+
+@pytest.mark.slow
+def test_a_comparison_out_of_memory_held_together_gets_the_separate_runs_cap_within_the_budget(tmp_path, host,
+                                                                                                monkeypatch):
+    monkeypatch.setenv(MEMORY_LOCK_ENV, str(tmp_path / "device.lock"))  # room for one process (the fixture's doc)
+    tuner = Tuner(TuneOptions(workload=f"{FIXTURES / 'pair_workloads.py'}:memory_for_one", trial_time_s=1.2,
+                              trial_timeout_s=40, guard_steps=0, storage=f"sqlite:///{tmp_path / 'new.db'}",
+                              out=tmp_path / "t.toml"), host)
+    tuner.deadline = time.monotonic() + 300  # bounds the 18 runs' own caps (18 x 40 s), not the 40 s of turns
+    record = tuner._run_pair(1, Proposal("pair:noise", "noise", {}, reference={}), None)
+    assert record.pair.mode == "sequential" and "out of memory" in record.pair.mode_reason
+    assert record.status == "ok" and record.pair.rounds == MIN_WINDOWS_FOR_CI, (record.status, record.error, record.pair.reference_status, record.pair.reference_error)
 
 
 def test_no_trial_starts_once_the_budget_is_spent(tmp_path, host):

@@ -294,7 +294,7 @@ def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: f
              figure: Callable[[BenchResult], float | None] | None = None,
              on_round: Callable[[int, Summary | None], None] | None = None,
              logs: tuple[Path | None, Path | None] = (None, None), echo: TextIO | None = None,
-             kept_arms: KeptArms | None = None) -> PairResult:
+             kept_arms: KeptArms | None = None, fallback_timeout_s: Callable[[], float] | None = None) -> PairResult:
     """Compare `spec_b` with `spec_a` (see the module docstring); never raises for the arms' failures.
 
     Args:
@@ -309,6 +309,9 @@ def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: f
             `KeptArms`; an alternating comparison's only: separate runs end with each run). Separate runs leave
             the arms it holds as they are, stopped, for the comparisons after them (the caller ends them when
             memory would not hold both); a pair that ran out of memory held together ends them.
+        fallback_timeout_s: the cap of the separate runs that follow when the arms ran out of memory held
+            together, asked when they start (default: `options.separate_runs_timeout_s`, else `timeout_s`): the
+            cap of a comparison in turns holds 2 start-ups, not 18.
     """
     base_env = os.environ if base_env is None else base_env
     reason = sequential or sequential_reason(spec_a, spec_b)
@@ -319,7 +322,8 @@ def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: f
     if OOM in (result.a.status, result.b.status):  # held together they did not fit: separate runs
         if kept_arms is not None:
             kept_arms.release()
-        return _run_sequential(spec_a, spec_b, host, timeout_s, options, "an arm ran out of memory while both were held",
+        cap_s = fallback_timeout_s() if fallback_timeout_s else options.separate_runs_timeout_s or timeout_s
+        return _run_sequential(spec_a, spec_b, host, cap_s, options, "an arm ran out of memory while both were held",
                                base_env, workdir, figure, on_round, output)
     return result
 
@@ -804,6 +808,7 @@ def _run_sequential(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeo
     specs = {"a": separate_run_spec(spec_a, options), "b": separate_run_spec(spec_b, options)}
     order = ["ab"[turn % 2] for turn in range(options.separate_runs)]  # A B A B ...
     run_cap_s = options.run_timeout_s or timeout_s / len(order)
+    _log.info("comparing in %d separate runs, %.0f s at most: %s", len(order), timeout_s, reason)
     for name in order:
         left_s = timeout_s - (time.perf_counter() - started)
         result = run_trial(specs[name], host, timeout_s=max(1.0, min(run_cap_s, left_s)), base_env=base_env,
