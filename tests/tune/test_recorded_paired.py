@@ -129,7 +129,8 @@ def test_a_comparison_out_of_memory_held_together_gets_the_separate_runs_cap_wit
     tuner.deadline = time.monotonic() + 300  # bounds the 18 runs' own caps (18 x 40 s), not the 40 s of turns
     record = tuner._run_pair(1, Proposal("pair:noise", "noise", {}, reference={}), None)
     assert record.pair.mode == "sequential" and "out of memory" in record.pair.mode_reason
-    assert record.status == "ok" and record.pair.rounds == MIN_WINDOWS_FOR_CI, (record.status, record.error, record.pair.reference_status, record.pair.reference_error)
+    assert record.status == "ok" and record.pair.rounds == MIN_WINDOWS_FOR_CI, \
+        (record.status, record.error, record.pair.reference_status, record.pair.reference_error)
 
 
 def test_no_trial_starts_once_the_budget_is_spent(tmp_path, host):
