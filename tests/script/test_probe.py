@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from torchpace.measure.bench import WARMUP_SHARE
+from torchpace.measure.timing import WARMUP_SHARE
 from torchpace.protocol import CRASH, INVALID, OK, TIMEOUT, TrialResult
 from torchpace.script.inprocess import HookReport
 from torchpace.script.probe import NO_STEP_MESSAGE, ScriptProbe

@@ -450,10 +450,10 @@ class Tuner:
         if self._kept_arms is not None and assignment.kind == "final":  # and the tuned config in a fresh process
             self._kept_arms.end_serving(candidate)
         options = self._pair_options(assignment, spec.max_time_s)
-        cut = [cut_by_budget]  # whether the budget cut the cap the comparison ended under
 
         def separate_runs_cap_s() -> float:  # each run capped as a trial of its share of the time would be
-            cap_s, cut[0] = self._within_budget(options.separate_runs_timeout_s)
+            nonlocal cut_by_budget  # whether the budget cut the cap the comparison ended under
+            cap_s, cut_by_budget = self._within_budget(options.separate_runs_timeout_s)
             return cap_s
 
         sequential = self._hold_both_reason(reference, candidate)
@@ -464,7 +464,6 @@ class Tuner:
                         on_round=lambda rounds, summary: self.on_event("round", number=number, rounds=rounds,
                                                                        summary=summary),
                         logs=logs, echo=self._echo(), kept_arms=self._kept_arms, fallback_timeout_s=separate_runs_cap_s)
-        cut_by_budget = cut[0]
         record = self._stored(number, assignment, candidate_result(pair, cut_by_budget), cut_by_budget, log)
         ref_value, _ = objective_value(pair.a.bench, self.options.objective)
         s = pair.summary
