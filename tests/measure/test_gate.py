@@ -1,5 +1,5 @@
-"""The meter's side of a paired comparison: the gate's pipes, its clock, and the meter taking turns
-(scripted clock, real pipes, the stop played by the test instead of SIGSTOP)."""
+"""The meter's side of a paired comparison: the gate's pipes, its clock, and the meters (throughput, batch-1
+latency) taking turns (scripted clock, real pipes, the stop played by the test instead of SIGSTOP)."""
 
 import json
 import os
@@ -7,6 +7,7 @@ import os
 import pytest
 
 from torchpace.measure.gate import END, GO, REPORT, Gate, go
+from torchpace.measure.latency import LatencyOptions, measure_latency
 from torchpace.measure.timing import TimingOptions, WindowMeter
 
 
@@ -264,3 +265,42 @@ def test_a_process_that_cannot_report_ends_when_asked_to(clock):
     assert [e["event"] for e in parent.events] == ["loaded", "ready", "window", "window"]
     assert not any(e.get("keepable") for e in parent.events)
     assert meter.stopped_by == "pair" and len(meter.result().windows) == 2
+
+
+def test_the_latency_meter_takes_turns_each_figured_at_its_median_call(clock):
+    """Under the latency objective the turns time single batch-1 calls: each turn reports 1 / its median call
+    (a slow call now and then moves the mean, not the median), the lead-in calls are not timed, and the
+    percentiles are those of the turns' calls alone."""
+    parent = ScriptedParent(clock, end_after=4, turn_s=0.1)
+    durations = []
+
+    def call():  # 10 ms calls, every seventh one 40 ms
+        duration = 0.04 if len(durations) % 7 == 3 else 0.01
+        durations.append(duration)
+        clock.now += duration
+
+    try:
+        gate = parent.gate()
+        latency = measure_latency(call, gate.clock, lambda: None, LatencyOptions(), warmup_deadline=5.0,
+                                  deadline=5.5, gate=gate)
+    finally:
+        parent.close()
+    assert [e["event"] for e in parent.events] == ["loaded", "ready", *["window"] * 4]
+    turns = [e for e in parent.events if e["event"] == "window"]
+    assert all(turn["rate"] == pytest.approx(100.0) for turn in turns)  # 1 / 10 ms, whatever the 40 ms calls do
+    assert any(turn["samples"] / turn["elapsed_s"] < 95 for turn in turns)  # ... which the mean of a turn feels
+    assert latency.stopped_by == "pair" and latency.summary.n == sum(turn["steps"] for turn in turns)
+    assert sum(turn["elapsed_s"] for turn in turns) == pytest.approx(sum(latency.calls_s))
+    untimed = len(durations) - latency.warmup_calls - latency.summary.n
+    assert untimed == 4  # one lead-in call before each turn (a tenth of its 0.1 s)
+    assert latency.summary.p50_s == pytest.approx(0.01) and latency.warmup_s < 5.0  # the other arm's time is not its
+
+
+def test_a_latency_meter_ended_before_its_first_call_measures_nothing(clock):
+    parent = ScriptedParent(clock, end_after=0)
+    try:
+        with pytest.raises(ValueError, match="before this arm's first call"):
+            measure_latency(lambda: None, parent.gate().clock, lambda: None, LatencyOptions(), 1.0, 2.0,
+                            gate=parent.gate())
+    finally:
+        parent.close()

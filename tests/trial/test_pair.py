@@ -187,11 +187,31 @@ def test_arms_out_of_memory_held_together_go_on_in_separate_runs_under_a_cap_of_
     assert any(r.getMessage().startswith("comparing in 6 separate runs, 360 s at most") for r in caplog.records)
 
 
+@pytest.mark.slow
+def test_under_the_latency_objective_the_turns_time_batch1_calls_and_the_throughput_comes_after_them():
+    """An inference workload compared for latency: both arms held at once, each turn figured at its median
+    batch-1 call (1 / p50); the arms' percentiles are those of their turns' calls, and each measures its
+    throughput alone once the turns are over. One intra-op thread against two is slower per call here."""
+    def spec(config):
+        return TrialSpec(workload="inference", config=config, max_time_s=6.0, objective="latency")
+
+    result = run_pair(spec({}), spec({"threads.intra_op": 1}), probe_host(), timeout_s=120,
+                      options=PairOptions(rounds_s=6.0, min_rounds=MIN_WINDOWS_FOR_CI, max_rounds=8, target_ci_rel=0.0))
+    assert result.mode == ALTERNATING and result.mode_reason is None and result.ok, (result.a.error, result.b.error)
+    assert result.stopped_by == "rounds" and len(result.ratios) == 8
+    for arm, rates in ((result.a, result.a_rates), (result.b, result.b_rates)):
+        latency, throughput = arm.bench.latency, arm.bench.throughput
+        assert latency.stopped_by == "pair" and latency.calls >= len(rates)
+        assert min(rates) <= 1 / latency.p50_s <= max(rates)  # the turns' medians bracket the median of all calls
+        assert throughput.stopped_by in ("ci", "time") and throughput.samples_per_s > 0  # measured after, alone
+    assert result.summary.median == pytest.approx(result.a.bench.latency.p50_s / result.b.bench.latency.p50_s, rel=0.25)
+
+
 def test_arms_that_cannot_be_held_together_are_compared_in_separate_runs():
     one = _spec("logged")
     assert sequential_reason(one, one) is None
     assert "2 processes" in sequential_reason(one, _spec("logged", {"nproc_per_node": 2}))
-    assert "latency" in sequential_reason(_spec("logged", objective="latency"), one)
+    assert sequential_reason(_spec("logged", objective="latency"), one) is None  # its turns time batch-1 calls
     assert "profiled" in sequential_reason(_spec("logged", profile=True), one)
     assert "would not fit" in sequential_reason(one, one, peak_bytes=6 * 2**30, available_bytes=10 * 2**30)
     assert sequential_reason(one, one, peak_bytes=2 * 2**30, available_bytes=10 * 2**30) is None

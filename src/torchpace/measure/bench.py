@@ -15,7 +15,7 @@ import torch
 from torchpace.host import probe_host
 from torchpace.measure.latency import Latency
 from torchpace.measure.memory import read_peak_memory
-from torchpace.measure.result import BenchResult, LatencyFigures, ScriptInfo, StepShape, ThroughputFigures
+from torchpace.measure.result import THROUGHPUT, BenchResult, LatencyFigures, ScriptInfo, StepShape, ThroughputFigures
 from torchpace.measure.stats import summarize
 from torchpace.measure.timing import WARMUP_SHARE, Throughput, TimingOptions, window_for
 from torchpace.records import from_json
@@ -33,6 +33,9 @@ class BenchOptions:
     # the warm-up's own cap (None: its share of max_time_s); a separate run of a comparison measures a share
     # of the time but may warm up as a whole trial would
     warmup_s: float | None = None
+    # what a paired comparison's turns measure: `throughput` (windows of the real step), or `latency` (single
+    # batch-1 calls; the real step's throughput is then measured after the turns, alone)
+    turns: str = THROUGHPUT
 
     def warmup_extra_s(self, share: float = WARMUP_SHARE) -> float:
         """Seconds the warm-up may run beyond its `share` of `max_time_s` (`warmup_s`): the measuring after it

@@ -18,8 +18,9 @@ workers, compile workers) is stopped. This module is the measured process's part
 - `Gate.clock` leaves out the time the process was stopped, so its warm-up deadline, its window
   timing and its own time cap count only its turns;
 - a process that measures something more after its windows (an inference workload's batch-1
-  latency) sets `Gate.alone_after`, and says so at every gate, so the parent ends the arms one at a
-  time; otherwise both end at once.
+  latency; under the latency objective, whose turns time the batch-1 calls, its throughput) sets
+  `Gate.alone_after`, and says so at every gate, so the parent ends the arms one at a time; otherwise
+  both end at once.
 
 The pipes are file descriptors the trial process inherits, named in its spec (`TrialSpec.gate`, or
 `ScriptMeasure.gate` in a script), never in the environment, so processes the trial starts never take

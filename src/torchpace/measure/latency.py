@@ -12,6 +12,14 @@ confidence interval of the median (binomial order statistics, as for throughput;
 ±`target_ci_rel`, or the deadline passes. p90 and p99 are nearest-rank percentiles of the measured
 calls: with fewer than 100 calls p99 is simply the slowest call.
 
+In a paired comparison under the latency objective (`torchpace.trial.pair`) the meter takes turns with
+another trial through a `torchpace.measure.gate.Gate`, as the throughput meter does: it stops before its
+first call and when its warm-up is over, then times single calls for one turn at a time (of the gate's
+`turn_s`, at the whole calls nearest it, the first `turn_lead_in` of it untimed), and reports each turn's
+figure as `rate`: calls per second at that turn's median call (1 / its p50), the latency objective's score.
+The parent, which compares the two arms round by round on those figures, says when to end; the percentiles
+are then those of every call timed in a turn.
+
 The clock, the call and the sync are injected, so the loop is tested with a scripted clock.
 """
 
@@ -22,8 +30,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
+from torchpace.measure.gate import GO, LOADED, READY, WINDOW, Gate
 from torchpace.measure.stats import median_ci_ranks, windows_agree
-from torchpace.measure.timing import WARMUP_TOLERANCE, Clock
+from torchpace.measure.timing import WARMUP_TOLERANCE, Clock, TimingOptions
 
 _WARMUP_BLOCK_CALLS = 5  # medians of blocks of this many calls must agree to end the warm-up
 _CI_CHECK_GROWTH = 1.1  # recompute the CI each time the sample grows by 10% (sorting is not free)
@@ -95,7 +104,7 @@ class Latency:
     warmup_s: float
     warmup_calls: int
     warmup_converged: bool
-    stopped_by: str  # "ci" (target met), "time" (deadline passed) or "calls" (max_calls reached)
+    stopped_by: str  # "ci" (target met), "time" (deadline passed), "calls" (max_calls reached), "pair" (turns ended)
 
 
 def time_call(call: Callable[[], object], clock: Clock, sync: Callable[[], None]) -> float:
@@ -106,30 +115,42 @@ def time_call(call: Callable[[], object], clock: Clock, sync: Callable[[], None]
     return clock() - start
 
 
-def _warm_up(call, clock, sync, options: LatencyOptions, deadline: float) -> tuple[int, bool]:
-    """Run calls until two consecutive blocks agree; returns (warm-up calls, converged)."""
-    time_call(call, clock, sync)  # always runs: compile / lazy initialisation happen here
+def _warm_up(call, clock, sync, options: LatencyOptions, deadline: float) -> tuple[int, bool, float]:
+    """Run calls until two consecutive blocks agree; returns (warm-up calls, converged, the last block's median
+    call in seconds, else the first call's)."""
+    block = time_call(call, clock, sync)  # always runs: compile / lazy initialisation happen here
     calls, previous = 1, None
     while calls < options.max_warmup_calls and clock() < deadline:
         block = statistics.median(time_call(call, clock, sync) for _ in range(_WARMUP_BLOCK_CALLS))
         calls += _WARMUP_BLOCK_CALLS
         if previous is not None and windows_agree(block, previous, options.warmup_tolerance):
-            return calls, True
+            return calls, True, block
         previous = block
-    return calls, False
+    return calls, False, block
 
 
 def measure_latency(call: Callable[[], object], clock: Clock, sync: Callable[[], None], options: LatencyOptions,
-                    warmup_deadline: float, deadline: float) -> Latency:
+                    warmup_deadline: float, deadline: float, gate: Gate | None = None) -> Latency:
     """Warm up, then time single calls of `call` (one batch-1 request each). See the module docstring.
 
     Args:
         warmup_deadline: clock time after which warm-up stops (flagged as not converged).
-        deadline: clock time after which no new call starts (at least one call is measured).
+        deadline: clock time after which no new call starts (at least one call is measured); with a `gate`
+            the parent ends the turns instead.
+        gate: take turns with another trial (a paired comparison under the latency objective); `clock` is
+            then `gate.clock`.
+
+    Raises:
+        ValueError: with a `gate`, the parent ended the comparison before any turn of this arm's.
     """
+    if gate is not None and gate.pause(LOADED) != GO:
+        raise ValueError("the comparison ended before this arm's first call")
     start = clock()
-    warmup_calls, converged = _warm_up(call, clock, sync, options, warmup_deadline)
+    warmup_calls, converged, call_s = _warm_up(call, clock, sync, options, warmup_deadline)
     warmup_s = clock() - start
+    if gate is not None:
+        calls = _measure_in_turns(call, clock, sync, gate, warmup_s, converged, call_s)
+        return Latency(tuple(calls), summarize_latency(calls), warmup_s, warmup_calls, converged, "pair")
     samples: list[float] = []
     stopped_by, next_check = "calls", options.min_calls
     while len(samples) < options.max_calls:
@@ -143,3 +164,37 @@ def measure_latency(call: Callable[[], object], clock: Clock, sync: Callable[[],
             stopped_by = "time"
             break
     return Latency(tuple(samples), summarize_latency(samples), warmup_s, warmup_calls, converged, stopped_by)
+
+
+_DEFAULT_TURN_S = 0.2  # a turn's time when the parent gave none
+
+
+def _measure_in_turns(call: Callable[[], object], clock: Clock, sync: Callable[[], None], gate: Gate, warmup_s: float,
+                      warmup_converged: bool, call_s: float) -> list[float]:
+    """After the warm-up (whose calls took `call_s` at the end): one turn of timed calls each time the parent
+    says `go`, until it says anything else; every call timed in a turn. Each turn reports its calls, their time
+    and its `rate` (1 / the turn's median call)."""
+    calls: list[float] = []
+    command = gate.pause(READY, warmup_s=warmup_s, warmup_converged=warmup_converged, steps_per_window=1)
+    lead_in_share = TimingOptions().turn_lead_in
+    while command == GO:
+        turn_s = gate.turn_s or _DEFAULT_TURN_S
+        # untimed: caches and clocks the other arm left cold; the calls nearest that share of the turn (as the
+        # throughput meter's lead-in: none when one call is longer than twice the share)
+        lead_in_until = clock() + lead_in_share * turn_s
+        while clock() + call_s / 2 < lead_in_until:
+            time_call(call, clock, sync)
+        turn: list[float] = []
+        started = clock()
+        while True:  # the calls nearest the turn's time, at least one
+            turn.append(time_call(call, clock, sync))
+            elapsed_s = clock() - started
+            if elapsed_s + elapsed_s / len(turn) / 2 >= turn_s:
+                break
+        calls.extend(turn)
+        p50_s = call_s = statistics.median(turn)
+        command = gate.pause(WINDOW, steps=len(turn), samples=len(turn), elapsed_s=elapsed_s,
+                             rate=1.0 / p50_s if p50_s > 0 else 0.0)
+    if not calls:
+        raise ValueError("the comparison ended before this arm's first turn")
+    return calls

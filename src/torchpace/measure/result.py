@@ -172,7 +172,8 @@ class LatencyFigures:
         ci_rel_halfwidth: half the p50 CI's width relative to p50.
         calls: timed calls.
         warmup_s: seconds of warm-up calls (excluded).
-        stopped_by: `ci` (target met), `time` (deadline) or `calls` (the most calls).
+        stopped_by: `ci` (target met), `time` (deadline), `calls` (the most calls) or `pair` (the calls of a
+            paired comparison's turns, which its parent ended).
     """
 
     batch_size: int = field(metadata=spec(minimum=1))
@@ -184,7 +185,7 @@ class LatencyFigures:
     ci_rel_halfwidth: float
     calls: int = field(metadata=spec(minimum=1))
     warmup_s: float
-    stopped_by: str = field(metadata=spec(enum=["ci", "time", "calls"]))
+    stopped_by: str = field(metadata=spec(enum=["ci", "time", "calls", "pair"]))
 
     @property
     def objective(self) -> Objective:

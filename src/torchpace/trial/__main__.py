@@ -52,7 +52,8 @@ def run_spec(spec: TrialSpec, report_to: Path | None = None) -> TrialResult:
             if is_nonfinite(guard_losses):
                 return TrialResult(NONFINITE, guard_losses=guard_losses, error="loss became NaN/Inf in the guard steps",
                                    wall_time_s=time.perf_counter() - start)
-        options = BenchOptions(max_time_s=spec.max_time_s, compute_only=spec.compute_only, warmup_s=spec.warmup_s)
+        options = BenchOptions(max_time_s=spec.max_time_s, compute_only=spec.compute_only, warmup_s=spec.warmup_s,
+                               turns=spec.objective)  # in a comparison, the turns measure the objective's figure
         workload = load_workload(spec.workload)
         gate = Gate.open(spec.gate)
 

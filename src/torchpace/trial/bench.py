@@ -10,6 +10,11 @@ batch 1 with the 95% CI of p50 (`torchpace.measure.latency`), on one sample pre-
 device; `samples_per_s` is their throughput at the loader's batch size. They may also be checked
 against their fp32 eager reference (`accuracy=`, see `torchpace.inference.accuracy`).
 
+In a paired comparison (`gate=`) the real step takes turns with the other arm, window by window; what is
+measured after its windows (batch-1 latency) is measured alone while the other arm waits. Under the latency
+objective (`BenchOptions.turns`) the order turns round: the batch-1 calls take the turns, since latency is
+what decides, and the real step's throughput is measured after them, alone.
+
 A trial process (`torchpace.trial.__main__`) runs it, and so does `torchpace bench` in its own process
 when no process-level knob needs a new one; the figures are `torchpace.measure.bench`'s.
 """
@@ -31,7 +36,7 @@ from torchpace.measure.contention import measure_other_load
 from torchpace.measure.gate import Gate
 from torchpace.measure.latency import Latency, LatencyOptions, measure_latency
 from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_memory
-from torchpace.measure.result import AccuracyReport, BenchResult, StepShape
+from torchpace.measure.result import LATENCY, AccuracyReport, BenchResult, StepShape
 from torchpace.measure.timing import Clock, Throughput, measure_throughput
 from torchpace.runtime import Prepared, prepare
 from torchpace.engine.batch import batch_len
@@ -53,6 +58,9 @@ class _Phases:
 _TRAINING_PHASES = _Phases(WARMUP_SHARE, _MAIN_SHARE, 1.0)
 # inference: throughput (real step) by half the cap, compute-only by 70%, batch-1 latency the rest
 _INFERENCE_PHASES = _Phases(0.25, 0.5, 0.7)
+# a comparison's arm whose turns time batch-1 calls: after them, alone, the real step (and compute-only), by
+# these shares of the cap counted from the turns' end
+_AFTER_LATENCY_TURNS = _Phases(0.15, 0.3, 0.4)
 
 
 def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: float, losses: list, on_window,
@@ -93,14 +101,17 @@ def _measure_compute_only(run: Prepared, clock: Clock, opts: BenchOptions, start
     return measure_throughput(step, clock, device_sync(run.device), opts.timing(), now + remaining / 2, now + remaining, on_window)
 
 
-def _measure_batch1_latency(run: Prepared, clock: Clock, opts: BenchOptions, start: float, phases: _Phases) -> Latency:
-    """Per-call latency of one request: one sample pre-staged on the device, synced after each call."""
+def _measure_batch1_latency(run: Prepared, clock: Clock, opts: BenchOptions, start: float, phases: _Phases,
+                            gate: Gate | None = None) -> Latency:
+    """Per-call latency of one request: one sample pre-staged on the device, synced after each call. With a
+    `gate`, in turns: the warm-up may take a throughput meter's share of the cap, and the parent ends the turns."""
     loader = torch.utils.data.DataLoader(run.loader.dataset, batch_size=1, shuffle=False, collate_fn=run.workload.collate_fn)
     staged = run.to_device(next(iter(loader)))
     now = clock()
     remaining = max((1 - phases.compute_end) * opts.max_time_s, start + opts.max_time_s - now)
+    warmup_deadline = now + (WARMUP_SHARE * opts.max_time_s if gate is not None else remaining / 2)
     return measure_latency(lambda: run.step_on_device(staged), clock, device_sync(run.device),
-                           LatencyOptions(target_ci_rel=opts.target_ci_rel), now + remaining / 2, now + remaining)
+                           LatencyOptions(target_ci_rel=opts.target_ci_rel), warmup_deadline, now + remaining, gate)
 
 
 def run_bench(
@@ -125,7 +136,8 @@ def run_bench(
         own_root_pid: the root of torchpace's own process tree, whose CPU use is not "other load"
             (default this process; a trial process passes the tuner that started it).
         gate: take turns with another trial in a paired comparison (`torchpace.measure.gate`); the
-            real step is then measured one window per turn, and `clock` must be `gate.clock`.
+            real step is then measured one window per turn (under `options.turns == "latency"`, an inference
+            workload's batch-1 calls are, and the real step after the turns), and `clock` must be `gate.clock`.
         on_report: with a `gate`, this process can be kept for the next comparison: at each report the
             parent asks for, it gets the `BenchResult` of the windows since the previous one (a training
             workload's only: what measures after its windows, batch-1 latency, is measured once, at the end).
@@ -174,6 +186,13 @@ def _measure_all(run: Prepared, clock: Clock, opts: BenchOptions, start: float, 
     """(real step, compute-only or None, batch-1 latency or None), in that order within the time cap."""
     wants_latency = opts.latency if opts.latency is not None else not run.workload.is_training
     phases = _INFERENCE_PHASES if wants_latency else _TRAINING_PHASES
+    if gate is not None and wants_latency and opts.turns == LATENCY:  # the turns time batch-1 calls, and the
+        gate.alone_after, gate.reporter = True, None  # real step is measured after them while the other arm waits
+        latency = _measure_batch1_latency(run, clock, opts, start, phases, gate)
+        after = clock()
+        real = _measure_real_step(run, clock, opts, after, losses, on_window, _AFTER_LATENCY_TURNS)
+        compute = _measure_compute_only(run, clock, opts, after, on_window, _AFTER_LATENCY_TURNS) if opts.compute_only else None
+        return real, compute, latency
     if gate is not None:  # what is measured after the windows is measured while the other arm waits
         gate.alone_after = wants_latency or opts.compute_only
         gate.reporter = None if gate.alone_after else report  # such a process is not kept for another comparison

@@ -41,9 +41,12 @@ which takes it back without loading or warming it up again (of what it does not 
 most recently used arm is ended before anything starts). Only ending the `KeptArms` ends them; its
 guard covers them meanwhile.
 
-Where two processes cannot be held at once (several ranks per config; the latency objective, which
-times single calls; a pair that ran out of memory held together; a peak memory that would not fit
-twice), the comparison is *sequential*: short separate runs A B A B A B ..., three to a round as the
+Under the latency objective the turns time an inference workload's single batch-1 calls, and each turn's
+figure is 1 / its median call (`torchpace.measure.latency`), the objective's score; the throughput is then
+what is measured after the turns, alone.
+
+Where two processes cannot be held at once (several ranks per config; a pair that ran out of memory held
+together; a peak memory that would not fit twice; a profiled run), the comparison is *sequential*: short separate runs A B A B A B ..., three to a round as the
 turns are, and the result says so and why. It runs the rounds a 95% CI needs (`PairOptions.sequential_rounds`),
 each run measuring its share of the time: more start-ups than two held processes, but a comparison that can
 decide, where two rounds of longer runs could only ever say "too few rounds to tell". Each run warms up as
@@ -160,8 +163,9 @@ class PairResult:
         mode: `alternating` (turns while the other arm is stopped) or `sequential` (separate runs).
         mode_reason: why the comparison is sequential (None when alternating).
         a, b: each arm's trial result (its bench holds its own measured windows).
-        a_rates, b_rates: each turn's figure of each arm (samples/s, or steps/s without samples): A's
-            turns frame B's, so A has one more when the comparison ran to its end.
+        a_rates, b_rates: each turn's figure of each arm (samples/s, or steps/s without samples; under the
+            latency objective, calls/s at the turn's median call): A's turns frame B's, so A has one more when
+            the comparison ran to its end.
         stopped_by: `ci`, `clear` (the CI wholly on one side of `decide_at`), `time`, `rounds`; `ended`
             (an arm's script finished first) or `failed` (an arm failed, and the other was not judged).
         other_load_a, other_load_b: cores other processes used during each arm's turns (None: unread).
@@ -248,8 +252,6 @@ def sequential_reason(spec_a: TrialSpec, spec_b: TrialSpec, *, peak_bytes: int |
     ranks = max(nproc_of(spec_a.config), nproc_of(spec_b.config))
     if ranks > 1:
         return f"a config runs {ranks} processes (torchrun), which cannot be stopped and continued as one"
-    if "latency" in (spec_a.objective, spec_b.objective):
-        return "the latency objective times single calls, which are not measured in turns"
     if spec_a.script_mode != "bench" or spec_b.script_mode != "bench" or spec_a.profile or spec_b.profile:
         return "a profiled run is not measured in turns"
     if not fits_beside(peak_bytes, available_bytes, new_processes):
@@ -476,8 +478,8 @@ class KeptArms:
     `process.StoppedGroupGuard` SIGKILLs them should torchpace itself be killed meanwhile.
 
     Only arms that can report (a workload's training step, measured in turns: `Gate.reporter`) are kept: a
-    script runs to its own end, and an inference workload measures its batch-1 latency once, after its
-    windows.
+    script runs to its own end, and an inference workload measures a figure once, alone, after its turns
+    (batch-1 latency, or under the latency objective its throughput).
     """
 
     def __init__(self, capacity: int = 3):
@@ -673,7 +675,7 @@ class _Rounds:
             if event is None:
                 return arm
             load.charge(arm)
-            self.rates[arm.name].append(event["samples"] / event["elapsed_s"] if event["elapsed_s"] > 0 else 0.0)
+            self.rates[arm.name].append(_turn_rate(event))
             _log.debug("turn %d, arm %s: %d steps in %.3f s, %.0f a second", turn, arm.name.upper(), event["steps"],
                        event["elapsed_s"], self.rates[arm.name][-1])
             if (turn + 1) % TURNS_PER_ROUND == 0 and self._done(rounds_end):
@@ -697,6 +699,14 @@ class _Rounds:
             _log.info("rounds stopped by %s after %d: B/A %.3f [%.3f, %.3f]", self.stopped_by, summary.n, summary.median,
                       summary.ci_low, summary.ci_high)
         return bool(self.stopped_by)
+
+
+def _turn_rate(event: Mapping[str, Any]) -> float:
+    """A turn's figure: the `rate` an arm reports (1 / the median batch-1 call of a latency turn), else its
+    samples (or steps) over its time; 0 when it measured nothing."""
+    if "rate" in event:
+        return float(event["rate"])
+    return event["samples"] / event["elapsed_s"] if event["elapsed_s"] > 0 else 0.0
 
 
 def _arm_results(arms: list[_Arm], ended: _Arm | None, deadline: float, timeout_s: float,
