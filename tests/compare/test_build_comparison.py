@@ -62,3 +62,14 @@ def test_the_json_holds_each_arms_turns_and_the_rounds_come_from_them():
     assert Comparison.from_dict(data) == comparison
     older = {**data, "a": {k: v for k, v in data["a"].items() if k != "turns"}}  # written before arms held their turns
     assert Comparison.from_dict(older).a.turns == ()
+
+
+def test_under_the_latency_objective_each_arm_is_the_median_of_its_turns_p50s_in_seconds():
+    # each turn's figure is 1 / its median batch-1 call: arm A's calls took 2 ms, arm B's 1.6 ms
+    comparison = build_comparison(_pair((500.0,) * 10, (625.0,) * 9, 0.0), "inference", DEFAULTS, DEFAULTS, "latency")
+    assert comparison.objective == "latency" and comparison.unit == "s"
+    assert comparison.a.figure == pytest.approx(0.002) and comparison.b.figure == pytest.approx(0.0016)
+    assert comparison.a.turns == pytest.approx((0.002,) * 10)
+    # B over A as for throughput: A's p50 over B's, above 1 when B answers sooner
+    assert comparison.ratio == pytest.approx(1.25) and comparison.verdict == "faster"
+    assert build_comparison(_pair((500.0,) * 10, (625.0,) * 9, 0.0), "inference", DEFAULTS, DEFAULTS).unit == "samples/s"

@@ -63,6 +63,8 @@ def test_a_failing_arm_is_exit_1_and_labelled(cli_run):
     (("--set", "no.such_knob=1"), "no.such_knob"),
     (("--max-time", "0"), "--max-time"),
     (("--out", "a.toml", "--config", "a.toml"), "a.toml"),
+    (("--objective", "latency"), "--objective latency needs an inference workload, and 'tabular' trains"),
+    (("--objective", "fastest"), "'fastest' is not one of 'throughput', 'latency'"),
 ])
 def test_bad_input_is_exit_2_before_anything_runs(cli_run, tmp_path, args, says):
     (tmp_path / "a.toml").write_text("schema_version = 1\n")
@@ -70,6 +72,33 @@ def test_bad_input_is_exit_2_before_anything_runs(cli_run, tmp_path, args, says)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert says in result.stderr
     assert (tmp_path / "a.toml").read_text() == "schema_version = 1\n"  # nothing overwritten
+
+
+def test_latency_of_a_script_is_exit_2_naming_the_objective_that_applies(cli_run, tmp_path):
+    (tmp_path / "train.py").write_text("print('never run')\n")
+    result = cli_run("compare", "--objective", "latency", "--", sys.executable, "train.py", timeout=120)
+    assert result.returncode == 2 and "is a script" in result.stderr and "--objective throughput" in result.stderr
+
+
+@pytest.mark.slow
+def test_latency_compares_batch1_calls_in_turns(cli_run):
+    from statistics import median
+
+    from torchpace.trial.pair import paired_ratios
+
+    result = cli_run("compare", "inference", "--objective", "latency", "--set", "threads.intra_op=1", "--max-time", "6",
+                     "--json", timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = _json(result)
+    assert payload["objective"] == "latency" and payload["unit"] == "s"
+    assert payload["mode"] == "alternating" and payload["mode_reason"] is None
+    for arm in ("a", "b"):  # each turn's batch-1 p50, in seconds; the arm's figure is their median
+        turns = payload[arm]["turns"]
+        assert 0 < min(turns) and max(turns) < 1 and payload[arm]["figure"] == pytest.approx(median(turns))
+    # the rounds are those of the turns' 1 / p50, so above 1 means B answers sooner
+    rates = {arm: [1 / p50 for p50 in payload[arm]["turns"]] for arm in ("a", "b")}
+    assert payload["ratios"] == pytest.approx(paired_ratios(rates["a"], rates["b"]))
+    assert payload["rounds"] == len(payload["ratios"]) and payload["ratio_ci_low"] <= payload["ratio"] <= payload["ratio_ci_high"]
 
 
 @pytest.mark.slow

@@ -44,6 +44,12 @@ class FiniteFloat(click.FloatRange):
 SECONDS = FiniteFloat(min=0, min_open=True)  # every duration option: finite and > 0
 
 
+def objective_option(help_text: str):
+    """`--objective throughput|latency`: the figure a verb judges configs by (`torchpace.tune.objective`)."""
+    return click.option("--objective", type=click.Choice(["throughput", "latency"]), default="throughput",
+                        show_default=True, help=help_text)
+
+
 def device_option(func):
     """`--device`: a torch device this host has (checked when parsed: exit 2 naming what is valid)."""
     return click.option("--device", default=None, callback=_check_device,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from torchpace.cli._common import check_outputs, json_option, output_result
-from torchpace.cli._options import SECONDS, device_option, workload_argument, workload_inputs
+from torchpace.cli._options import SECONDS, device_option, objective_option, workload_argument, workload_inputs
 from torchpace.cli._script import ScriptVerb, samples_per_step_option, script_command, script_inputs
 from torchpace.errors import UsageError
 
@@ -21,11 +21,14 @@ from torchpace.errors import UsageError
               help="Seconds of rounds (both arms' turns together); each arm's warm-up comes before, alone.")
 @click.option("--sequential", is_flag=True,
               help="Compare in separate runs (A B A B A B) instead of turns of two processes held at once.")
+@objective_option("Compare samples/s at the batch size, or batch-1 p50 latency (inference workloads: each turn "
+                  "times single calls).")
 @device_option
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Also save the JSON result here.")
 @samples_per_step_option
 @json_option
-def command(workload, config_paths, assignments, max_time_s, sequential, device, out_path, samples_per_step, as_json):
+def command(workload, config_paths, assignments, max_time_s, sequential, objective, device, out_path, samples_per_step,
+            as_json):
     """Measure config B against config A on WORKLOAD (default: the built-in `tabular`) or on an
     unmodified script given after `--`, in alternation: both run as trial processes at once and take
     turns, one measured window each per round while the other is stopped, so the host's drift falls
@@ -36,6 +39,7 @@ def command(workload, config_paths, assignments, max_time_s, sequential, device,
     torchpace compare --set data.num_workers=2 -- python train.py  # on your script
     torchpace compare --config torchpace.toml                      # a tuned config vs the defaults
     torchpace compare --config a.toml --config b.toml vision       # two configs
+    torchpace compare --objective latency --set threads.intra_op=1 inference  # batch-1 p50
     """
     # lazy: `torchpace compare --help` loads this module; the verb's work loads only when it runs
     from torchpace.compare.render import render_comparison
@@ -49,7 +53,8 @@ def command(workload, config_paths, assignments, max_time_s, sequential, device,
               *(("a config", path) for path in config_paths)]
     check_outputs({"--out": out_path}, inputs)
     config_a, config_b = build_pair(config_paths, assignments)
-    options = CompareOptions(max_time_s=max_time_s, sequential=sequential, samples_per_step=samples_per_step, device=device)
+    options = CompareOptions(max_time_s=max_time_s, sequential=sequential, samples_per_step=samples_per_step, device=device,
+                             objective=objective)
     result = compare(workload, command_argv, config_a, config_b, options, probe_host(), show_progress=not as_json)
     output_result(result.to_dict(), out_path, as_json, lambda console, _: render_comparison(console, result))
     return 0 if result.verdict != "failed" else 1

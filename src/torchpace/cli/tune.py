@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from torchpace.cli._common import check_outputs, emit_json, study_file, json_option, make_console
-from torchpace.cli._options import SECONDS, FiniteFloat, workload_argument, workload_inputs
+from torchpace.cli._options import SECONDS, FiniteFloat, objective_option, workload_argument, workload_inputs
 from torchpace.cli._script import (ScriptVerb, check_show_output, samples_per_step_option, script_command,
                                      script_inputs, show_output_option)
 from torchpace.errors import UsageError
@@ -41,8 +41,7 @@ def parse_duration_s(text: str) -> float:
               help=f"Seeded steps compared against the baseline's loss curve (0: no guard; at most {MAX_GUARD_STEPS}).")
 @click.option("--trial-time", type=SECONDS, default=20.0, show_default=True, help="Measurement cap per trial, seconds.")
 @click.option("--knob", "knob_names", multiple=True, help="Tune only these knobs (repeatable).")
-@click.option("--objective", type=click.Choice(["throughput", "latency"]), default="throughput", show_default=True,
-              help="Maximise samples/s at the batch size, or minimise batch-1 p50 latency (inference workloads).")
+@objective_option("Maximise samples/s at the batch size, or minimise batch-1 p50 latency (inference workloads).")
 @click.option("--accuracy-rtol", type=FiniteFloat(min=0), default=0.05, show_default=True,
               help="Inference: max output error vs the fp32 eager reference, relative to its largest output.")
 @click.option("--min-top1", "min_top1", type=FiniteFloat(0, 1), default=0.99, show_default=True,

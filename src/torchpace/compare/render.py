@@ -5,16 +5,20 @@ from __future__ import annotations
 from rich.table import Table
 
 from torchpace.compare.result import Comparison
+from torchpace.measure.render import format_latency
+from torchpace.measure.result import SECONDS
 
 
 def render_comparison(console, r: Comparison) -> None:
+    latency = r.unit == SECONDS
+    value = format_latency if latency else (lambda v: f"{v:,.2f}")
     table = Table(title=f"compare {r.target}  ({_mode(r)})", title_justify="left")
-    for column in ("arm", "config", r.unit + " (median of its rounds)", "95% CI", "other load"):
+    for column in ("arm", "config", ("batch-1 p50" if latency else r.unit) + " (median of its turns)", "95% CI", "other load"):
         table.add_column(column)
     for name, arm in (("A", r.a), ("B", r.b)):
         config = ", ".join(f"{k}={v}" for k, v in sorted(arm.config.items())) or "PyTorch defaults"
-        figure = f"{arm.figure:,.2f}" if arm.figure is not None else arm.status
-        ci = f"[{arm.ci_low:,.2f}, {arm.ci_high:,.2f}]" if arm.ci_low is not None else "-"
+        figure = value(arm.figure) if arm.figure is not None else arm.status
+        ci = f"[{value(arm.ci_low)}, {value(arm.ci_high)}]" if arm.ci_low is not None else "-"
         load = f"{arm.other_load_cores:.1f} cores" if arm.other_load_cores is not None else "-"
         table.add_row(name, config, figure, ci, load)
     console.print(table)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchpace.measure.result import SAMPLES_PER_S, STEPS_PER_S
+from torchpace.measure.result import LATENCY, SAMPLES_PER_S, SECONDS, STEPS_PER_S, THROUGHPUT
 from torchpace.records import from_json, spec, to_json
 
 RESULT_KIND = "torchpace.compare"
@@ -22,7 +22,7 @@ class ComparisonArm:
     config: Mapping[str, Any] = field(metadata=spec("knobs that differ from their defaults"))
     status: str = field(metadata=spec("the arm's trial status (ok, crash, oom, timeout, nonfinite, invalid; partner: "
                                       "ended because the other arm failed, not judged)"))
-    figure: float | None = field(metadata=spec("median of this arm's rounds, in `unit`"))
+    figure: float | None = field(metadata=spec("median of this arm's turns, in `unit` (latency: of the turns' p50s)"))
     ci_low: float | None
     ci_high: float | None
     rounds: int = field(metadata=spec("measured turns (alternating) or runs (sequential)", minimum=0))
@@ -49,14 +49,15 @@ class Comparison:
     mode: str = field(metadata=spec("alternating: two processes held at once take turns; sequential: separate runs "
                                     "A B A B A B", enum=["alternating", "sequential"]))
     mode_reason: str | None = field(metadata=spec("why the comparison is sequential"))
-    unit: str = field(metadata=spec("steps/s when a script's samples per step are unknown",
-                                    enum=[SAMPLES_PER_S, STEPS_PER_S]))
+    unit: str = field(metadata=spec("steps/s when a script's samples per step are unknown; s (batch-1 p50) under the "
+                                    "latency objective", enum=[SAMPLES_PER_S, STEPS_PER_S, SECONDS]))
     stopped_by: str = field(metadata=spec("ci: the ratio's CI reached ±2%; time: --max-time; rounds: the separate runs' "
                                           "rounds were all run (mode sequential); ended: a script finished first; "
                                           "failed: an arm failed", enum=["ci", "time", "rounds", "ended", "failed"]))
     a: ComparisonArm
     b: ComparisonArm
-    ratio: float | None = field(metadata=spec("B / A: the median of the per-round ratios (above 1: B is faster)"))
+    ratio: float | None = field(metadata=spec("B / A: the median of the per-round ratios (above 1: B is faster; under "
+                                              "the latency objective a round's ratio is A's p50 over B's)"))
     ratio_ci_low: float | None = field(metadata=spec("95% CI of that median (binomial order statistics)"))
     ratio_ci_high: float | None
     ratio_ci_coverage: float | None = field(metadata=spec("the CI's coverage (below 0.95 with fewer than 6 rounds)"))
@@ -71,6 +72,9 @@ class Comparison:
         "ran at speeds 3x or more apart, that they did)"))
     usable_cores: int | None
     wall_time_s: float
+    objective: str = field(default=THROUGHPUT, metadata=spec(
+        "what the turns measured: throughput (windows of the real step) or latency (single batch-1 calls, each turn "
+        "figured at its median call)", enum=[THROUGHPUT, LATENCY], required=False))
 
     def to_dict(self) -> dict[str, Any]:
         return to_json(self)

@@ -5,8 +5,9 @@ The figures, one definition for the terminal, `--json` and the report:
 
 - the ratio is B / A: the median of the per-round ratios, with its distribution-free 95% CI
   (`measure.stats.summarize`); above 1 B is faster;
-- each arm's figure is the median of its own rounds (samples/s, or steps/s when the samples per step
-  of a script are unknown), with its CI;
+- each arm's figure is the median of its own turns (samples/s, or steps/s when the samples per step
+  of a script are unknown; under the latency objective the median of its turns' batch-1 p50s, in seconds),
+  with its CI;
 - the verdict: `faster` when the whole CI is above 1, `slower` when it is below, else `no difference`
   (the comparison cannot tell them apart within its CI); `too few rounds` when the rounds hold no 95% CI
   (fewer than `MIN_WINDOWS_FOR_CI`: the order statistics of 2 rounds bound the median 1 time in 2, and
@@ -34,12 +35,13 @@ from torchpace.host import HostFacts
 from torchpace.knobs import REGISTRY
 from torchpace.launch.command import parse_python_command
 from torchpace.measure.contention import decision_note
-from torchpace.measure.result import SAMPLES_PER_S, STEPS_PER_S
+from torchpace.measure.result import LATENCY, SAMPLES_PER_S, SECONDS, STEPS_PER_S, THROUGHPUT, BenchResult
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.protocol import INVALID, TrialSpec
 from torchpace.script.knobs import check_script_config
 from torchpace.trial.pair import SEQUENTIAL, PairOptions, PairResult, run_pair, sequential_reason
 from torchpace.trial.script import script_trial_spec
+from torchpace.tune.objective import check_objective
 from torchpace.workload import DEFAULT_WORKLOAD, load_workload
 
 _START_MARGIN_S = 120.0  # start-up, guard steps and compile beyond the measured time
@@ -55,6 +57,7 @@ class CompareOptions:
     sequential: bool = False  # separate runs A B A B A B instead of turns
     samples_per_step: int | None = None
     device: str | None = None
+    objective: str = THROUGHPUT  # or `latency`: an inference workload's batch-1 p50, each turn timing single calls
 
     def timeout_s(self, max_time_s: float | None = None) -> float:
         """The cap of a comparison in turns whose rounds take `max_time_s` (default --max-time): both warm-ups,
@@ -70,7 +73,8 @@ def arm_specs(target: str | None, command: Sequence[str] | None, config_a: RunCo
                      for config in (config_a, config_b))
 
     return tuple(TrialSpec(workload=target or DEFAULT_WORKLOAD, config=dict(config.values), max_time_s=options.max_time_s,
-                           device=options.device, sys_path=[os.getcwd()]) for config in (config_a, config_b))
+                           device=options.device, sys_path=[os.getcwd()], objective=options.objective)
+                 for config in (config_a, config_b))
 
 
 def compare(target: str | None, command: Sequence[str] | None, config_a: RunConfig, config_b: RunConfig,
@@ -80,7 +84,7 @@ def compare(target: str | None, command: Sequence[str] | None, config_a: RunConf
     Raises:
         UsageError: a knob of either config does not apply here (before anything starts).
     """
-    label = _check_configs(target, command, config_a, config_b, host)
+    label = _check_configs(target, command, config_a, config_b, host, options.objective)
     spec_a, spec_b = arm_specs(target, command, config_a, config_b, options)
     pair_options = PairOptions(rounds_s=options.max_time_s)
     pair_options = replace(pair_options, run_timeout_s=options.timeout_s(pair_options.run_time_s(options.max_time_s)))
@@ -88,33 +92,48 @@ def compare(target: str | None, command: Sequence[str] | None, config_a: RunConf
     # separate runs: each capped as one of its share of the time would be
     timeout_s = pair_options.separate_runs_timeout_s if sequential else options.timeout_s()
     with round_progress(show_progress, f"compare {label}") as on_round:
-        pair = run_pair(spec_a, spec_b, host, timeout_s, pair_options, sequential=sequential, on_round=on_round)
+        pair = run_pair(spec_a, spec_b, host, timeout_s, pair_options, sequential=sequential, on_round=on_round,
+                        figure=lambda bench: _score(bench, options.objective))
     for arm in (pair.a, pair.b):
         if arm.status == INVALID:
             raise UsageError(arm.error)
-    return build_comparison(pair, label, config_a, config_b)
+    return build_comparison(pair, label, config_a, config_b, options.objective)
 
 
-def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, host: HostFacts) -> str:
-    """The compared thing's label, after checking that every knob of both configs can run here."""
+def _score(bench: BenchResult | None, objective: str) -> float | None:
+    """A separate run's figure under `objective`, "higher is better" as the turns' (1 / p50 for latency)."""
+    figure = bench.objective_for(objective) if bench is not None else None
+    return figure.score if figure is not None else None
+
+
+def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, host: HostFacts,
+                   objective: str = THROUGHPUT) -> str:
+    """The compared thing's label, after checking that every knob of both configs can run here, and that the
+    objective can be measured on it (latency: an inference workload)."""
     if command:
         label = parse_python_command(command).label
+        if objective == LATENCY:
+            raise UsageError(f"--objective latency needs an inference workload (a Workload with loss=None), and {label} "
+                             "is a script, measured by its own steps: compare it with --objective throughput")
         for config in (config_a, config_b):
             check_script_config(config, host, label)
         return label
     from torchpace.runtime.prepare import check_config
 
     workload = load_workload(target)
+    check_objective(objective, workload.is_training, workload.name)
     for config in (config_a, config_b):
         check_config(config, host, workload)
     return workload.name
 
 
-def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b: RunConfig) -> Comparison:
+def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b: RunConfig,
+                     objective: str = THROUGHPUT) -> Comparison:
     """The comparison's figures (see the module docstring) from a `PairResult` (pure)."""
     summary = pair.summary
-    unit = STEPS_PER_S if any(arm.bench and not arm.bench.throughput.samples_known for arm in (pair.a, pair.b)) \
-        else SAMPLES_PER_S
+    latency = objective == LATENCY
+    unit = SECONDS if latency else STEPS_PER_S if any(
+        arm.bench and not arm.bench.throughput.samples_known for arm in (pair.a, pair.b)) else SAMPLES_PER_S
     changed = sorted(set(config_a.non_default().items()) ^ set(config_b.non_default().items()))
     core_knobs = sorted({name for name, _ in changed if REGISTRY[name].shares_cores})
     loads = [load for load in (pair.other_load_a, pair.other_load_b) if load is not None]
@@ -125,13 +144,13 @@ def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b
     return Comparison(
         kind=RESULT_KIND, schema_version=RESULT_SCHEMA_VERSION, target=label,
         mode=pair.mode, mode_reason=pair.mode_reason, unit=unit, stopped_by=pair.stopped_by,
-        a=_arm(pair.a, config_a, pair.a_rates, pair.other_load_a),
-        b=_arm(pair.b, config_b, pair.b_rates, pair.other_load_b),
+        a=_arm(pair.a, config_a, pair.a_rates, pair.other_load_a, latency),
+        b=_arm(pair.b, config_b, pair.b_rates, pair.other_load_b, latency),
         ratio=summary.median if summary else None, ratio_ci_low=summary.ci_low if summary else None,
         ratio_ci_high=summary.ci_high if summary else None, ratio_ci_coverage=summary.ci_coverage if summary else None,
         rounds=summary.n if summary else 0, ratios=tuple(pair.ratios),
         verdict=verdict, summary=_sentence(verdict, summary, pair), other_load_note=note,
-        usable_cores=pair.usable_cores, wall_time_s=pair.wall_time_s,
+        usable_cores=pair.usable_cores, wall_time_s=pair.wall_time_s, objective=objective,
     )
 
 
@@ -185,8 +204,12 @@ def _sentence(verdict: str, summary: Summary | None, pair: PairResult) -> str:
     return f"no difference this comparison can tell: B is {summary.median:.3f}x A ({ci}, which contains 1)"
 
 
-def _arm(result, config: RunConfig, rates: Sequence[float], other_load: float | None) -> ComparisonArm:
-    """One arm in the comparison: its config, status, and the median of its rounds with the CI."""
+def _arm(result, config: RunConfig, rates: Sequence[float], other_load: float | None,
+         latency: bool = False) -> ComparisonArm:
+    """One arm in the comparison: its config, status, and the median of its turns with the CI (`latency`: the
+    turns' rates are 1 / p50, shown as the p50s, in seconds)."""
+    if latency:
+        rates = [1.0 / rate if rate > 0 else 0.0 for rate in rates]
     figure = summarize(list(rates)) if rates else None
     return ComparisonArm(
         config=config.non_default(), status=result.status, figure=figure.median if figure else None,
