@@ -21,7 +21,9 @@ between a fast and a 20-100x slower regime from one turn to the next, one thread
 not depend on the CPU), `threads` (tabular with 2 intra-op threads against 1: an effect that depends
 on how many cores other processes leave free), `kept` (tabular against itself, arm A a process kept from
 a comparison before, as a tune's incumbent is, arm B a new one with guard steps, as a tune's candidate
-is: the ratio should be 1, else a kept arm is not measured like a new one). `--busy N` runs N processes that spin
+is: the ratio should be 1, else a kept arm is not measured like a new one), `aalat` (the built-in `inference`
+against itself under the latency objective: each turn times single batch-1 calls and counts as 1 / its median
+call; separate runs compare the two runs' p50s). `--busy N` runs N processes that spin
 (`while True: pass`) for the whole benchmark, as another user's jobs would.
 
 `--plain-loop SECONDS` first times the `tabular` step in a plain loop with no torchpace in it
@@ -58,13 +60,17 @@ CASES = {
     "workers": (SLEEPY, {"data.num_workers": 1}, {"data.num_workers": 2}, (1.8, 2.2)),
     "threads": ("tabular", {"threads.intra_op": 2}, {"threads.intra_op": 1}, None),
     "kept": ("tabular", {}, {}, (1.0, 1.0)),
+    "aalat": ("inference", {}, {}, (1.0, 1.0)),
 }
+OBJECTIVES = {"aalat": "latency"}  # the cases judged by another figure than samples/s
 KEPT_GUARD_STEPS = 10  # a tune's candidate runs its guard steps first: arm B is then a process of its own
 
 
-def paired(workload: str, a: dict, b: dict, max_time_s: float, host, kept: bool = False) -> dict:
-    spec_a = TrialSpec(workload=workload, config=a, max_time_s=max_time_s)
-    spec_b = TrialSpec(workload=workload, config=b, max_time_s=max_time_s, guard_steps=KEPT_GUARD_STEPS if kept else 0)
+def paired(workload: str, a: dict, b: dict, max_time_s: float, host, kept: bool = False,
+           objective: str = "throughput") -> dict:
+    spec_a = TrialSpec(workload=workload, config=a, max_time_s=max_time_s, objective=objective)
+    spec_b = TrialSpec(workload=workload, config=b, max_time_s=max_time_s, guard_steps=KEPT_GUARD_STEPS if kept else 0,
+                       objective=objective)
     options = PairOptions(rounds_s=max_time_s)
     with KeptArms() as kept_arms:
         if kept:  # a first comparison, as a tune's before, whose arm A the measured one takes back
@@ -93,15 +99,16 @@ def _share_above(ratios) -> float | None:
     return sum(1 for r in ratios if r > 1) / len(ratios) if ratios else None
 
 
-def separate(workload: str, a: dict, b: dict, max_time_s: float, host) -> dict:
-    """The method before: A alone, then B alone, each for the same time a paired arm gets."""
+def separate(workload: str, a: dict, b: dict, max_time_s: float, host, objective: str = "throughput") -> dict:
+    """The method before: A alone, then B alone, each for the same time a paired arm gets; B over A of the
+    objective's score (for latency, A's p50 over B's)."""
     started = time.perf_counter()
     results = [run_trial(TrialSpec(workload=workload, config=config, max_time_s=max_time_s), host,
                          timeout_s=max_time_s + 120) for config in (a, b)]
     if not all(r.ok for r in results):
         return {"ok": False, "ratio": None, "wall_s": time.perf_counter() - started}
-    fa, fb = (r.bench.objective.value for r in results)
-    ca, cb = (r.bench.objective.ci_rel_halfwidth for r in results)
+    fa, fb = (r.bench.objective_for(objective).score for r in results)
+    ca, cb = (r.bench.objective_for(objective).ci_rel_halfwidth for r in results)
     loads = [r.bench.other_load_cores for r in results if r.bench.other_load_cores is not None]
     return {"ok": True, "ratio": fb / fa, "ci_rel": ca + cb, "load": max(loads) if loads else None,
             "wall_s": time.perf_counter() - started}
@@ -150,8 +157,9 @@ def run_case(case: str, args, host) -> None:
     print(f"\n## {case}: B {b or 'defaults'} / A {a or 'defaults'}" + (f"  (expected {band[0]:g}-{band[1]:g})" if band else ""))
     paired_runs, separate_runs = [], []
     for repeat in range(args.repeats):  # interleaved: paired, separate, paired, separate ...
-        p = paired(workload, a, b, args.max_time, host, kept=case == "kept")
-        s = separate(workload, a, b, args.max_time, host)
+        objective = OBJECTIVES.get(case, "throughput")
+        p = paired(workload, a, b, args.max_time, host, kept=case == "kept", objective=objective)
+        s = separate(workload, a, b, args.max_time, host, objective)
         paired_runs.append(p)
         separate_runs.append(s)
         print(f"  {repeat + 1}: paired {_fmt_pair(p)}   separate {_fmt_sep(s)}", flush=True)

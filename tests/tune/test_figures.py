@@ -154,3 +154,37 @@ def test_a_configs_range_spans_every_usable_measurement_of_it_and_keeps_the_show
     assert (alone.measurements, alone.figure.ci_low, alone.figure.ci_high) == (1, 390.0, 410.0)
     assert config_range(Objective("throughput", "samples/s", 5.0), [], {}) == RangeFigure(Objective("throughput", "samples/s", 5.0), 0)
     assert range_name(1) == "range of 1 measurement" and range_name(4) == "range of 4 measurements"
+
+
+def test_a_decision_on_threads_whose_incumbent_ran_far_off_its_other_measurements_says_the_host_changed():
+    """No other process's load, but the incumbent's arm in the deciding comparison ran at 0.6 of its other
+    measurements (a VM's cores slowed by other tenants slow two threads, not one): the gain may not hold."""
+    from test_tune_render import _pair
+    from torchpace.tune.figures import host_change_note
+    from torchpace.tune.outcome import _decision_note
+    from torchpace.tune.policy import Decision
+
+    def row(slot, config, score, reference=None, reference_score=None):
+        figure = Objective("throughput", "samples/s", score, score * 0.97, score * 1.03)
+        pair = _pair([1.0] * 6, reference_score, load=0.0) if reference is not None else None
+        return TrialRow(number=0, slot=slot, config=config, throughput=figure, objective=figure, reference=reference,
+                        pair=pair)
+
+    one = {"threads.intra_op": 1}
+    rows = [row("baseline", {}, 100.0), row("noise", {}, 99.0, reference={}, reference_score=101.0)]
+    slow = row("pair:threads.intra_op=1", one, 75.0, reference={}, reference_score=60.0)
+    note = host_change_note([slow], [*rows, slow], ["threads.intra_op"])
+    assert note.startswith("measured while the incumbent ran 40% slower than in its 3 other measurements of this study")
+    assert "no other process's load was material" in note and "gains of threads.intra_op may not hold" in note
+    fast = replace(slow, pair=replace(slow.pair, reference_value=130.0))
+    assert "ran 30% faster than" in host_change_note([fast], [*rows, fast], ["threads.intra_op"])
+    steady = replace(slow, pair=replace(slow.pair, reference_value=95.0))
+    assert host_change_note([steady], [*rows, steady], ["threads.intra_op"]) is None  # within 1.2x either way
+    assert host_change_note([slow], [*rows, slow], ["precision.amp"]) is None  # its gain does not depend on free cores
+    assert host_change_note([slow], [slow], ["threads.intra_op"]) is None  # nothing else to tell a change by
+    # through the outcome: the decision's note, when other processes' load was not material
+    decision = Decision("system", "threads.intra_op", 1, 60.0, 75.0, 0.01, "accepted: ...", value=1, ratio=1.25,
+                        other_load_cores=0.0)
+    assert _decision_note(decision, [*rows, slow], usable_cores=2) == note
+    loaded = replace(decision, other_load_cores=1.0)
+    assert _decision_note(loaded, [*rows, slow], usable_cores=2).startswith("measured while other processes used 1.0 of 2")

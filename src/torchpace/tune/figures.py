@@ -36,9 +36,10 @@ are what is reported, after the fact, from every measurement taken.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from torchpace.knobs import REGISTRY
 from torchpace.measure.contention import decision_note, is_material
@@ -124,6 +125,16 @@ class ArmMeasured(Measured, Protocol):
 
     reference: Any
     pair: PairRecord | None
+    objective: Objective | None
+
+
+def _scores_of(config: Mapping[str, Any], rows: Sequence[ArmMeasured]) -> list[float]:
+    """Every score (the study's objective, "higher is better") of `config` the rows measured: each usable row of
+    it, and each comparison's reference arm of it that ended ok."""
+    scores = [row.objective.score for row in rows if is_usable(row) and dict(row.config or {}) == config and row.objective]
+    scores += [row.pair.reference_value for row in rows if row.pair is not None and row.reference is not None
+               and dict(row.reference) == config and row.pair.reference_status == "ok"]
+    return [score for score in scores if score]
 
 
 def config_measurements(rows: Sequence[ArmMeasured], config: Any) -> list[Objective]:
@@ -243,11 +254,51 @@ def comparison(pair: PairRecord | None) -> ComparisonFigure | None:
     return ComparisonFigure(pair.ratio, pair.ratio_ci_low, pair.ratio_ci_high, pair.rounds, pair.mode, pair.mode_reason)
 
 
+HOST_CHANGE = 1.2  # a reference arm this many times off its config's other measurements, either way: the host changed
+
+
 def load_note(other_load_cores: float | None, usable_cores: int | float, knobs: Sequence[str]) -> str | None:
     """The note beside a decision taken while other processes' load was material (None otherwise), naming
     those of `knobs` whose gains depend on free cores."""
-    core_knobs = [name for name in knobs if name in REGISTRY and REGISTRY[name].shares_cores]
-    return decision_note(other_load_cores, usable_cores, core_knobs)
+    return decision_note(other_load_cores, usable_cores, _core_knobs(knobs))
+
+
+def _core_knobs(knobs: Sequence[str]) -> list[str]:
+    """Those of `knobs` whose gains depend on the cores free (threads, workers, ranks)."""
+    return [name for name in knobs if name in REGISTRY and REGISTRY[name].shares_cores]
+
+
+def host_change_note(deciding: Sequence[ArmMeasured], rows: Sequence[ArmMeasured], knobs: Sequence[str]) -> str | None:
+    """The note beside a decision on `knobs` whose gains depend on free cores when a `deciding` comparison's
+    reference arm scored `HOST_CHANGE` times as high or as low as the median of its config's other measurements in
+    the study, by the study's objective (None otherwise, or when it has none).
+
+    Other processes' load is not all a host can change: on a VM the physical cores' other tenants, which no
+    process of this machine shows, can slow a step with two intra-op threads by half for tens of seconds while one
+    thread keeps its speed (measured: batch-1 calls of `inference` at 0.65 ms, then 1.0 ms with two threads, 0.81
+    ms with one throughout). Turns pair away a change that both arms feel alike, not one that depends on the knob
+    compared, so such a gain is real for the host at that time and is said to be."""
+    core_knobs = _core_knobs(knobs)
+    if not core_knobs:
+        return None
+    worst: tuple[float, int] | None = None
+    for row in deciding:
+        pair = row.pair
+        if pair is None or row.reference is None or pair.reference_status != "ok" or not pair.reference_value:
+            continue
+        others = _scores_of(dict(row.reference), [r for r in rows if r is not row])
+        if not others:
+            continue
+        change = pair.reference_value / statistics.median(others)
+        if not 1 / HOST_CHANGE < change < HOST_CHANGE and (worst is None or abs(math.log(change)) > abs(math.log(worst[0]))):
+            worst = (change, len(others))
+    if worst is None:
+        return None
+    change, others = worst
+    pace = f"{1 - change:.0%} slower" if change < 1 else f"{change - 1:.0%} faster"
+    return (f"measured while the incumbent ran {pace} than in its {others} other measurement{'s' if others != 1 else ''} "
+            f"of this study, though no other process's load was material: the host changed (on a VM, other tenants of "
+            f"its cores can); gains of {', '.join(core_knobs)} may not hold at another time")
 
 
 @dataclass(frozen=True)

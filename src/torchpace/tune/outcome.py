@@ -16,11 +16,11 @@ from torchpace.measure.result import LATENCY, SAMPLES_PER_S, STEPS_PER_S, THROUG
 from torchpace.records import from_json, spec, to_json
 from torchpace.tune.attrs import PairRecord, TrialRecord
 from torchpace.tune.figures import (ComparisonFigure, OtherLoad, ReportedDecision, SpeedupFigure, at_score, comparison,
-                                    config_figure, config_range, figures_note, load_note, other_load_summary,
+                                    config_figure, config_range, figures_note, host_change_note, load_note, other_load_summary,
                                     paired_figures_note, paired_speedup)
 from torchpace.tune.figures import speedup as figure_speedup
 from torchpace.tune.guard import check_trial_guard
-from torchpace.tune.policy import is_final_slot
+from torchpace.tune.policy import Decision, is_final_slot
 from torchpace.tune.study import baseline_guard, trial_records
 
 GUARD_NOTE = ("The convergence guard compares each candidate's loss over the first {n} seeded steps (same "
@@ -461,7 +461,7 @@ def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta,
     """The outcome of a study decided by paired comparisons (see `torchpace.tune.figures`)."""
     baseline = _row_of(rows, "baseline")
     usable_cores = max((r.usable_cores or 1 for r in rows), default=1)
-    decisions = tuple(ReportedDecision(d, load_note(d.other_load_cores, usable_cores, [d.knob])) for d in state.decisions)
+    decisions = tuple(ReportedDecision(d, _decision_note(d, rows, usable_cores)) for d in state.decisions)
     accepted = _paired_changes(decisions, rows, meta.objective) if baseline else []
     # the final comparison of the incumbent (`final`, or `final:N` after a resume decided more knobs)
     final = next((r for r in reversed(rows) if is_final_slot(r.slot) and r.status == "ok" and comparison(r.pair)
@@ -480,7 +480,9 @@ def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta,
         baseline = _ranged(baseline, rows)
         best = baseline if nothing_kept else _ranged(best, rows)
     if final:
-        speedup = replace(speedup, load_note=load_note(final.pair.other_load_cores, usable_cores, list(state.incumbent)))
+        knobs = list(state.incumbent)
+        speedup = replace(speedup, load_note=load_note(final.pair.other_load_cores, usable_cores, knobs)
+                          or host_change_note([final], rows, knobs))
     noise = _row_of(rows, "noise")
     unit = study_unit(rows)
     return TuneOutcome(
@@ -492,6 +494,15 @@ def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta,
         figures_note=paired_figures_note(unit), other_load=other_load_summary(rows), speedup_figure=speedup,
         noise=comparison(noise.pair) if noise else None, command=meta.command,
     )
+
+
+def _decision_note(decision: Decision, rows: Sequence[TrialRow], usable_cores: int) -> str | None:
+    """The note beside a paired decision: other processes' load when it was material during the deciding comparison,
+    else a host that changed during one of the comparisons of the value judged (`host_change_note`)."""
+    slots = {f"{kind}:{decision.knob}={decision.value}" for kind in ("duel", "confirm-pair", "pair")}
+    deciding = [r for r in rows if r.slot in slots and r.status == "ok"] if decision.value is not None else []
+    return (load_note(decision.other_load_cores, usable_cores, [decision.knob])
+            or host_change_note(deciding, rows, [decision.knob]))
 
 
 def _paired_changes(decisions: Sequence[ReportedDecision], rows: Sequence[TrialRow], objective: str) -> list[AcceptedChange]:
