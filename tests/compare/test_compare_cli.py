@@ -94,7 +94,7 @@ def test_latency_compares_batch1_calls_in_turns(cli_run):
     assert payload["mode"] == "alternating" and payload["mode_reason"] is None
     for arm in ("a", "b"):  # each turn's batch-1 p50, in seconds; the arm's figure is their median
         turns = payload[arm]["turns"]
-        assert 0 < min(turns) and max(turns) < 1 and payload[arm]["figure"] == pytest.approx(median(turns))
+        assert min(turns) > 0 and payload[arm]["figure"] == pytest.approx(median(turns))
     # the rounds are those of the turns' 1 / p50, so above 1 means B answers sooner
     rates = {arm: [1 / p50 for p50 in payload[arm]["turns"]] for arm in ("a", "b")}
     assert payload["ratios"] == pytest.approx(paired_ratios(rates["a"], rates["b"]))
