@@ -182,6 +182,8 @@ def test_a_decision_on_threads_whose_incumbent_ran_far_off_its_other_measurement
     assert host_change_note([steady], [*rows, steady], ["threads.intra_op"]) is None  # within 1.2x either way
     assert host_change_note([slow], [*rows, slow], ["precision.amp"]) is None  # its gain does not depend on free cores
     assert host_change_note([slow], [slow], ["threads.intra_op"]) is None  # nothing else to tell a change by
+    assert host_change_note([slow], [*rows, slow], ["threads.intra_op"], "the defaults").startswith(
+        "measured while the defaults ran 40% slower")  # the final comparison's reference arm
     # through the outcome: the decision's note, when other processes' load was not material
     decision = Decision("system", "threads.intra_op", 1, 60.0, 75.0, 0.01, "accepted: ...", value=1, ratio=1.25,
                         other_load_cores=0.0)

@@ -268,8 +268,10 @@ def _core_knobs(knobs: Sequence[str]) -> list[str]:
     return [name for name in knobs if name in REGISTRY and REGISTRY[name].shares_cores]
 
 
-def host_change_note(deciding: Sequence[ArmMeasured], rows: Sequence[ArmMeasured], knobs: Sequence[str]) -> str | None:
-    """The note beside a decision on `knobs` whose gains depend on free cores when a `deciding` comparison's
+def host_change_note(deciding: Sequence[ArmMeasured], rows: Sequence[ArmMeasured], knobs: Sequence[str],
+                     reference: str = "the incumbent") -> str | None:
+    """The note beside a decision on `knobs` whose gains depend on free cores (`reference` names the arm its
+    comparisons measured it against; the final comparison's is the defaults) when a `deciding` comparison's
     reference arm scored `HOST_CHANGE` times as high or as low as the median of its config's other measurements in
     the study, by the study's objective (None otherwise, or when it has none).
 
@@ -296,9 +298,9 @@ def host_change_note(deciding: Sequence[ArmMeasured], rows: Sequence[ArmMeasured
         return None
     change, others = worst
     pace = f"{1 - change:.0%} slower" if change < 1 else f"{change - 1:.0%} faster"
-    return (f"measured while the incumbent ran {pace} than in its {others} other measurement{'s' if others != 1 else ''} "
-            f"of this study, though no other process's load was material: the host changed (on a VM, other tenants of "
-            f"its cores can); gains of {', '.join(core_knobs)} may not hold at another time")
+    return (f"measured while {reference} ran {pace} than in its {others} other measurement{'s' if others != 1 else ''} "
+            f"of this study, though no other process's load was material: the host changed (on a virtual machine, other "
+            f"tenants of its cores can); gains of {', '.join(core_knobs)} may not hold at another time")
 
 
 @dataclass(frozen=True)

@@ -482,7 +482,7 @@ def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta,
     if final:
         knobs = list(state.incumbent)
         speedup = replace(speedup, load_note=load_note(final.pair.other_load_cores, usable_cores, knobs)
-                          or host_change_note([final], rows, knobs))
+                          or host_change_note([final], rows, knobs, "the defaults"))
     noise = _row_of(rows, "noise")
     unit = study_unit(rows)
     return TuneOutcome(
@@ -496,10 +496,16 @@ def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta,
     )
 
 
+def _deciding_slots(knob: str, value: Any) -> tuple[str, ...]:
+    """The slots of the comparisons that judged `knob = value`, the one that decides first: a value kept over the
+    one kept just before it (revision 4) was decided by their duel, else by its confirmation, else its comparison."""
+    return tuple(f"{kind}:{knob}={value}" for kind in ("duel", "confirm-pair", "pair"))
+
+
 def _decision_note(decision: Decision, rows: Sequence[TrialRow], usable_cores: int) -> str | None:
     """The note beside a paired decision: other processes' load when it was material during the deciding comparison,
     else a host that changed during one of the comparisons of the value judged (`host_change_note`)."""
-    slots = {f"{kind}:{decision.knob}={decision.value}" for kind in ("duel", "confirm-pair", "pair")}
+    slots = _deciding_slots(decision.knob, decision.value)
     deciding = [r for r in rows if r.slot in slots and r.status == "ok"] if decision.value is not None else []
     return (load_note(decision.other_load_cores, usable_cores, [decision.knob])
             or host_change_note(deciding, rows, [decision.knob]))
@@ -514,8 +520,7 @@ def _paired_changes(decisions: Sequence[ReportedDecision], rows: Sequence[TrialR
         if decision.accepted_value is None:
             continue
         value = decision.accepted_value
-        # a value kept over the one kept just before it (revision 4) was decided by their duel
-        row = _row_of(rows, *(f"{kind}:{decision.knob}={value}" for kind in ("duel", "confirm-pair", "pair")))
+        row = _row_of(rows, *_deciding_slots(decision.knob, value))
         cumulative *= decision.ratio
         changes.append(_change(decision, row, {}, decision.best_figure, objective, study_unit(rows), step_gain=decision.ratio,
                                step_gain_ci_low=decision.ratio_ci_low, step_gain_ci_high=decision.ratio_ci_high,
