@@ -35,13 +35,13 @@ from torchpace.host import HostFacts
 from torchpace.knobs import REGISTRY
 from torchpace.launch.command import parse_python_command
 from torchpace.measure.contention import decision_note
-from torchpace.measure.result import LATENCY, SAMPLES_PER_S, SECONDS, STEPS_PER_S, THROUGHPUT, BenchResult
+from torchpace.measure.result import LATENCY, SAMPLES_PER_S, SECONDS, STEPS_PER_S, THROUGHPUT
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.protocol import INVALID, TrialSpec
 from torchpace.script.knobs import check_script_config
 from torchpace.trial.pair import SEQUENTIAL, PairOptions, PairResult, run_pair, sequential_reason
 from torchpace.trial.script import script_trial_spec
-from torchpace.tune.objective import check_objective
+from torchpace.tune.objective import check_objective, objective_value
 from torchpace.workload import DEFAULT_WORKLOAD, load_workload
 
 _START_MARGIN_S = 120.0  # start-up, guard steps and compile beyond the measured time
@@ -93,17 +93,11 @@ def compare(target: str | None, command: Sequence[str] | None, config_a: RunConf
     timeout_s = pair_options.separate_runs_timeout_s if sequential else options.timeout_s()
     with round_progress(show_progress, f"compare {label}") as on_round:
         pair = run_pair(spec_a, spec_b, host, timeout_s, pair_options, sequential=sequential, on_round=on_round,
-                        figure=lambda bench: _score(bench, options.objective))
+                        figure=lambda bench: objective_value(bench, options.objective)[0])
     for arm in (pair.a, pair.b):
         if arm.status == INVALID:
             raise UsageError(arm.error)
     return build_comparison(pair, label, config_a, config_b, options.objective)
-
-
-def _score(bench: BenchResult | None, objective: str) -> float | None:
-    """A separate run's figure under `objective`, "higher is better" as the turns' (1 / p50 for latency)."""
-    figure = bench.objective_for(objective) if bench is not None else None
-    return figure.score if figure is not None else None
 
 
 def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, host: HostFacts,

@@ -32,7 +32,7 @@ from typing import Callable
 
 from torchpace.measure.gate import GO, LOADED, READY, WINDOW, Gate
 from torchpace.measure.stats import median_ci_ranks, windows_agree
-from torchpace.measure.timing import WARMUP_TOLERANCE, Clock, TimingOptions
+from torchpace.measure.timing import WARMUP_TOLERANCE, Clock, TimingOptions, turn_full
 
 _WARMUP_BLOCK_CALLS = 5  # medians of blocks of this many calls must agree to end the warm-up
 _CI_CHECK_GROWTH = 1.1  # recompute the CI each time the sample grows by 10% (sorting is not free)
@@ -189,7 +189,7 @@ def _measure_in_turns(call: Callable[[], object], clock: Clock, sync: Callable[[
         while True:  # the calls nearest the turn's time, at least one
             turn.append(time_call(call, clock, sync))
             elapsed_s = clock() - started
-            if elapsed_s + elapsed_s / len(turn) / 2 >= turn_s:
+            if turn_full(elapsed_s, len(turn), turn_s):
                 break
         calls.extend(turn)
         p50_s = call_s = statistics.median(turn)

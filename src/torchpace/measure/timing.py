@@ -42,6 +42,12 @@ WARMUP_SHARE = 0.4  # warm-up may use up to this share of the time cap (compile 
 WARMUP_TOLERANCE = 0.10
 
 
+def turn_full(elapsed_s: float, steps: int, turn_s: float) -> bool:
+    """A paired comparison's turn ends at this step: the step nearest its time `turn_s` (at the mean time of its
+    `steps` so far), however long each step takes, so both arms' turns last alike."""
+    return elapsed_s + elapsed_s / steps / 2 >= turn_s
+
+
 def window_for(max_time_s: float) -> float:
     """The window of a measurement capped at `max_time_s`: a fortieth of it, within [0.1, 1.0] s."""
     return min(1.0, max(0.1, max_time_s / 40))
@@ -220,7 +226,7 @@ class WindowMeter:
             return True
         planned_s, elapsed_s = self._per_window * self._step_s, self.clock() - self._window_start
         if self.gate is not None and self.phase == "measure":
-            return elapsed_s + elapsed_s / self._steps / 2 >= self._turn_s()
+            return turn_full(elapsed_s, self._steps, self._turn_s())
         return self._steps >= self._per_window or (self.phase == "warmup" and elapsed_s > _OVERRUN * planned_s)
 
     def _turn_s(self) -> float:

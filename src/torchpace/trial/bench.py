@@ -83,13 +83,18 @@ def _measure_real_step(run: Prepared, clock: Clock, opts: BenchOptions, start: f
         cycle.close()
 
 
-def _measure_compute_only(run: Prepared, clock: Clock, opts: BenchOptions, start: float, on_window,
-                          phases: _Phases = _TRAINING_PHASES) -> Throughput:
+def _staged_batch(run: Prepared):
+    """The loader's first batch, on the device."""
     first = LoaderCycle(run.loader)
     try:
-        staged = run.to_device(first.next())
+        return run.to_device(first.next())
     finally:
         first.close()
+
+
+def _measure_compute_only(run: Prepared, clock: Clock, opts: BenchOptions, start: float, on_window,
+                          phases: _Phases = _TRAINING_PHASES) -> Throughput:
+    staged = _staged_batch(run)
     samples = batch_len(staged) * run.world_size
 
     def step() -> int:
@@ -100,15 +105,6 @@ def _measure_compute_only(run: Prepared, clock: Clock, opts: BenchOptions, start
     end = phases.compute_end * opts.max_time_s
     remaining = max(end - phases.real_end * opts.max_time_s, start + end - now)
     return measure_throughput(step, clock, device_sync(run.device), opts.timing(), now + remaining / 2, now + remaining, on_window)
-
-
-def _untimed_step(run: Prepared) -> None:
-    """One step at the loader's batch, not timed: a model compiled for batch 1 compiles here for this shape."""
-    cycle = LoaderCycle(run.loader)
-    try:
-        run.step_on_device(run.to_device(cycle.next()))
-    finally:
-        cycle.close()
 
 
 def _measure_batch1_latency(run: Prepared, clock: Clock, opts: BenchOptions, start: float, phases: _Phases,
@@ -199,7 +195,7 @@ def _measure_all(run: Prepared, clock: Clock, opts: BenchOptions, start: float, 
     if gate is not None and wants_latency and opts.turns == LATENCY:  # the turns time batch-1 calls, and the
         gate.alone_after, gate.reporter = True, None  # real step is measured after them while the other arm waits
         latency = _measure_batch1_latency(run, clock, opts, start, phases, gate)
-        _untimed_step(run)
+        run.step_on_device(_staged_batch(run))  # untimed: a model compiled for batch 1 compiles for this shape
         after = clock()
         real = _measure_real_step(run, clock, opts, after, losses, on_window, _AFTER_LATENCY_TURNS)
         compute = _measure_compute_only(run, clock, opts, after, on_window, _AFTER_LATENCY_TURNS) if opts.compute_only else None

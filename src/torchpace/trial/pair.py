@@ -46,8 +46,8 @@ figure is 1 / its median call (`torchpace.measure.latency`), the objective's sco
 what is measured after the turns, alone.
 
 Where two processes cannot be held at once (several ranks per config; a pair that ran out of memory held
-together; a peak memory that would not fit twice; a profiled run), the comparison is *sequential*: short separate runs A B A B A B ..., three to a round as the
-turns are, and the result says so and why. It runs the rounds a 95% CI needs (`PairOptions.sequential_rounds`),
+together; a peak memory that would not fit twice; a profiled run), the comparison is *sequential*: short
+separate runs A B A B A B ..., three to a round as the turns are, and the result says so and why. It runs the rounds a 95% CI needs (`PairOptions.sequential_rounds`),
 each run measuring its share of the time: more start-ups than two held processes, but a comparison that can
 decide, where two rounds of longer runs could only ever say "too few rounds to tell". Each run warms up as
 a whole trial would (`TrialSpec.warmup_s`: a sixth of the time would leave most warm-ups unconverged, and
