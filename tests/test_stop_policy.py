@@ -164,7 +164,8 @@ def test_sigterm_while_tune_waits_for_a_locked_study_exits_143_at_once(tmp_path,
 
 BLOCKED_IN_C = textwrap.dedent("""
     import ctypes, sys
-    from torchpace.process import start_child, stop_exit_code, stop_signals_raise, temporary_folder
+    from torchpace.process import start_child
+    from torchpace.stop_policy import stop_exit_code, stop_signals_raise, temporary_folder
     with stop_signals_raise(lambda line: print(line, file=sys.stderr, flush=True)):
         with temporary_folder("torchpace-test-", sys.argv[1]) as folder:
             child = start_child([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -200,7 +201,7 @@ def test_a_main_thread_blocked_in_c_cannot_hold_a_stop_signal_back(tmp_path):
 # `signal.raise_signal` runs the handler before it returns, inside the callback.
 DROPPED_STOP = textwrap.dedent("""
     import gc, os, signal, sys, weakref
-    from torchpace.process import stop_exit_code, stop_signals_raise
+    from torchpace.stop_policy import stop_exit_code, stop_signals_raise
 
     def stop_here():
         signal.raise_signal(signal.SIGTERM)
@@ -260,9 +261,9 @@ def test_a_stop_raised_where_python_ignores_exceptions_is_not_lost(where):
 # watcher reads all that was written to it before it sees the end.
 FORKED_CHILDS_STOP = textwrap.dedent("""
     import os, signal, sys
-    import torchpace.process
-    from torchpace.process import stop_signals_raise
-    torchpace.process._STUCK_S = 0.0
+    import torchpace.stop_policy
+    from torchpace.stop_policy import stop_signals_raise
+    torchpace.stop_policy._STUCK_S = 0.0
     with stop_signals_raise():
         pid = os.fork()
         if pid == 0:
@@ -286,7 +287,7 @@ def test_a_stop_signal_to_a_forked_child_is_not_taken_for_the_parents():
 # read, the pending stop's handler runs, and the command ends as stopped, before the emergency at 5 s.
 STOP_BEFORE_A_BLOCKING_CALL = textwrap.dedent("""
     import signal, sys
-    from torchpace.process import stop_exit_code, stop_signals_raise
+    from torchpace.stop_policy import stop_exit_code, stop_signals_raise
     try:
         with stop_signals_raise(lambda line: print(line, file=sys.stderr, flush=True)):
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # this thread only: the watcher takes it
@@ -317,15 +318,16 @@ def test_a_stop_that_came_before_a_blocking_call_is_handled_without_the_emergenc
 # count as the second stop (which kills every child at once instead of stopping it in order).
 LATE_POKE = textwrap.dedent("""
     import signal, sys, time
-    import torchpace.process as process
-    from torchpace.process import start_child, stop_signals_raise, stop_tree
+    import torchpace.stop_policy as policy
+    from torchpace.process import start_child, stop_tree
+    from torchpace.stop_policy import stop_signals_raise
     with stop_signals_raise():
         child = start_child([sys.executable, "-c", "import time; time.sleep(600)"])
         try:
             try:
                 signal.raise_signal(signal.SIGTERM)  # the first stop, handled at once
-            except process.Terminated:
-                (watcher,) = process._WATCHERS
+            except policy.Terminated:
+                (watcher,) = policy._WATCHERS
                 watcher.poke()  # as if the watcher had looked just before the handler ran
                 time.sleep(0.5)  # the poke is delivered to this thread, and its handler runs, in here
                 print("child running" if child.poll() is None else f"child ended: {child.returncode}", flush=True)

@@ -11,7 +11,7 @@ import pytest
 
 TORCH_FREE = (
     "torchpace", "torchpace.cli", "torchpace.logs", "torchpace.config", "torchpace.errors", "torchpace.findings", "torchpace.host",
-    "torchpace.process", "torchpace.workload", "torchpace.knobs", "torchpace.knobs.base",
+    "torchpace.process", "torchpace.stop_policy", "torchpace.workload", "torchpace.knobs", "torchpace.knobs.base",
     "torchpace.data", "torchpace.data.scan", "torchpace.data.shards", "torchpace.data.cache",
     "torchpace.doctor.checks", "torchpace.doctor.probes", "torchpace.launch.plan", "torchpace.launch.execute",
     "torchpace.launch.torchrun", "torchpace.measure.stats", "torchpace.measure.timing", "torchpace.monitor.run",

@@ -19,7 +19,7 @@ from torchpace.errors import HookFailed, ScriptFailed, UsageError
 from torchpace.host import HostFacts
 from torchpace.launch.command import parse_python_command
 from torchpace.measure.result import ScriptInfo
-from torchpace.process import temporary_folder
+from torchpace.stop_policy import temporary_folder
 from torchpace.profile.effect import settings_in_effect
 from torchpace.profile.result import build_profile_result
 from torchpace.profile.trace import METADATA_KEY, parse_trace

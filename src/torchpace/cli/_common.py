@@ -13,7 +13,7 @@ import click
 
 from torchpace.errors import ScriptFailed, TorchpaceError, UsageError, UserCodeError
 from torchpace.files import write_atomic
-from torchpace.process import stop_exit_code, stop_reason, stop_signals_raise
+from torchpace.stop_policy import stop_exit_code, stop_reason, stop_signals_raise
 from torchpace.redact import redacting_streams
 
 PathLike = str | os.PathLike
@@ -24,7 +24,7 @@ def run_cli(group: click.Group, argv: list[str] | None) -> int:
     map torchpace errors to a stderr message and their exit code.
 
     SIGINT, SIGTERM and SIGHUP unwind the command (every child's tree stopped, temporary folders
-    removed: `torchpace.process.stop_signals_raise`) and exit 130, 143 and 129."""
+    removed: `torchpace.stop_policy.stop_signals_raise`) and exit 130, 143 and 129."""
     def say_emergency(line: str) -> None:
         click.echo(f"torchpace: {line}", err=True)
 

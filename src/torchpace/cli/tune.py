@@ -14,7 +14,7 @@ from torchpace.cli._options import SECONDS, FiniteFloat, objective_option, workl
 from torchpace.cli._script import (ScriptVerb, check_show_output, samples_per_step_option, script_command,
                                      script_inputs, show_output_option)
 from torchpace.errors import UsageError
-from torchpace.process import stop_exit_code, stop_reason
+from torchpace.stop_policy import stop_exit_code, stop_reason
 from torchpace.tune.guard import MAX_GUARD_STEPS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")

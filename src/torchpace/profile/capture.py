@@ -37,7 +37,7 @@ from torchpace.host import HostFacts, probe_host
 from torchpace.engine.loader import LoaderCycle
 from torchpace.measure.memory import device_sync, read_peak_memory, reset_peak_memory
 from torchpace.profile.trace import MAX_PROFILED_STEPS, METADATA_KEY
-from torchpace.process import temporary_folder
+from torchpace.stop_policy import temporary_folder
 from torchpace.redact import redact
 from torchpace.runtime import Prepared, prepare
 from torchpace.workload import Workload

@@ -27,7 +27,8 @@ from torchpace.knobs.distributed import nproc_of
 from torchpace.launch.command import PythonCommand
 from torchpace.launch.plan import ChildOptions, LaunchFacts, LaunchPlan, plan_child
 from torchpace.launch.probe import probe_launch_facts
-from torchpace.process import start_child, stop_tree, temporary_folder
+from torchpace.process import start_child, stop_tree
+from torchpace.stop_policy import temporary_folder
 from torchpace.trial.output import follow
 from torchpace.trial.script import plan_script_trial, read_script_result
 from torchpace.protocol import (CRASH, INVALID, STACK_DUMP_SIGNAL, TrialResult, TrialSpec, classify_exit,
