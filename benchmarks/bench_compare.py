@@ -45,7 +45,9 @@ from pathlib import Path
 
 from torchpace.host import probe_host
 from torchpace.measure.stats import summarize
-from torchpace.trial.pair import KeptArms, PairOptions, run_pair
+from torchpace.trial.arms import KeptArms
+from torchpace.trial.pair import run_pair
+from torchpace.trial.schedule import PairOptions
 from torchpace.protocol import TrialSpec
 from torchpace.trial.runner import run_trial
 

@@ -54,7 +54,8 @@ from rich.progress import Progress
 
 from torchpace.host import probe_host
 from torchpace.trial import TrialSpec
-from torchpace.trial.pair import PairOptions, run_pair
+from torchpace.trial.pair import run_pair
+from torchpace.trial.schedule import PairOptions
 from torchpace.tune.space import build_space
 from torchpace.tune.tuner import TuneOptions, Tuner
 from torchpace.workload import load_workload

@@ -7,7 +7,7 @@ import pytest
 from torchpace.compare.run import build_comparison
 from torchpace.config import RunConfig
 from torchpace.protocol import TrialResult
-from torchpace.trial.pair import ALTERNATING, SEQUENTIAL, PairResult
+from torchpace.trial.schedule import ALTERNATING, SEQUENTIAL, PairResult
 
 DEFAULTS = RunConfig(values={})
 
@@ -53,7 +53,7 @@ def test_fewer_rounds_than_a_95_percent_ci_needs_give_no_verdict_and_name_the_ci
 
 def test_the_json_holds_each_arms_turns_and_the_rounds_come_from_them():
     from torchpace.compare.result import Comparison
-    from torchpace.trial.pair import paired_ratios
+    from torchpace.trial.schedule import paired_ratios
 
     comparison = build_comparison(_pair(SWITCHING_A, SWITCHING_B, 1.0), "tabular", DEFAULTS, DEFAULTS)
     data = comparison.to_dict()

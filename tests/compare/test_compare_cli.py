@@ -84,7 +84,7 @@ def test_latency_of_a_script_is_exit_2_naming_the_objective_that_applies(cli_run
 def test_latency_compares_batch1_calls_in_turns(cli_run):
     from statistics import median
 
-    from torchpace.trial.pair import paired_ratios
+    from torchpace.trial.schedule import paired_ratios
 
     result = cli_run("compare", "inference", "--objective", "latency", "--set", "threads.intra_op=1", "--max-time", "6",
                      "--json", timeout=400)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from torchpace.measure.gate import END, GO, REPORT, Gate, go
+from torchpace.measure.gate import END, GO, REPORT, Gate, GateEvent, go
 from torchpace.measure.latency import LatencyOptions, measure_latency
 from torchpace.measure.timing import TimingOptions, WindowMeter
 
@@ -68,8 +68,8 @@ def test_pause_reports_the_event_and_returns_the_command(clock):
     try:
         gate = parent.gate()
         clock.now = 10.0
-        assert gate.pause("loaded", note="x") == END
-        assert parent.events == [{"event": "loaded", "note": "x"}]
+        assert gate.pause(GateEvent("window", steps=3, samples=96, elapsed_s=0.5)) == END
+        assert parent.events == [{"event": "window", "steps": 3, "samples": 96, "elapsed_s": 0.5}]
         assert clock.now == 13.0 and gate.clock() == pytest.approx(10.0)  # the time stopped is not the arm's
     finally:
         parent.close()
@@ -80,9 +80,9 @@ def test_a_go_carries_the_turn_time_the_parent_gives_both_arms(clock):
     try:
         gate = parent.gate()
         assert gate.turn_s is None  # not said yet: the meter's own planned window
-        assert gate.pause("loaded") == GO and gate.turn_s == 0.25
-        assert gate.pause("ready") == GO and gate.turn_s == 0.25  # a go without a time keeps the last one
-        assert gate.pause("window") == END
+        assert gate.pause(GateEvent("loaded")) == GO and gate.turn_s == 0.25
+        assert gate.pause(GateEvent("ready")) == GO and gate.turn_s == 0.25  # a go without a time keeps the last one
+        assert gate.pause(GateEvent("window")) == END
     finally:
         parent.close()
 
@@ -92,7 +92,7 @@ def test_a_process_that_measures_after_its_windows_says_so_at_every_gate(clock):
     try:
         gate = parent.gate()
         gate.alone_after = True
-        gate.pause("loaded")
+        gate.pause(GateEvent("loaded"))
         assert parent.events == [{"event": "loaded", "alone_after": True}]
     finally:
         parent.close()
@@ -113,10 +113,19 @@ def test_the_clock_never_counts_the_time_stopped_even_before_the_pause_has_count
     gate._read_command = continued_then_read
     try:
         clock.now = 10.0
-        gate.pause("loaded")
+        gate.pause(GateEvent("loaded"))
         assert seen == [pytest.approx(10.0)] and gate.clock() == pytest.approx(10.0)
     finally:
         parent.close()
+
+
+def test_an_event_reads_back_as_it_was_sent_and_gives_its_turns_figure():
+    window = GateEvent("window", steps=4, samples=128, elapsed_s=0.5, keepable=True)
+    assert GateEvent.from_line(window.to_line()) == window and window.turn_rate == 256.0
+    latency = GateEvent("window", steps=9, samples=9, elapsed_s=0.01, rate=1000.0)
+    assert latency.turn_rate == 1000.0  # a latency turn sends its figure: 1 / its median call
+    assert GateEvent("window", steps=0, samples=0, elapsed_s=0.0).turn_rate == 0.0  # measured nothing
+    assert GateEvent.from_line(b'{"event": "ready", "later_field": 1}') == GateEvent("ready")  # a newer arm's word
 
 
 def test_the_gate_is_opened_from_the_spec():
@@ -130,7 +139,7 @@ def test_a_parent_that_is_gone_ends_the_measurement(clock):
     event_r, event_w = os.pipe()
     os.close(control_w)  # EOF on the control pipe
     try:
-        assert Gate(control_r, event_w, stop=lambda: None, clock=clock).pause("ready") == END
+        assert Gate(control_r, event_w, stop=lambda: None, clock=clock).pause(GateEvent("ready")) == END
     finally:
         for fd in (control_r, event_r, event_w):
             os.close(fd)

@@ -19,11 +19,14 @@ from _support import FIXTURES, still_running, trial_snapshot
 from fixtures.pair_workloads import MEMORY_LOCK_ENV
 from torchpace.host import probe_host
 from torchpace.measure.bench import BenchOptions
+from torchpace.measure.gate import GateEvent
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
 from torchpace.measure.timing import WARMUP_SHARE
 from torchpace.process import StoppedGroupGuard
-from torchpace.trial.pair import (ALTERNATING, PARTNER, SEQUENTIAL, KeptArms, PairOptions, run_pair,
-                                  separate_run_spec, sequential_reason)
+from torchpace.trial.arms import KeptArms
+from torchpace.trial.pair import run_pair
+from torchpace.trial.schedule import (ALTERNATING, PARTNER, SEQUENTIAL, PairOptions, separate_run_spec,
+                                      sequential_reason)
 from torchpace.protocol import TrialResult, TrialSpec
 
 PAIR_WORKLOADS = FIXTURES / "pair_workloads.py"
@@ -84,7 +87,8 @@ def test_a_failing_arm_ends_the_comparison_and_the_other_is_not_judged():
 _DRIVER = """
 import sys
 from torchpace.host import probe_host
-from torchpace.trial.pair import PairOptions, run_pair
+from torchpace.trial.pair import run_pair
+from torchpace.trial.schedule import PairOptions
 from torchpace.protocol import TrialSpec
 
 spec = TrialSpec(workload=sys.argv[1], config={"data.num_workers": 1}, max_time_s=4.0)
@@ -220,7 +224,7 @@ def test_arms_that_cannot_be_held_together_are_compared_in_separate_runs():
 
 
 def test_every_three_turns_are_a_round_whose_middle_turn_is_compared_with_the_two_around_it():
-    from torchpace.trial.pair import paired_ratios
+    from torchpace.trial.schedule import paired_ratios
 
     # the host drifts linearly (100, 105, 110, ... per turn, A B A B ...) and B is always 1.5x A at its moment
     moment = [100.0 + 5 * turn for turn in range(9)]
@@ -232,7 +236,7 @@ def test_every_three_turns_are_a_round_whose_middle_turn_is_compared_with_the_tw
 
 
 def test_one_turn_many_times_slower_moves_one_round_whichever_arm_it_fell_to():
-    from torchpace.trial.pair import paired_ratios
+    from torchpace.trial.schedule import paired_ratios
 
     # an A/A comparison on a host that now and then stalls a turn 20x (another process took the core)
     for slow_turn in range(12):
@@ -248,7 +252,7 @@ def test_one_turn_many_times_slower_moves_one_round_whichever_arm_it_fell_to():
 
 
 def test_a_turn_of_no_samples_leaves_its_round_out():
-    from torchpace.trial.pair import paired_ratios
+    from torchpace.trial.schedule import paired_ratios
 
     # turns 100 150 100 | 0 100 150: the second round holds a turn that measured nothing (B's), so does
     # the first of 100 150 0 | 150 100 150 (A's)
@@ -266,9 +270,9 @@ def test_a_config_that_cannot_run_here_is_that_arms_invalid_and_nothing_starts(t
 
 
 class _RecordedArm:
-    """Stands in for `_Arm` at the end of a comparison: records when it is told to end and waited for."""
+    """Stands in for `Arm` at the end of a comparison: records when it is told to end and waited for."""
 
-    def __init__(self, name: str, log: list, events: list[dict], tmp_path: Path):
+    def __init__(self, name: str, log: list, events: list[GateEvent], tmp_path: Path):
         self.name, self.log, self.events = name, log, events
         self.spec = _spec("logged")
         self.result_path, self.err_path = tmp_path / f"{name}.json", tmp_path / f"{name}.err"
@@ -297,8 +301,8 @@ def test_arms_end_at_once_unless_one_measures_after_its_windows(tmp_path, alone_
     from torchpace.trial.pair import _arm_results
 
     log: list = []
-    ready = [{"event": "ready", **({"alone_after": True} if alone_after else {})}]
-    arms = [_RecordedArm("a", log, [{"event": "loaded"}], tmp_path), _RecordedArm("b", log, ready, tmp_path)]
+    ready = [GateEvent("ready", alone_after=alone_after)]
+    arms = [_RecordedArm("a", log, [GateEvent("loaded")], tmp_path), _RecordedArm("b", log, ready, tmp_path)]
     _arm_results(arms, None, time.monotonic() + 5, 5.0)
     assert log == expected
 
@@ -314,13 +318,25 @@ def test_only_the_time_ends_rounds_whose_ci_stays_wide_unless_a_cap_is_asked_for
     assert rounds._done(time.monotonic() - 1) and rounds.stopped_by == (stopped_by or "time")
 
 
+def test_the_rounds_stop_at_the_ci_target_or_once_clear_of_the_ratio_decided_against_never_before_a_cis_rounds():
+    from torchpace.trial.schedule import rounds_stop
+
+    options, later = PairOptions(rounds_s=60.0), time.monotonic() + 60
+    tight = [1.0, 1.001, 0.999, 1.002, 0.998, 1.0]
+    assert rounds_stop(tight[:5], options, 0.0, later) == ""  # within the target, but fewer rounds than a CI needs
+    assert rounds_stop(tight, options, 0.0, later) == "ci"
+    gains = [1.10, 1.30, 1.12, 1.50, 1.15, 1.40]  # the whole CI above the 1% a tune's candidate must show
+    assert rounds_stop(gains, options, 0.0, later) == "" and rounds_stop(gains, replace(options, decide_at=1.01), 0.0, later) == "clear"
+    assert rounds_stop(gains, options, later, later) == "time"
+
+
 class _ReportingArm(_RecordedArm):
-    """Stands in for an `_Arm` that can be kept: its report comes out with `status`."""
+    """Stands in for an `Arm` that can be kept: its report comes out with `status`."""
 
     keepable = measured = True
 
     def __init__(self, name: str, log: list, tmp_path: Path, status: str):
-        super().__init__(name, log, [{"event": "window", "keepable": True}], tmp_path)
+        super().__init__(name, log, [GateEvent("window", keepable=True)], tmp_path)
         self.status, self.kept = status, False
 
     def report(self, deadline: float) -> TrialResult:
@@ -351,7 +367,7 @@ def test_every_turn_of_a_comparison_lasts_one_time_the_window_a_bench_of_its_rou
 
 
 def test_tune_pairs_spend_the_warm_ups_out_of_the_trial_time_but_keep_half_for_the_rounds():
-    from torchpace.trial.pair import rounds_time
+    from torchpace.trial.schedule import rounds_time
 
     assert rounds_time(PairOptions(rounds_s=8.0), warmups_s=3.0) == 8.0  # compare: the rounds get all of it
     spent = PairOptions(rounds_s=8.0, warmups_count=True)
@@ -454,15 +470,16 @@ def test_an_arm_that_stopped_taking_turns_and_still_runs_is_waited_for_until_the
     # an arm that reported a gate and then failed instead of stopping at it (a DataLoader worker killed: the
     # loader raises, then waits up to 5 s for its other workers) is still exiting when the comparison looks:
     # its failure is a crash, not "reached no gate" after no time at all; one still running at the deadline is
-    from torchpace.trial.pair import _Arm, _ended_result, _wait_stopped
+    from torchpace.trial.arms import Arm, wait_stopped
+    from torchpace.trial.pair import _ended_result
 
-    arm = _Arm("b", _spec("logged"), tmp_path)
+    arm = Arm("b", _spec("logged"), tmp_path)
     # (a stopped one does not end by itself: it is not waited for)
     code = ("import os, signal; os.kill(os.getpid(), signal.SIGSTOP)" if exits_after_s == "stopped"
             else f"import time; time.sleep({exits_after_s}); raise SystemExit(3)")
     arm.proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)  # its own group, as an arm's is
     if exits_after_s == "stopped":
-        assert _wait_stopped(arm.proc, time.monotonic() + 30.0)
+        assert wait_stopped(arm.proc, time.monotonic() + 30.0)
     with StoppedGroupGuard() as guard:
         try:
             result = _ended_result(arm, 60.0, time.monotonic() + deadline_s)
@@ -474,7 +491,7 @@ def test_an_arm_that_stopped_taking_turns_and_still_runs_is_waited_for_until_the
 
 
 def test_kept_arms_are_ended_for_memory_and_stay_stopped_through_separate_runs_that_fit_beside_them():
-    from torchpace.trial.pair import hold_both_reason
+    from torchpace.trial.arms import hold_both_reason
 
     gib, defaults, incumbent, other = 2**30, {}, {"data.num_workers": 1}, {"data.num_workers": 2}
     free = {"bytes": 10 * gib}
@@ -528,15 +545,17 @@ def test_a_config_to_be_measured_in_a_fresh_process_has_its_kept_arms_ended_what
     ({}, {"command": ["python", "train.py"]}, False),
 ])
 def test_a_kept_arm_serves_only_the_same_process(kept, wanted, same):
-    from torchpace.trial.pair import _same_process
+    from torchpace.trial.arms import same_process
 
-    assert _same_process(replace(_spec("logged"), gate="3,4", **kept), replace(_spec("logged"), **wanted)) is same
+    assert same_process(replace(_spec("logged"), gate="3,4", **kept), replace(_spec("logged"), **wanted)) is same
 
 
 _KEEPER_DRIVER = """
 import sys, time
 from torchpace.host import probe_host
-from torchpace.trial.pair import KeptArms, PairOptions, run_pair
+from torchpace.trial.arms import KeptArms
+from torchpace.trial.pair import run_pair
+from torchpace.trial.schedule import PairOptions
 from torchpace.protocol import TrialSpec
 
 spec = TrialSpec(workload=sys.argv[1], config={"data.num_workers": 1}, max_time_s=4.0)

@@ -3,7 +3,7 @@
 A pair record holds the candidate (B) and the config it was compared with in alternation (A, the
 incumbent), with each round's ratio B / A."""
 
-from torchpace.trial.pair import ALTERNATING, PARTNER, PairResult
+from torchpace.trial.schedule import ALTERNATING, PARTNER, PairResult
 from torchpace.protocol import TIMEOUT, TrialResult
 from torchpace.tune.policy import RETRY, RUNNING, Record, plan_greedy
 from torchpace.tune.space import KnobSpace

@@ -39,7 +39,8 @@ from torchpace.measure.result import LATENCY, SAMPLES_PER_S, SECONDS, STEPS_PER_
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.protocol import INVALID, TrialSpec
 from torchpace.script.knobs import check_script_config
-from torchpace.trial.pair import SEQUENTIAL, PairOptions, PairResult, run_pair, sequential_reason
+from torchpace.trial.pair import run_pair
+from torchpace.trial.schedule import SEQUENTIAL, PairOptions, PairResult, sequential_reason
 from torchpace.trial.script import script_trial_spec
 from torchpace.tune.objective import check_objective, objective_value
 from torchpace.workload import DEFAULT_WORKLOAD, load_workload

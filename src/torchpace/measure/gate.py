@@ -33,10 +33,56 @@ import json
 import os
 import signal
 import time
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable
 
 GO, END, REPORT = "go", "end", "report"  # what the parent tells a stopped arm
 LOADED, READY, WINDOW, REPORTED = "loaded", "ready", "window", "reported"  # where an arm stopped
+
+
+@dataclass(frozen=True)
+class GateEvent:
+    """What an arm says at a gate: one JSON line on the event pipe.
+
+    Attributes:
+        event: where it stopped: `loaded`, `ready`, `window` or `reported`.
+        warmup_s, warmup_converged, steps_per_window: `ready`: its warm-up, and the steps of its windows.
+        steps, samples, elapsed_s: `window`: what the turn measured (samples: steps when unknown).
+        rate: `window`: the turn's figure when it is not samples over time (a latency turn's 1 / median call).
+        alone_after: it measures something more after its windows, alone (`Gate.alone_after`).
+        keepable: it can report its windows and be kept for another comparison (`Gate.reporter`).
+    """
+
+    event: str
+    warmup_s: float | None = None
+    warmup_converged: bool | None = None
+    steps_per_window: int | None = None
+    steps: int | None = None
+    samples: float | None = None
+    elapsed_s: float | None = None
+    rate: float | None = None
+    alone_after: bool = False
+    keepable: bool = False
+
+    def to_line(self) -> bytes:
+        """The event as the pipe carries it: its set fields as one JSON object and a newline."""
+        data = {k: v for k, v in asdict(self).items() if v is not None and v is not False}
+        return (json.dumps(data) + "\n").encode()
+
+    @classmethod
+    def from_line(cls, line: bytes) -> "GateEvent":
+        """The event of one line of the pipe (names this version does not know are left out)."""
+        data = json.loads(line)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @property
+    def turn_rate(self) -> float:
+        """A `window`'s figure: its `rate` when it sends one, else its samples (or steps) over its time; 0
+        when it measured nothing."""
+        if self.rate is not None:
+            return float(self.rate)
+        return self.samples / self.elapsed_s if self.elapsed_s and self.samples is not None else 0.0
 
 
 def go(turn_s: float) -> str:
@@ -87,15 +133,12 @@ class Gate:
         frozen = self._frozen
         return frozen if frozen is not None else self._raw_clock() - self.paused_s
 
-    def pause(self, event: str, **data: Any) -> str:
-        """Report `event` (with `data`), stop until continued, and return the parent's command."""
+    def pause(self, event: GateEvent) -> str:
+        """Report `event`, stop until continued, and return the parent's command."""
         started = self._raw_clock()
         self._frozen = started - self.paused_s
-        if self.alone_after:
-            data = {**data, "alone_after": True}
-        if self.reporter is not None:
-            data = {**data, "keepable": True}
-        os.write(self.event_fd, (json.dumps({"event": event, **data}) + "\n").encode())
+        event = replace(event, alone_after=self.alone_after, keepable=self.reporter is not None)
+        os.write(self.event_fd, event.to_line())
         self._stop()
         command = self._read_command()
         self.paused_s += self._raw_clock() - started

@@ -30,7 +30,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from torchpace.measure.gate import GO, LOADED, READY, WINDOW, Gate
+from torchpace.measure.gate import GO, LOADED, READY, WINDOW, Gate, GateEvent
 from torchpace.measure.stats import median_ci_ranks, windows_agree
 from torchpace.measure.timing import WARMUP_TOLERANCE, Clock, TimingOptions, turn_full
 
@@ -143,7 +143,7 @@ def measure_latency(call: Callable[[], object], clock: Clock, sync: Callable[[],
     Raises:
         ValueError: with a `gate`, the parent ended the comparison before any turn of this arm's.
     """
-    if gate is not None and gate.pause(LOADED) != GO:
+    if gate is not None and gate.pause(GateEvent(LOADED)) != GO:
         raise ValueError("the comparison ended before this arm's first call")
     start = clock()
     warmup_calls, converged, call_s = _warm_up(call, clock, sync, options, warmup_deadline)
@@ -175,7 +175,7 @@ def _measure_in_turns(call: Callable[[], object], clock: Clock, sync: Callable[[
     says `go`, until it says anything else; every call timed in a turn. Each turn reports its calls, their time
     and its `rate` (1 / the turn's median call)."""
     calls: list[float] = []
-    command = gate.pause(READY, warmup_s=warmup_s, warmup_converged=warmup_converged, steps_per_window=1)
+    command = gate.pause(GateEvent(READY, warmup_s=warmup_s, warmup_converged=warmup_converged, steps_per_window=1))
     lead_in_share = TimingOptions().turn_lead_in
     while command == GO:
         turn_s = gate.turn_s or _DEFAULT_TURN_S
@@ -193,8 +193,8 @@ def _measure_in_turns(call: Callable[[], object], clock: Clock, sync: Callable[[
                 break
         calls.extend(turn)
         p50_s = call_s = statistics.median(turn)
-        command = gate.pause(WINDOW, steps=len(turn), samples=len(turn), elapsed_s=elapsed_s,
-                             rate=1.0 / p50_s if p50_s > 0 else 0.0)
+        command = gate.pause(GateEvent(WINDOW, steps=len(turn), samples=len(turn), elapsed_s=elapsed_s,
+                                       rate=1.0 / p50_s if p50_s > 0 else 0.0))
     if not calls:
         raise ValueError("the comparison ended before this arm's first turn")
     return calls

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from torchpace.measure.gate import END, LOADED, READY, REPORT, REPORTED, WINDOW, Gate
+from torchpace.measure.gate import END, LOADED, READY, REPORT, REPORTED, WINDOW, Gate, GateEvent
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize, windows_agree
 
 Clock = Callable[[], float]
@@ -174,7 +174,7 @@ class WindowMeter:
     def start(self) -> None:
         """Begin: the first window (a single step) starts now (at the gate's first turn, if any)."""
         self.phase = "single"
-        if self.gate is not None and self.gate.pause(LOADED) == END:
+        if self.gate is not None and self.gate.pause(GateEvent(LOADED)) == END:
             self.stopped_by, self.phase = "pair", "done"
         self._begin = self._window_start = self.clock()
 
@@ -266,19 +266,19 @@ class WindowMeter:
             # the measuring keeps its own length: its deadline moves by the extra warm-up used, no more
             self.deadline += min(self.options.warmup_extra_s, max(0.0, self.clock() - self.warmup_deadline))
             if self.gate is not None:
-                self._take_turn(READY, warmup_s=self.warmup_s, warmup_converged=self.warmup_converged,
-                                steps_per_window=self._per_window)
+                self._take_turn(GateEvent(READY, warmup_s=self.warmup_s, warmup_converged=self.warmup_converged,
+                                          steps_per_window=self._per_window))
 
-    def _take_turn(self, event: str, **data) -> None:
+    def _take_turn(self, event: GateEvent) -> None:
         """Stop at the gate; on `end` the measurement is done, else the next turn begins untimed. On `report`
         the windows so far go to `Gate.reporter` and are forgotten (the comparison is over, and this
         process is kept for the next one), and the process stops again until that one continues it; a
         process that cannot report (no reporter, no window since the last report) ends as on `end`."""
-        command = self.gate.pause(event, **data)
+        command = self.gate.pause(event)
         while command == REPORT and self.gate.reporter is not None and self.windows:
             self.gate.reporter(self.result("pair"))
             self.windows, self.summary = [], None
-            command = self.gate.pause(REPORTED)
+            command = self.gate.pause(GateEvent(REPORTED))
         if command in (END, REPORT):
             self.stopped_by, self.phase = "pair", "done"
         else:
@@ -297,7 +297,7 @@ class WindowMeter:
         if self.on_window:
             self.on_window("measure", len(self.windows), self.summary)
         if self.gate is not None:  # the parent compares the arms round by round and says when to end
-            self._take_turn(WINDOW, steps=window.steps, samples=window.samples, elapsed_s=window.elapsed_s)
+            self._take_turn(GateEvent(WINDOW, steps=window.steps, samples=window.samples, elapsed_s=window.elapsed_s))
         elif len(self.windows) >= self.options.min_windows and self.summary.ci_rel_halfwidth <= self.options.target_ci_rel:
             self.stopped_by, self.phase = "ci", "done"
         elif self.clock() >= self.deadline:

@@ -20,7 +20,7 @@ from typing import Any
 
 from torchpace.measure.result import AccuracyReport, BenchResult, Objective
 from torchpace.records import from_json, to_json
-from torchpace.trial.pair import SEQUENTIAL, TURNS_PER_ROUND
+from torchpace.trial.schedule import SEQUENTIAL, TURNS_PER_ROUND
 
 ATTR = "torchpace"
 STUDY_KIND = "torchpace.study"

@@ -77,7 +77,7 @@ from typing import Callable, Iterable
 from torchpace.measure.contention import is_material
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.profile.verdict import stages_to_try_first
-from torchpace.trial.pair import SEQUENTIAL
+from torchpace.trial.schedule import SEQUENTIAL
 from torchpace.tune.space import KnobSpace
 
 GREEDY_REVISION = 4  # the paired policy's revision a new study is tuned with (see the module's docstring)

@@ -28,7 +28,9 @@ from torchpace.redact import redact_url
 from torchpace.script.knobs import script_target
 from torchpace.trial import TrialSpec, run_trial
 from torchpace.trial.output import trial_log_path
-from torchpace.trial.pair import PARTNER, KeptArms, PairOptions, PairResult, hold_both_reason, run_pair
+from torchpace.trial.arms import KeptArms, hold_both_reason
+from torchpace.trial.pair import run_pair
+from torchpace.trial.schedule import PARTNER, PairOptions, PairResult
 from torchpace.trial.script import fitted_max_time_s, too_short_hint
 from torchpace.tune.attrs import (ATTR, FITTED_TRIAL_TIME_ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord,
                                   interrupted_attrs, stored_bench)
@@ -484,7 +486,7 @@ class Tuner:
         return replace(options, run_timeout_s=self._cap_s(assignment, options.run_time_s(max_time_s)))
 
     def _hold_both_reason(self, reference, candidate) -> str | None:
-        """Why the two arms cannot be held at once (`torchpace.trial.pair.hold_both_reason`), judged by the
+        """Why the two arms cannot be held at once (`torchpace.trial.arms.hold_both_reason`), judged by the
         baseline's peak memory times the arms to start (an arm kept from before holds its memory already)
         against the memory free now on its device; None when they can."""
         records = trial_records(self.study.get_trials(deepcopy=False))
