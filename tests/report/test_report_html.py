@@ -249,7 +249,7 @@ def test_a_search_strategy_other_than_greedy_has_no_waterfall(tuned_study, tmp_p
     from torchpace.report.load import build_tune_data
 
     stored = load_report_data(str(tuned_study.db)).tune
-    outcome = dataclasses.replace(stored, strategy="random", accepted=(), decisions=())
+    outcome = dataclasses.replace(stored, strategy="random", stepwise=False, accepted=(), decisions=())
     out = write_report(build_tune_data(outcome, tuned_study.host, "s.db"), tmp_path / "r.html", with_doctor=False)
     page, html = parse_page(out), out.read_text()
     assert set(page.charts) == {"speed", "trials", "losses"} and "best trial of a random search" in html

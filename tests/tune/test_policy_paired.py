@@ -7,7 +7,7 @@ from torchpace.trial.schedule import ALTERNATING, PARTNER, PairResult
 from torchpace.protocol import TIMEOUT, TrialResult
 from torchpace.tune.policy import RETRY, RUNNING, Record, plan_greedy
 from torchpace.tune.space import KnobSpace
-from torchpace.tune.tuner import candidate_result
+from torchpace.tune.executor import candidate_result
 
 SPACE = [
     KnobSpace("data", "data.num_workers", 0, (0, 1, 2)),

@@ -73,20 +73,20 @@ def test_a_study_is_resumed_with_the_policy_revision_it_was_tuned_with(recorded_
     # the recorded study predates revisions of the policy: it is revision 1, and a resume replays it so
     old = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{recorded_db}", study="paired-sleepy",
                             resume=True, out=tmp_path / "old.toml"), host)
-    assert StudyAttrs.of(old.study).greedy_revision == 1 and (old.sampler.paired, old.sampler.revision) == (True, 1)
+    assert StudyAttrs.of(old.study).greedy_revision == 1 and (old.strategy.sampler.paired, old.strategy.sampler.revision) == (True, 1)
     new = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "new.toml"), host)
-    assert StudyAttrs.of(new.study).greedy_revision == new.sampler.revision == GREEDY_REVISION > 1
+    assert StudyAttrs.of(new.study).greedy_revision == new.strategy.sampler.revision == GREEDY_REVISION > 1
 
 
 def test_a_stretched_comparison_runs_for_its_multiple_of_the_trial_time(tmp_path, host):
     tuner = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "t.toml",
                               trial_time_s=5.0), host)
-    plain, plain_cap, _ = tuner._trial_spec(Assignment(config={"data.num_workers": 2}, reference={}))
-    stretched, stretched_cap, _ = tuner._trial_spec(Assignment(config={"data.num_workers": 2}, reference={}, time_factor=2.0))
+    plain, plain_cap, _ = tuner.executor.trial_spec(Assignment(config={"data.num_workers": 2}, reference={}))
+    stretched, stretched_cap, _ = tuner.executor.trial_spec(Assignment(config={"data.num_workers": 2}, reference={}, time_factor=2.0))
     assert (plain.max_time_s, stretched.max_time_s) == (5.0, 10.0) and stretched_cap > plain_cap
     capped = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'capped.db'}", out=tmp_path / "c.toml",
                                trial_time_s=5.0, trial_timeout_s=30.0), host)
-    assert capped._trial_spec(Assignment(config={}, reference={}, time_factor=2.0))[1] == 60.0  # a set cap stretches too
+    assert capped.executor.trial_spec(Assignment(config={}, reference={}, time_factor=2.0))[1] == 60.0  # a set cap stretches too
     # the factor is stored with the trial's assignment, so a resumed tune runs the same slot for as long
     assert Assignment(time_factor=2.0).to_attrs()["time_factor"] == 2.0 and "time_factor" not in Assignment().to_attrs()
 
@@ -96,27 +96,27 @@ def test_the_budget_is_short_when_it_would_not_hold_the_next_comparison_and_the_
     tuner = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{recorded_db}", study="paired-sleepy",
                               resume=True, out=tmp_path / "t.toml"), host)
     candidate, trials = Proposal("pair:x", "candidate", {}), tuner.study.get_trials(deepcopy=False)
-    tuner.deadline = time.monotonic() + 14.0
-    assert tuner._budget_short(candidate, trials)  # 14 s < 8.6 + 7.3
-    tuner.deadline = time.monotonic() + 20.0
-    assert not tuner._budget_short(candidate, trials)
-    assert tuner._budget_short(replace(candidate, time_factor=2.0), trials)  # a stretched comparison: 20 s < 2 x 8.6 + 7.3
+    tuner.budget.deadline = time.monotonic() + 14.0
+    assert tuner.budget.short_of(candidate, trials)  # 14 s < 8.6 + 7.3
+    tuner.budget.deadline = time.monotonic() + 20.0
+    assert not tuner.budget.short_of(candidate, trials)
+    assert tuner.budget.short_of(replace(candidate, time_factor=2.0), trials)  # a stretched comparison: 20 s < 2 x 8.6 + 7.3
     # a second comparison of a candidate takes as long as its first one did (7.2 s for one worker, 8.4 s for two)
-    tuner.deadline = time.monotonic() + 23.0
+    tuner.budget.deadline = time.monotonic() + 23.0
     again = Proposal("confirm-pair:data.num_workers=1", "candidate", {}, time_factor=2.0)
-    assert not tuner._budget_short(again, trials)  # 23 s > 2 x 7.2 + 7.3 (the candidates' median would say 24.5)
-    assert tuner._budget_short(replace(again, slot="confirm-pair:data.num_workers=2"), trials)  # 23 s < 2 x 8.4 + 7.3
+    assert not tuner.budget.short_of(again, trials)  # 23 s > 2 x 7.2 + 7.3 (the candidates' median would say 24.5)
+    assert tuner.budget.short_of(replace(again, slot="confirm-pair:data.num_workers=2"), trials)  # 23 s < 2 x 8.4 + 7.3
     fresh = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "n.toml"), host)
-    fresh.deadline = time.monotonic() + 1.0
-    assert not fresh._budget_short(candidate, fresh.study.get_trials(deepcopy=False))  # no comparison yet to judge by
+    fresh.budget.deadline = time.monotonic() + 1.0
+    assert not fresh.budget.short_of(candidate, fresh.study.get_trials(deepcopy=False))  # no comparison yet to judge by
 
 
 def test_a_separate_run_is_capped_as_a_trial_of_its_share_of_the_time(tmp_path, host):
     tuner = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "t.toml"), host)
     ranks = Proposal("pair:y", "candidate", {"nproc_per_node": 2, "distributed.strategy": "ddp"}, reference={})
-    options = tuner._pair_options(ranks, 6.0)
+    options = tuner.executor.pair_options(ranks, 6.0)
     assert options.decide_at is not None and options.run_time_s(6.0) == pytest.approx(1.0)
-    assert options.run_timeout_s == tuner._cap_s(ranks, 1.0) < tuner._cap_s(ranks, 6.0)
+    assert options.run_timeout_s == tuner.executor.cap_s(ranks, 1.0) < tuner.executor.cap_s(ranks, 6.0)
 
 
 @pytest.mark.slow
@@ -126,8 +126,8 @@ def test_a_comparison_out_of_memory_held_together_gets_the_separate_runs_cap_wit
     tuner = Tuner(TuneOptions(workload=f"{FIXTURES / 'pair_workloads.py'}:memory_for_one", trial_time_s=1.2,
                               trial_timeout_s=40, guard_steps=0, storage=f"sqlite:///{tmp_path / 'new.db'}",
                               out=tmp_path / "t.toml"), host)
-    tuner.deadline = time.monotonic() + 300  # bounds the 18 runs' own caps (18 x 40 s), not the 40 s of turns
-    record = tuner._run_pair(1, Proposal("pair:noise", "noise", {}, reference={}), None)
+    tuner.budget.deadline = time.monotonic() + 300  # bounds the 18 runs' own caps (18 x 40 s), not the 40 s of turns
+    record = tuner.executor.run(1, Proposal("pair:noise", "noise", {}, reference={}))
     assert record.pair.mode == "sequential" and "out of memory" in record.pair.mode_reason
     assert record.status == "ok" and record.pair.rounds == MIN_WINDOWS_FOR_CI, \
         (record.status, record.error, record.pair.reference_status, record.pair.reference_error)
@@ -143,7 +143,7 @@ def test_no_trial_starts_once_the_budget_is_spent(tmp_path, host):
             self.stopped = True
 
     tuner._after_trial(within := Study(), None)
-    tuner.deadline = time.monotonic() - 0.1  # Optuna's timeout, counted from later, would start more trials
+    tuner.budget.deadline = time.monotonic() - 0.1  # Optuna's timeout, counted from later, would start more trials
     tuner._after_trial(spent := Study(), None)
     assert not within.stopped and spent.stopped
 

@@ -13,6 +13,7 @@ import pytest
 
 from torchpace.tune import storage as storage_module
 from torchpace.tune.storage import open_storage
+from torchpace.tune.handle import StudyHandle
 from torchpace.tune.study import ATTR, _process_start, fail_stale_trials, tuner_process
 
 
@@ -41,7 +42,7 @@ def test_a_dead_tuner_on_this_machine_has_its_trial_failed_at_once_and_no_live_o
     later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:  # the pid the dead tuner had, now held by a process that started at another time
         storage.set_trial_system_attr(trials["pid taken by another process"], ATTR, {"process": f"{machine}/{later.pid}@{started}"})
-        fail_stale_trials(study)
+        fail_stale_trials(study, StudyHandle(storage, "s"))
     finally:
         later.kill()
         later.wait()

@@ -176,7 +176,7 @@ def test_a_budget_short_of_the_next_comparison_and_the_final_one_runs_the_final_
                           trial_time_s=3.0, guard_steps=6, budget_s=600)
     notices = []
     tuner = Tuner(options, host, on_event=lambda kind, **data: notices.append(data["message"]) if kind == "notice" else None)
-    tuner.sampler.budget_short = lambda proposal, trials: proposal.knob == "optimizer.impl"
+    tuner.strategy.sampler.budget_short = lambda proposal, trials: proposal.knob == "optimizer.impl"
     outcome = tuner.run()
     slots = [t.slot for t in outcome.trials]
     assert not any(slot.startswith(("pair:optimizer.impl", "confirm-pair:optimizer.impl")) for slot in slots), slots

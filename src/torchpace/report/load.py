@@ -29,11 +29,10 @@ from torchpace.profile.result import ProfileResult
 from torchpace.records import MissingFields
 from torchpace.tune.attrs import STUDY_SCHEMA_VERSION, StudyAttrs
 from torchpace.tune.outcome import StudyMeta, TrialRow, TuneOutcome, build_guard_note, build_outcome, trial_rows
-from torchpace.tune.policy import plan_greedy
 from torchpace.tune.space import KnobSpace
 from torchpace.tune.storage import mask_url, sqlite_database  # noqa: F401  (mask_url: report/__init__ imports it here)
 from torchpace.tune.storage import STUDY_CORE_TABLES, open_storage, read_table_names
-from torchpace.tune.study import build_records
+from torchpace.tune.strategy import make_strategy
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _SUPPORTED_RESULT_SCHEMA = 1
@@ -243,10 +242,9 @@ def build_stored_outcome(study, name: str, url: str, meta: StudyAttrs) -> TuneOu
     """
     rows = trial_rows(study, meta.objective)
     base = next((r for r in rows if r.slot == "baseline" and r.status == "ok"), None)
-    state, stopped = None, "stored"
-    if meta.strategy == "greedy":
-        state = plan_greedy(rebuild_space(rows), build_records(study.get_trials(deepcopy=False)), lambda config: None,
-                            paired=meta.paired, revision=meta.greedy_revision)
+    state = make_strategy(meta.strategy, rebuild_space(rows), stored=meta).replay(study.get_trials(deepcopy=False))
+    stopped = "stored"  # a search that decides nothing step by step
+    if state is not None:
         stopped = "done" if state.done else ("baseline failed" if state.failed_baseline else "unfinished")
     study_meta = StudyMeta(name, url, meta.strategy, meta.workload or "?", meta.objective,
                            build_guard_note(len(base.guard_losses) if base else 0), command=meta.command)

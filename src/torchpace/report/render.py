@@ -45,7 +45,7 @@ def _tune_charts(tune: TuneOutcome) -> dict[str, str]:
         ranged = baseline.measurements or (tuned is not None and tuned.measurements)
         svgs["speed"] = charts.render_speed_svg(baseline.throughput, tuned.throughput if tuned else None,
                                                 interval="range of every measurement" if ranged else "95% CI")
-        if tune.strategy == "greedy":  # other strategies accept nothing step by step: no waterfall
+        if tune.stepwise:  # a search accepts nothing step by step: no waterfall
             svgs["waterfall"] = charts.render_waterfall_svg(tune.accepted, tune.speedup or 1.0)
     if tune.trials:
         svgs["trials"] = charts.render_trials_svg(tune.trials, baseline.throughput if baseline else None, tune.unit)

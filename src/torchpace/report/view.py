@@ -157,7 +157,7 @@ def summary_cards(data: ReportData) -> list[dict[str, str]]:
             {"label": f"tuned {tune.unit}", "value": format_figure(tuned_figure),
              "detail": f"{_ci_name(tuned)} " + format_figure_ci(tuned_figure, with_value=False)},
             {"label": "speedup", "value": f"{tune.speedup:.2f}×" if tune.speedup is not None else "-",
-             "detail": f"{len(tune.accepted)} accepted change(s)" if tune.strategy == "greedy"
+             "detail": f"{len(tune.accepted)} accepted change(s)" if tune.stepwise
              else f"best trial of a {tune.strategy} search"},
             {"label": "trials", "value": str(len(tune.trials)), "detail": f"{failed} failed or guard-rejected · {stopped_text(tune)}"},
         ]
@@ -196,7 +196,7 @@ def tune_view(tune: TuneOutcome) -> dict[str, Any]:
     best_losses = guard_curves(tune)[1]
     tuned = tuned_row(tune)
     return {
-        "strategy": tune.strategy, "study": tune.study, "greedy": tune.strategy == "greedy", "unit": tune.unit,
+        "strategy": tune.strategy, "study": tune.study, "stepwise": tune.stepwise, "unit": tune.unit,
         "stopped": stopped_text(tune), "failed_baseline": tune.failed_baseline,
         "has_baseline": baseline is not None, "baseline": format_figure_ci(baseline.throughput if baseline else None),
         "tuned": format_figure_ci(tuned.throughput if tuned else None),

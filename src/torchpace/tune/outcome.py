@@ -220,6 +220,8 @@ class TuneOutcome:
         export: what `--export` wrote.
         command: script mode: the unmodified command the study tuned (`python train.py ARGS`), None for a
             Workload.
+        stepwise: its strategy decided one change at a time (greedy: a waterfall of accepted changes), not the
+            best trial of a search.
     """
 
     study: str
@@ -245,6 +247,7 @@ class TuneOutcome:
     noise: ComparisonFigure | None = None
     export: ExportOutcome | None = None
     command: tuple[str, ...] | None = None
+    stepwise: bool = False
 
     @property
     def paired(self) -> bool:
@@ -370,7 +373,8 @@ def build_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta, stopped
 
     Args:
         rows: `trial_rows(study, meta.objective)`.
-        state: the greedy policy's `GreedyState` replayed over the study, None for the other strategies.
+        state: the strategy's replay of the study (greedy's `GreedyState`), None for a search that decides
+            nothing step by step.
         meta: the study's name, storage, strategy, workload, objective and guard note.
         stopped: why the tune stopped (done, budget, interrupted, stored...).
     """
@@ -412,7 +416,7 @@ def build_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta, stopped
         accepted=tuple(accepted), trials=rows, out_path=None, stopped=stopped, failed_baseline=failed_baseline,
         guard_note=_guard_note(meta, baseline), objective=objective, unit=unit, decisions=decisions,
         figures_note=figures_note(unit) if objective == THROUGHPUT else None, other_load=other_load_summary(rows),
-        command=meta.command,
+        command=meta.command, stepwise=state is not None,
     )
 
 
@@ -492,7 +496,7 @@ def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta,
         stopped=stopped, failed_baseline=state.failed_baseline or (None if baseline else baseline_not_measured(rows)),
         guard_note=_guard_note(meta, baseline), objective=meta.objective, unit=unit, decisions=decisions,
         figures_note=paired_figures_note(unit), other_load=other_load_summary(rows), speedup_figure=speedup,
-        noise=comparison(noise.pair) if noise else None, command=meta.command,
+        noise=comparison(noise.pair) if noise else None, command=meta.command, stepwise=True,
     )
 
 

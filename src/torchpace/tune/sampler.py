@@ -5,7 +5,8 @@ here) -> `sample_independent` once per `trial.suggest_*` -> the objective -> `af
 `before_trial` replays the study's finished trials through `plan_greedy` and pins the next proposal
 on the trial (its slot, kind and config) as system attributes; `sample_independent` answers each
 knob from that proposal. A trial that finds nothing to run yet (every pending trial is in flight in
-another process) is told to wait; one that finds the search complete is told it is done.
+another process) is told to wait; one that finds the search complete is told it is done. The trial's
+attributes are written and read through the study's `StudyHandle` (Optuna's public storage API).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 
+from torchpace.tune.attrs import Assignment, TrialRecord
+from torchpace.tune.handle import StudyHandle
 from torchpace.tune.policy import GREEDY_REVISION, GreedyState, Proposal, plan_greedy
 from torchpace.tune.space import KnobSpace
-from torchpace.tune.storage import assignment_lock
-from torchpace.tune.attrs import ATTR, Assignment, TrialRecord
 from torchpace.tune.study import build_records
 
 _log = logging.getLogger(__name__)
@@ -33,25 +34,25 @@ class GreedySampler(BaseSampler):
 
     `paired` and `revision` are the study's (`StudyAttrs.paired`, `StudyAttrs.greedy_revision`): every new
     study decides by paired comparisons, with the policy's latest revision; a study tuned before is replayed
-    with the policy it was tuned with."""
+    with the policy it was tuned with. `budget_short` is the tuner's judgement of its budget, from the study's
+    trials as a replay read them: True when the time left would not hold both the next proposal's comparison
+    and the final one (`plan_greedy`'s `finish`); by default the budget is never short."""
 
-    def __init__(self, space: list[KnobSpace], conflicts: Callable[[dict], str | None], paired: bool = True,
-                 revision: int = GREEDY_REVISION):
+    def __init__(self, space: list[KnobSpace], conflicts: Callable[[dict], str | None], handle: StudyHandle | None = None,
+                 paired: bool = True, revision: int = GREEDY_REVISION,
+                 budget_short: Callable[[Proposal, list], bool] | None = None):
         self.space = space
         self.conflicts = conflicts
+        self.handle = handle
         self._logged_decisions = 0  # the policy's decisions already in the log (each replay repeats them all)
         self.paired = paired
         self.revision = revision
         self._logged_order = False
-        # the tuner's judgement of its budget, from the study's trials as this replay read them: True when
-        # the time left would not hold both the next proposal's comparison and the final one (`plan_greedy`'s
-        # `finish`)
-        self.budget_short: Callable[[Proposal, list], bool] = lambda proposal, trials: False
+        self.budget_short = budget_short or (lambda proposal, trials: False)
 
-    def plan(self, study: optuna.Study, exclude_number: int | None = None) -> GreedyState:
-        """Replay the study's trials (all but trial `exclude_number`) into the policy's state; when the
-        budget is short of the next candidate's comparison and the final one, the final one is next."""
-        trials = [t for t in study.get_trials(deepcopy=False) if t.number != exclude_number]
+    def plan(self, trials: list) -> GreedyState:
+        """Replay `trials` (the study's, as Optuna's `FrozenTrial`s) into the policy's state; when the budget is
+        short of the next candidate's comparison and the final one, the final one is next."""
         records = build_records(trials)
         state = plan_greedy(self.space, records, self.conflicts, paired=self.paired, revision=self.revision)
         if self.paired and state.next is not None and state.next.kind == "candidate" and self.budget_short(state.next, trials):
@@ -62,9 +63,9 @@ class GreedySampler(BaseSampler):
         """Pin the next proposal (or wait/done) on `trial`; tuners sharing the study take turns here, so
         each sees the others' pins and no two take the same pending trial."""
         asked = time.monotonic()
-        with assignment_lock(study._storage, study._study_id):
+        with self.handle.lock():
             waited_s = time.monotonic() - asked
-            state = self.plan(study, exclude_number=trial.number)
+            state = self.plan([t for t in study.get_trials(deepcopy=False) if t.number != trial.number])
             proposal: Proposal | None = state.next
             assignment = Assignment(action="run" if proposal else ("wait" if state.waiting else "done"),
                                     lock_wait_s=round(waited_s, 4))  # for `make bench-fleet`
@@ -73,7 +74,7 @@ class GreedySampler(BaseSampler):
                                      knob=proposal.knob, value=proposal.value, config=proposal.config,
                                      reference=proposal.reference,
                                      time_factor=proposal.time_factor if proposal.time_factor != 1 else None)
-            study._storage.set_trial_system_attr(trial._trial_id, ATTR, assignment.to_attrs())
+            self.handle.pin(trial.number, assignment.to_attrs())
         self._log_decisions(state)
         if assignment.action != "wait":  # a waiting tuner asks again every few seconds
             _log.debug("trial %d: %s", trial.number, f"slot {proposal.slot} ({proposal.kind})" if proposal else "the search is done")
@@ -102,6 +103,6 @@ class GreedySampler(BaseSampler):
         return {}
 
     def sample_independent(self, study, trial, param_name: str, param_distribution: BaseDistribution) -> Any:
-        config = TrialRecord.from_trial(study._storage.get_trial(trial._trial_id)).assignment.config
+        config = TrialRecord.from_trial(self.handle.trial(trial.number)).assignment.config
         default = next(k.default for k in self.space if k.name == param_name)
         return config.get(param_name, default)

@@ -416,12 +416,14 @@ def _chained(err: BaseException, types: tuple[type[BaseException], ...]) -> Base
 @contextmanager
 def assignment_lock(storage, study_id: int) -> Iterator[None]:
     """One tuner at a time reads a study's records and pins its next trial, so no two pick the same one.
+    `storage` is the RDBStorage `open_storage` returned (its `engine` is public), not the cache Optuna's
+    `Study` wraps it in.
 
     PostgreSQL: a transaction-level advisory lock (released at commit, or by the server when the
     holder's connection dies). SQLite: an exclusive `flock` on `FILE.lock` beside the database
     (SQLite's own locks cannot span Optuna's separate connections). Other databases: no lock.
     """
-    engine = getattr(getattr(storage, "_backend", storage), "engine", None)
+    engine = getattr(storage, "engine", None)
     if engine is not None and engine.dialect.name == "postgresql":
         import sqlalchemy
 

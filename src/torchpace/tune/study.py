@@ -22,7 +22,7 @@ from torchpace.errors import UsageError
 from torchpace.tune.attrs import (ATTR, STUDY_KIND, STUDY_SCHEMA_VERSION, PairRecord, StudyAttrs,  # noqa: F401
                                   TrialRecord)
 from torchpace.tune.guard import check_trial_guard, guard_cannot_judge
-from torchpace.tune.policy import COMPLETE, GREEDY_REVISION, RETRY, RUNNING, Record
+from torchpace.tune.policy import COMPLETE, RETRY, RUNNING, Record
 from torchpace.tune.storage import default_storage_url, open_storage  # noqa: F401  (where callers found them)
 
 _log = logging.getLogger(__name__)
@@ -30,12 +30,11 @@ _log = logging.getLogger(__name__)
 
 
 def study_metadata(workload: str, host, strategy: str, objective: str = "throughput",
-                   command: tuple[str, ...] | None = None) -> StudyAttrs:
-    """A new study's metadata; `paired`: greedy decides by paired comparisons, `greedy_revision`: with this
-    torchpace's revision of that policy (a study tuned before either is resumed and reported with the policy
-    it was tuned with)."""
+                   command: tuple[str, ...] | None = None, **strategy_attrs: Any) -> StudyAttrs:
+    """A new study's metadata, with what its strategy records of itself (`Strategy.study_attrs`: greedy's
+    `paired` and `greedy_revision`, with which a study tuned before either is resumed and reported)."""
     return StudyAttrs(workload=workload, host_fingerprint=host.fingerprint(), host=host.summary(), strategy=strategy,
-                      paired=strategy == "greedy", greedy_revision=GREEDY_REVISION, objective=objective, command=command)
+                      objective=objective, command=command, **strategy_attrs)
 
 
 def check_study_metadata(name: str, meta: StudyAttrs | None, expected: StudyAttrs) -> None:
@@ -59,20 +58,37 @@ def _shown(value: Any) -> str:
     return repr(" ".join(value)) if isinstance(value, (list, tuple)) else repr(value)
 
 
-def open_study(storage, name: str, meta: StudyAttrs, resume: bool, sampler):
-    """Create a new study, or (with `resume`) load and check an existing one."""
+def stored_study(storage, name: str, meta: StudyAttrs, resume: bool) -> StudyAttrs | None:
+    """The metadata of study `name` in `storage`, checked against `meta` (a new study's), when it exists; None
+    when it does not (a new study will be created).
+
+    Raises:
+        UsageError: the study is not torchpace's or was tuned elsewhere, or holds trials and `resume` was not
+            asked for; or `resume` was asked for and there is no such study.
+    """
     # lazy: optuna (hundreds of ms) loads only when a study is opened
     import optuna
 
     existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
     if name in existing:
-        check_study_metadata(name, StudyAttrs.of(existing[name]), meta)
+        stored = StudyAttrs.of(existing[name])
+        check_study_metadata(name, stored, meta)
         if not resume and existing[name].n_trials:
             raise UsageError(f"study {name!r} already has {existing[name].n_trials} trials: pass --resume to continue it, "
                              "or --study NEW_NAME to start another")
-        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        return stored
     if resume:
         raise UsageError(f"--resume: no study named {name!r} in this storage (known: {', '.join(existing) or 'none'})")
+    return None
+
+
+def open_study(storage, name: str, meta: StudyAttrs, resume: bool, sampler):
+    """Create a new study, or (with `resume`) load and check an existing one (see `stored_study`)."""
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
+    import optuna
+
+    if stored_study(storage, name, meta, resume) is not None:
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     try:
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize")
     except optuna.exceptions.DuplicatedStudyError:
@@ -106,9 +122,10 @@ def _process_start(process) -> str:
     return f"{process.pid}@{process.create_time():.2f}"
 
 
-def fail_stale_trials(study) -> None:
-    """Fail the running trials no live tuner runs: those whose tuner sent no heartbeat within the grace
-    (Optuna's check, for any host), and at once those of a tuner on this machine whose process is gone."""
+def fail_stale_trials(study, handle) -> None:
+    """Fail the running trials of `study` (through its `handle.StudyHandle`) no live tuner runs: those whose
+    tuner sent no heartbeat within the grace (Optuna's check, for any host), and at once those of a tuner on
+    this machine whose process is gone."""
     # lazy: optuna (hundreds of ms) loads only when a study is opened
     import optuna
 
@@ -130,7 +147,7 @@ def fail_stale_trials(study) -> None:
         if not alive:
             _log.info("trial %d failed, to be run again: its tuner (%s) is gone", trial.number, recorded)
             try:
-                study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+                handle.fail(trial.number)
             except optuna.exceptions.UpdateFinishedTrialError:  # another tuner failed it a moment ago
                 continue
 

@@ -1,0 +1,316 @@
+"""The trial executor: every trial a tune runs, alone or as a paired comparison, within the tune's budget.
+
+Whatever the strategy, a trial is run here: `TrialExecutor.run` takes an `Assignment` and returns the
+`TrialRecord` the study stores. A trial measured alone is one trial process (`trial.runner.run_trial`); a
+trial with a `reference` is a paired comparison of that config (arm A) and its own (arm B)
+(`trial.pair.run_pair`), whose arms `KeptArms` keeps, stopped, for the next comparison while
+`TrialExecutor.arms_kept` holds. `Budget` is the tune's deadline: each trial's cap is cut to what is left
+of it (a trial it cut is stored `budget`, not a verdict on its config), and `Budget.short_of`
+judges, from the study's own comparisons, whether what is left holds the next comparison and the final one
+(`Budget.short_of`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import psutil
+
+from torchpace.protocol import TIMEOUT, TrialResult, compile_allowance_s
+from torchpace.trial import TrialSpec, run_trial
+from torchpace.trial.arms import KeptArms, hold_both_reason
+from torchpace.trial.output import trial_log_path
+from torchpace.trial.pair import run_pair
+from torchpace.trial.schedule import PARTNER, PairOptions, PairResult
+from torchpace.trial.script import fitted_max_time_s, too_short_hint
+from torchpace.tune.attrs import FITTED_TRIAL_TIME_ATTR, PairRecord, TrialRecord, stored_bench
+from torchpace.tune.objective import objective_value
+from torchpace.tune.options import TuneOptions
+from torchpace.tune.policy import ACCEPT_FLOOR
+from torchpace.tune.study import trial_records
+
+_log = logging.getLogger(__name__)
+
+_TRIAL_TIMEOUT_FACTOR = 3.0  # a trial may take this many times its bench cap (guard steps, compile)
+_TRIAL_TIMEOUT_MARGIN_S = 60.0
+_STORED_STDERR_CHARS = 1500
+
+
+class Budget:
+    """The tune's time: a deadline on a monotonic clock, `seconds` from now.
+
+    Attributes:
+        deadline: when the budget is spent (monotonic seconds; a test may move it).
+    """
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.deadline = clock() + seconds
+
+    def left_s(self) -> float:
+        return self.deadline - self.clock()
+
+    @property
+    def spent(self) -> bool:
+        return self.left_s() <= 0
+
+    def within(self, cap_s: float) -> tuple[float, bool]:
+        """(`cap_s` within the budget left, whether the budget cut it short)."""
+        remaining = self.left_s()
+        return max(1.0, min(cap_s, remaining)), remaining < cap_s
+
+    def short_of(self, proposal, trials: list) -> bool:
+        """Whether the budget left would not hold both `proposal`'s comparison and the final one, each taking
+        as long as the study's comparisons (its Optuna `trials`, as the sampler's replay read them) of that
+        kind took: a candidate's, the median of the candidates' (a second comparison of a candidate, the
+        first one's: the same two configs, the same kind of comparison, which may be separate runs under
+        torchrun), times the proposal's time factor (a stretched second comparison); the final one, the
+        median of the A/A and final comparisons', which like it run to their CI target or the trial time.
+        False until a comparison has finished."""
+        walls = comparison_walls(trials)
+        if not walls["candidate"] and not walls["whole"]:
+            return False
+        first_s = walls["first"].get(proposal.slot.removeprefix("confirm-")) if proposal.slot.startswith("confirm-") else None
+        candidate_s = (first_s or statistics.median(walls["candidate"] or walls["whole"])) * (proposal.time_factor or 1)
+        final_s = statistics.median(walls["whole"] or walls["candidate"])
+        return self.left_s() < candidate_s + final_s
+
+
+def comparison_walls(trials: list) -> dict[str, Any]:
+    """The wall times of the study's comparisons that ended ok: `candidate` (a candidate's), `whole` (the A/A and
+    final comparisons', run to their CI target or the trial time), `first` (each candidate's by slot)."""
+    walls: dict[str, Any] = {"candidate": [], "whole": [], "first": {}}
+    for record in trial_records(trials):
+        if record.status == "ok" and record.pair is not None and record.pair.wall_time_s:
+            walls["candidate" if record.assignment.kind == "candidate" else "whole"].append(record.pair.wall_time_s)
+            walls["first"][record.slot] = record.pair.wall_time_s
+    return walls
+
+
+def pair_options(kind: str, max_time_s: float) -> PairOptions:
+    """How a tune's comparison of `kind` (an `Assignment.kind`) runs: its rounds take `max_time_s` with the two
+    warm-ups, as a single trial's time holds its warm-up and windows; a candidate's stop once their CI is clear
+    of the gain it must show to be kept (or clearly under it), while the A/A and the final comparison estimate a
+    figure, and run to the CI target or the time."""
+    return PairOptions(rounds_s=max_time_s, decide_at=1 + ACCEPT_FLOOR if kind == "candidate" else None,
+                       warmups_count=True)
+
+
+def candidate_result(pair: PairResult, cut_by_budget: bool) -> TrialResult:
+    """The candidate's result of a paired comparison, as stored: when the budget cut the comparison and
+    the reference arm ran out of that time (timeout), the candidate was not judged for the budget's sake,
+    not its partner's: it is cut too (stored as `budget`, run again on --resume), not `partner`."""
+    if cut_by_budget and pair.b.status == PARTNER and pair.a.status == TIMEOUT:
+        return replace(pair.b, status=TIMEOUT)
+    return pair.b
+
+
+def restart_command(study_name: str, command: tuple[str, ...]) -> str:
+    """The command that starts a tune of the script `command` again as a new study (a study without a baseline
+    cannot go on)."""
+    return shlex.join(["torchpace", "tune", "--study", f"{study_name}-2", "--", *command])
+
+
+class TrialExecutor:
+    """Runs the trials of one tune (see the module docstring).
+
+    Args:
+        options: the tune's options (what every trial runs with).
+        host: this host's facts.
+        spec: the workload spec, or the script command as one string.
+        is_inference: the workload is an inference one (its trials carry the accuracy guard).
+        study: the Optuna study (its trials, and its user attribute of a trial time fitted to a short script).
+        study_name: its name (script mode: the folder of the trials' logs).
+        budget: the tune's `Budget`.
+        on_event: progress: `trial_start`, `round`, `notice`.
+    """
+
+    def __init__(self, options: TuneOptions, host, spec: str, is_inference: bool, study, study_name: str, budget: Budget,
+                 on_event: Callable[..., None]):
+        self.options, self.host, self.spec, self.is_inference = options, host, spec, is_inference
+        self.study, self.study_name, self.budget, self.on_event = study, study_name, budget, on_event
+        self.trial_time_s = options.trial_time_s
+        self._kept_arms: KeptArms | None = None  # while trials run: the last comparison's arms, for the next one
+        fitted = study.user_attrs.get(FITTED_TRIAL_TIME_ATTR)
+        if fitted is not None and fitted < options.trial_time_s:  # sized to a short script when its baseline ran
+            self.trial_time_s = float(fitted)
+            on_event("notice", message=f"the trials of study {study_name!r} measure for {fitted:g} s, sized to the "
+                                       f"script when its baseline ran (not --trial-time {options.trial_time_s:g})")
+
+    @contextlib.contextmanager
+    def arms_kept(self) -> Iterator[None]:
+        """While the block runs, a comparison's arms are kept, stopped, for the next one (the incumbent is the
+        next reference); all are ended when it ends, however."""
+        with KeptArms() as self._kept_arms:
+            try:
+                yield
+            finally:
+                self._kept_arms = None
+
+    # ---- one trial ------------------------------------------------------------------------------
+    def run(self, number: int, assignment) -> TrialRecord:
+        """Run trial `number` as `assignment` says (one process, or a paired comparison); its `TrialRecord`
+        (what is stored on the Optuna trial)."""
+        _log.info("trial %d (%s) starts: %s", number, assignment.slot, dict(assignment.config) or "the defaults")
+        self.on_event("trial_start", number=number, assignment=assignment, budget_left_s=self.budget.left_s())
+        log = trial_log_path(self.study_name, number) if self.options.command else None
+        if assignment.reference is not None:
+            return self._run_pair(number, assignment, log)
+        result, cut_by_budget = self._run_single(assignment, log)
+        fitted = fitted_max_time_s(result, self.trial_time_s) if assignment.slot == "baseline" else None
+        if fitted is not None:  # the script ends sooner than a trial measures: every trial is sized to it
+            self._fit_trial_time(fitted, result)
+            result, cut_by_budget = self._run_single(assignment, log)
+        return self._stored(number, assignment, result, cut_by_budget, log)
+
+    def trial_spec(self, assignment) -> tuple[TrialSpec, float, bool]:
+        """(the TrialSpec of `assignment`'s config, its cap in seconds, whether the budget cut that cap short).
+        Its trial time (`max_time_s`) is the tune's, times the policy's factor for it (a stretched second
+        comparison)."""
+        factor = assignment.time_factor or 1
+        trial_time_s = self.trial_time_s * factor
+        o = self.options
+        spec = TrialSpec(workload=self.spec, config=dict(assignment.config), max_time_s=trial_time_s,
+                         guard_steps=o.guard_steps, sys_path=[os.getcwd()],
+                         profile=o.profile_baseline and assignment.slot == "baseline" and not o.command,
+                         command=list(o.command), samples_per_step=o.samples_per_step, **self._inference_spec())
+        return (spec, *self.budget.within(self.cap_s(assignment, trial_time_s)))
+
+    def cap_s(self, assignment, max_time_s: float) -> float:
+        """The cap of one trial process of `assignment` that measures for `max_time_s`: the --trial-timeout
+        given for the tune's trial time (stretched with it), else its time x 3 + 60 s and a compile allowance."""
+        if self.options.trial_timeout_s:
+            return self.options.trial_timeout_s * (assignment.time_factor or 1)
+        return (max_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
+                + compile_allowance_s({**(assignment.reference or {}), **assignment.config}))
+
+    def _run_single(self, assignment, log: Path | None) -> tuple[TrialResult, bool]:
+        """(result, cut by the budget) of one trial process."""
+        spec, timeout_s, cut_by_budget = self.trial_spec(assignment)
+        result = run_trial(spec, self.host, timeout_s=timeout_s, log_path=log, echo=self._echo())
+        return result, cut_by_budget
+
+    def _echo(self):
+        return sys.stderr if self.options.show_output else None
+
+    def _stored(self, number: int, assignment, result, cut_by_budget: bool, log: Path | None) -> TrialRecord:
+        """The `TrialRecord` of `result` (the candidate's, for a paired comparison), as stored on the trial.
+        A trial the budget ended is `budget`, said as such: not a verdict on its config (`--resume` runs it)."""
+        status, error = result.status, result.error[-_STORED_STDERR_CHARS:]
+        if status == "timeout" and cut_by_budget:
+            status = "budget"
+            error = ("cut by the tune's budget before the trial's own cap: not a verdict on its config "
+                     "(`--resume` with a larger --budget runs it again)")
+        elif result.ended_after and status != "ok" and self.options.command:
+            error += f"; {too_short_hint(result, '--trial-time')}"
+            if assignment.slot == "baseline":
+                error += f"; then start a new study: {restart_command(self.study_name, self.options.command)}"
+        if log is not None and status != "ok" and log.exists():
+            error += f" (the script's output: {log})"
+        _log.info("trial %d (%s) ended %s, wall time %.1f s%s", number, assignment.slot, status, result.wall_time_s,
+                  f": {error.strip().splitlines()[-1]}" if error.strip() else "")
+        bench = result.bench
+        record = TrialRecord(
+            number, "RUNNING", assignment=assignment, status=status,
+            bench=stored_bench(bench) if bench is not None else None,
+            usable_cores=self.host.usable_cores if bench is not None else None,  # other_load_cores is out of these
+            guard_losses=tuple(result.guard_losses), guard_metric=result.guard_metric, verdict=result.verdict,
+            error=error, stderr_tail=result.stderr_tail[-_STORED_STDERR_CHARS:],
+            wall_time_s=result.wall_time_s, accuracy=result.accuracy or (bench.accuracy if bench is not None else None),
+            output_log=str(log) if log is not None else None)
+        return record.measured(self.options.objective)
+
+    # ---- a paired comparison --------------------------------------------------------------------
+    def _run_pair(self, number: int, assignment, log: Path | None) -> TrialRecord:
+        """A paired comparison: the candidate (`assignment.config`, arm B) and `assignment.reference` (arm A) in
+        alternation (`torchpace.trial.pair`); the candidate's record, with the comparison under `pair`. In
+        script mode each arm's output is kept: the candidate's in the trial's log, the reference's beside it."""
+        spec, timeout_s, cut_by_budget = self.trial_spec(assignment)
+        reference = replace(spec, config=dict(assignment.reference), guard_steps=0, profile=False)
+        candidate = replace(spec, profile=False)
+        logs = (log.with_name(f"{log.stem}-reference.log"), log) if log is not None else (None, None)
+        kept = self._kept_arms
+        if kept is not None and not assignment.reference:  # the final comparison measures the defaults again
+            kept.hold(reference)
+        if kept is not None and assignment.kind == "final":  # and the tuned config in a fresh process
+            kept.end_serving(candidate)
+        options = self.pair_options(assignment, spec.max_time_s)
+
+        def separate_runs_cap_s() -> float:  # each run capped as a trial of its share of the time would be
+            nonlocal cut_by_budget  # whether the budget cut the cap the comparison ended under
+            cap_s, cut_by_budget = self.budget.within(options.separate_runs_timeout_s)
+            return cap_s
+
+        sequential = self._hold_both_reason(reference, candidate)
+        if sequential:
+            timeout_s = separate_runs_cap_s()
+        pair = run_pair(reference, candidate, self.host, timeout_s, options, sequential=sequential,
+                        figure=lambda bench: objective_value(bench, self.options.objective)[0],
+                        on_round=lambda rounds, summary: self.on_event("round", number=number, rounds=rounds,
+                                                                       summary=summary),
+                        logs=logs, echo=self._echo(), kept_arms=kept, fallback_timeout_s=separate_runs_cap_s)
+        record = self._stored(number, assignment, candidate_result(pair, cut_by_budget), cut_by_budget, log)
+        ref_value, _ = objective_value(pair.a.bench, self.options.objective)
+        s = pair.summary
+        return replace(record, pair=PairRecord(
+            mode=pair.mode, mode_reason=pair.mode_reason, stopped_by=pair.stopped_by, ratios=tuple(pair.ratios),
+            ratio=s.median if s else None, ratio_ci_low=s.ci_low if s else None, ratio_ci_high=s.ci_high if s else None,
+            ratio_ci_coverage=s.ci_coverage if s else None, rounds=s.n if s else 0, other_load_a=pair.other_load_a,
+            other_load_b=pair.other_load_b, usable_cores=pair.usable_cores, wall_time_s=pair.wall_time_s,
+            reference_status=pair.a.status, reference_error=pair.a.error[-_STORED_STDERR_CHARS:], reference_value=ref_value,
+            reference_bench=stored_bench(pair.a.bench) if pair.a.bench is not None else None, reused=pair.reused))
+
+    def pair_options(self, assignment, max_time_s: float) -> PairOptions:
+        """How `assignment`'s comparison runs (`pair_options`), a separate run capped as a trial of its share of
+        the time would be."""
+        options = pair_options(assignment.kind, max_time_s)
+        return replace(options, run_timeout_s=self.cap_s(assignment, options.run_time_s(max_time_s)))
+
+    def _hold_both_reason(self, reference: TrialSpec, candidate: TrialSpec) -> str | None:
+        """Why the two arms cannot be held at once (`torchpace.trial.arms.hold_both_reason`), judged by the
+        baseline's peak memory times the arms to start (an arm kept from before holds its memory already)
+        against the memory free now on its device; None when they can."""
+        records = trial_records(self.study.get_trials(deepcopy=False))
+        baseline = next((r.bench for r in records if r.slot == "baseline" and r.status == "ok" and r.bench), None)
+        peak = baseline.peak_memory_bytes if baseline else None
+        kind = baseline.peak_memory_kind if baseline else ""
+        return hold_both_reason(reference, candidate, self._kept_arms, peak, lambda: _free_memory_bytes(kind or ""))
+
+    # ---- a script that ends early ---------------------------------------------------------------
+    def _fit_trial_time(self, fitted: float, result) -> None:
+        """Measure every trial of this study (also after --resume) for `fitted` seconds, and say why."""
+        ended = result.ended_after
+        self.on_event("notice", message=(
+            f"the script ended {ended['seconds']:.1f} s after its first step, before {ended['windows']} measured "
+            f"window(s) became enough: every trial of study {self.study_name!r} now measures for {fitted:g} s "
+            f"(as `--trial-time {fitted:g}`)"))
+        self.trial_time_s = fitted
+        self.study.set_user_attr(FITTED_TRIAL_TIME_ATTR, fitted)
+
+    def _inference_spec(self) -> dict[str, Any]:
+        """TrialSpec fields for the objective and, for inference workloads, the accuracy guard (they have no loss curve)."""
+        if not self.is_inference:
+            return {"objective": self.options.objective}
+        o = self.options
+        return {"objective": o.objective, "accuracy_batches": o.accuracy_batches,
+                "accuracy_rtol": o.accuracy_rtol, "accuracy_atol": o.accuracy_atol, "min_top1_agreement": o.min_top1_agreement}
+
+
+def _free_memory_bytes(kind: str) -> int | None:
+    """Memory free now where a trial's peak was measured: the current CUDA device for a `cuda*` peak, else
+    the host's available memory (None when unreadable)."""
+    if kind.startswith("cuda"):
+        import torch
+
+        return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
+
+    return psutil.virtual_memory().available
