@@ -228,14 +228,30 @@ def test_a_gain_confirmed_on_fewer_pooled_rounds_than_a_ci_needs_is_not_accepted
 def test_a_second_comparison_after_too_few_rounds_runs_longer_for_the_missing_ones():
     first = pair("pair:precision.amp=bf16", BF16, [4.9, 5.1])  # a slow step: the warm-ups took most of the time
     state = play([base(), aa(), first], SPACE[1:])
-    assert state.next.slot == "confirm-pair:precision.amp=bf16" and state.next.time_factor == 2  # 4 more at 2 a trial
+    # revision 5: the rounds a CI needs in the second comparison alone, 6 at 2 a trial; revision 4: the 4 missing
+    assert state.next.slot == "confirm-pair:precision.amp=bf16" and state.next.time_factor == 3
+    assert plan_greedy(SPACE[1:], [base(), aa(), first], revision=4).next.time_factor == 2
     assert play([base(), aa(), pair("pair:precision.amp=bf16", BF16, [1.5])], SPACE[1:]).next.time_factor == 4  # at most
     settled = pair("pair:precision.amp=bf16", BF16, [1.08, 0.97, 1.1, 1.05, 1.12, 1.06])  # 6 rounds, CI reaching 1
     assert play([base(), aa(), settled], SPACE[1:]).next.time_factor == 1
     assert plan_greedy(SPACE[1:], [base(), aa(), first], revision=1).next.time_factor == 1  # as studies before were tuned
     again = pair("confirm-pair:precision.amp=bf16", BF16, [4.7, 5.2, 5.0, 4.8, 5.3])
-    decision = play([base(), aa(), first, again], SPACE[1:]).decisions[0]
+    decision = plan_greedy(SPACE[1:], [base(), aa(), first, again], revision=4).decisions[0]
     assert decision.accepted_value == "bf16" and decision.rounds == 7 and "for 2x the trial time" in decision.reason
+
+
+def test_a_gain_after_a_second_comparison_needs_the_rounds_a_ci_needs_in_that_comparison_as_a_loss_does():
+    first = pair("pair:precision.amp=bf16", BF16, [4.9, 5.1])
+    short = pair("confirm-pair:precision.amp=bf16", BF16, [4.7, 5.2, 5.0, 4.8, 5.3])  # 7 pooled, 5 of its own
+    decision = play([base(), aa(), first, short], SPACE[1:]).decisions[0]
+    assert decision.accepted_value is None and decision.rounds == 7
+    assert "the second comparison alone 5 round(s), fewer than the 6 a CI needs" in decision.reason
+    enough = pair("confirm-pair:precision.amp=bf16", BF16, [4.7, 5.2, 5.0, 4.8, 5.3, 4.9])
+    decision = play([base(), aa(), first, enough], SPACE[1:]).decisions[0]
+    assert decision.accepted_value == "bf16" and decision.rounds == 8 and "for 3x the trial time" in decision.reason
+    # a loss: rejected as before, whatever its rounds
+    loss = pair("confirm-pair:precision.amp=bf16", BF16, [0.9, 0.95, 0.92])
+    assert play([base(), aa(), first, loss], SPACE[1:]).decisions[0].accepted_value is None
 
 
 def test_a_second_comparison_of_separate_runs_is_not_stretched_as_longer_runs_give_no_more_rounds():
@@ -362,3 +378,71 @@ def test_a_gain_under_the_floor_whose_ci_reaches_over_it_is_not_accepted_at_once
     again = pair("confirm-pair:precision.amp=bf16", BF16, [1.002, 1.006, 1.004, 1.003, 1.007, 1.005])
     decision = play([base(), aa(), under, again], SPACE[1:]).decisions[0]
     assert decision.accepted_value is None and decision.ratio_ci_low > 1
+
+
+# revision 5 ---------------------------------------------------------------------------------------------------
+
+LATE_SPACE = [  # the stage order puts a knob that does not share cores before one that does
+    KnobSpace("compute", "precision.amp", "off", ("off", "bf16")),
+    KnobSpace("memory", "data.micro_batch_size", 0, (0, 8)),
+    KnobSpace("system", "threads.intra_op", "auto", ("auto", 1), shares_cores=True),
+]
+
+
+def test_load_a_decision_saw_after_a_quiet_a_a_comparison_puts_the_knobs_that_share_cores_next():
+    start = [base(verdict="compute-bound"), loaded_aa(0.1)]  # quiet when the A/A comparison ran
+    assert plan_greedy(LATE_SPACE, start).next.slot == "pair:precision.amp=bf16"
+    loaded_bf16 = pair("pair:precision.amp=bf16", BF16, [0.9, 1.4, 1.1, 0.7, 1.3, 0.95], other_load_cores=1.6,
+                       usable_cores=2)  # the busy processes came during it: not decided either way on noise
+    again = pair("confirm-pair:precision.amp=bf16", BF16, [1.2, 0.8, 1.0, 1.3, 0.9, 1.1], other_load_cores=1.7,
+                 usable_cores=2)
+    state = plan_greedy(LATE_SPACE, [*start, loaded_bf16, again])
+    assert state.decisions[0].accepted_value is None
+    assert state.next.slot == "pair:threads.intra_op=1" and state.cores_first_knobs == ["threads.intra_op"]
+    assert "1.7 of 2 cores during the comparisons of precision.amp" in state.cores_first
+    # revision 4 went on in stage order, the knob that shares cores last
+    before = plan_greedy(LATE_SPACE, [*start, loaded_bf16, again], revision=4)
+    assert before.next.slot == "pair:data.micro_batch_size=8" and before.cores_first is None
+
+
+THREE_WORKERS = [KnobSpace("data", "data.num_workers", 0, (0, 1, 2))]
+WORKERS_1 = {"data.num_workers": 1}
+
+
+def test_after_a_failed_second_comparison_the_next_value_whose_ci_cleared_the_floor_is_judged():
+    # 2 workers had the best median on 2 rounds (a lucky pair); 1 worker a clear gain on 6 of its own
+    lucky = pair("pair:data.num_workers=2", WORKERS_2, [140.0, 2.0])
+    clear = pair("pair:data.num_workers=1", WORKERS_1, [1.25, 1.3, 1.22, 1.35, 376.0, 1.29])
+    failed = pair("confirm-pair:data.num_workers=2", WORKERS_2, [0.01, 281.0, 0.5])
+    table = [base(), aa(), clear, lucky, failed]
+    state = plan_greedy(THREE_WORKERS, table)
+    assert [d.value for d in state.decisions] == [2, 1]
+    assert state.decisions[0].accepted_value is None and state.decisions[1].accepted_value == 1
+    assert state.incumbent == WORKERS_1 and "the whole CI above 1" in state.decisions[1].reason
+    assert state.next.slot == "final"
+    # revision 4 rejected the whole knob
+    before = plan_greedy(THREE_WORKERS, table, revision=4)
+    assert [d.accepted_value for d in before.decisions] == [None] and before.incumbent == {}
+    # a next value that was not a clear gain is not judged in its place
+    unclear = pair("pair:data.num_workers=1", WORKERS_1, [1.25, 0.9, 1.22, 1.35, 0.95, 1.29])
+    state = plan_greedy(THREE_WORKERS, [base(), aa(), unclear, lucky, failed])
+    assert [d.accepted_value for d in state.decisions] == [None] and state.done
+
+
+def test_a_thread_decision_whose_incumbent_ran_far_off_its_other_measurements_is_compared_again():
+    space = [KnobSpace("system", "threads.intra_op", "auto", ("auto", 1), shares_cores=True)]
+    gain = [1.2, 1.25, 1.22, 1.19, 1.24, 1.21]
+    # the defaults measured 100/s alone and in the A/A comparison; in this comparison they ran at 75/s
+    slowed = pair("pair:threads.intra_op=1", ONE_THREAD, gain, sps=92.0)
+    slowed = Record(**{**slowed.__dict__, "reference_figure": 75.0})
+    state = plan_greedy(space, [base(), aa(), slowed])
+    assert state.next.slot == "confirm-pair:threads.intra_op=1" and not state.decisions
+    again = pair("confirm-pair:threads.intra_op=1", ONE_THREAD, [0.8, 0.82, 0.81, 0.79, 0.83, 0.8])
+    decision = plan_greedy(space, [base(), aa(), slowed, again]).decisions[0]
+    assert decision.accepted_value is None and "the incumbent ran 25% slower than in its 3 earlier measurement(s)" in decision.reason
+    # the same gain with the incumbent at its usual pace is decided at once, and so is it under revision 4
+    assert plan_greedy(space, [base(), aa(), pair("pair:threads.intra_op=1", ONE_THREAD, gain)]).decisions[0].accepted_value == 1
+    assert plan_greedy(space, [base(), aa(), slowed], revision=4).decisions[0].accepted_value == 1
+    # other processes' load explains the pace: that is the load note's case, and the gain is decided at once
+    loaded = Record(**{**slowed.__dict__, "other_load_cores": 1.5, "usable_cores": 2})
+    assert plan_greedy(space, [base(), aa(), loaded]).decisions[0].accepted_value == 1

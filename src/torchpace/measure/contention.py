@@ -11,11 +11,13 @@ runs in the trial process) reads the CPU time of every other process before and 
   the two snapshots, i.e. how many cores they kept busy on average. A process that started in between
   counts with all its CPU time; one that ended in between is not seen (a lower bound);
 - `is_material(cores, usable_cores)`: worth telling the user (`MATERIAL_*` below).
+- `host_change(score, others)`: a measurement `HOST_CHANGE` times off its config's others: the host changed.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -63,6 +65,22 @@ def other_load_cores(before: CpuSnapshot, after: CpuSnapshot) -> float | None:
         same_process = earlier is not None and earlier[0] == created  # else a new process (or a reused pid)
         gained += max(0.0, cpu_s - earlier[1]) if same_process else cpu_s
     return gained / wall_s
+
+
+HOST_CHANGE = 1.2  # a measurement this many times off its config's other measurements, either way: the host changed
+
+
+def host_change(score: float | None, others: list[float]) -> float | None:
+    """`score` over the median of `others` (the same config's other measurements, higher is better) when that is
+    `HOST_CHANGE` times as high or as low: the host changed under the measurement (None otherwise, or without
+    others). Other processes' load is not all a host can change: on a virtual machine the physical cores' other
+    tenants, which no process of this machine shows, can slow a step with two intra-op threads by half for tens
+    of seconds while one thread keeps its speed."""
+    others = [o for o in others if o]
+    if not score or not others:
+        return None
+    change = score / statistics.median(others)
+    return None if 1 / HOST_CHANGE < change < HOST_CHANGE else change
 
 
 def is_material(cores: float | None, usable_cores: int | float) -> bool:

@@ -63,9 +63,9 @@ class Budget:
     def spent(self) -> bool:
         return self.left_s() <= 0
 
-    def within(self, cap_s: float) -> tuple[float, bool]:
-        """(`cap_s` within the budget left, whether the budget cut it short)."""
-        remaining = self.left_s()
+    def within(self, cap_s: float, reserve_s: float = 0.0) -> tuple[float, bool]:
+        """(`cap_s` within the budget left but `reserve_s`, whether the budget cut it short)."""
+        remaining = self.left_s() - reserve_s
         return max(1.0, min(cap_s, remaining)), remaining < cap_s
 
     def short_of(self, proposal, trials: list) -> bool:
@@ -83,6 +83,11 @@ class Budget:
         candidate_s = (first_s or statistics.median(walls["candidate"] or walls["whole"])) * (proposal.time_factor or 1)
         final_s = statistics.median(walls["whole"] or walls["candidate"])
         return self.left_s() < candidate_s + final_s
+
+    def final_reserve_s(self, trials: list) -> float:
+        """The time a final comparison with the defaults is kept: as long as the longest of the study's A/A and
+        final comparisons took (0 before one has run)."""
+        return max(comparison_walls(trials)["whole"], default=0.0)
 
 
 def comparison_walls(trials: list) -> dict[str, Any]:
@@ -132,11 +137,15 @@ class TrialExecutor:
         study_name: its name (script mode: the folder of the trials' logs).
         budget: the tune's `Budget`.
         on_event: progress: `trial_start`, `round`, `notice`.
+        keep_final_time: a candidate compared with a config kept so far is capped so that the time of the final
+            comparison with the defaults is left (`Budget.final_reserve_s`): a tune its budget stops still
+            measures its speedup (the strategy's `keeps_final_time`).
     """
 
     def __init__(self, options: TuneOptions, host, spec: str, is_inference: bool, study, study_name: str, budget: Budget,
-                 on_event: Callable[..., None]):
+                 on_event: Callable[..., None], keep_final_time: bool = False):
         self.options, self.host, self.spec, self.is_inference = options, host, spec, is_inference
+        self.keep_final_time = keep_final_time
         self.study, self.study_name, self.budget, self.on_event = study, study_name, budget, on_event
         self.trial_time_s = options.trial_time_s
         self._kept_arms: KeptArms | None = None  # while trials run: the last comparison's arms, for the next one
@@ -183,7 +192,14 @@ class TrialExecutor:
                          guard_steps=o.guard_steps, sys_path=[os.getcwd()],
                          profile=o.profile_baseline and assignment.slot == "baseline" and not o.command,
                          command=list(o.command), samples_per_step=o.samples_per_step, **self._inference_spec())
-        return (spec, *self.budget.within(self.cap_s(assignment, trial_time_s)))
+        return (spec, *self.budget.within(self.cap_s(assignment, trial_time_s), self._reserve_s(assignment)))
+
+    def _reserve_s(self, assignment) -> float:
+        """The budget kept back from `assignment`: the final comparison's time, for a candidate compared with a
+        config kept so far (a final comparison will follow it) when `keep_final_time`; else none."""
+        if not (self.keep_final_time and assignment.kind == "candidate" and assignment.reference):
+            return 0.0
+        return self.budget.final_reserve_s(self.study.get_trials(deepcopy=False))
 
     def cap_s(self, assignment, max_time_s: float) -> float:
         """The cap of one trial process of `assignment` that measures for `max_time_s`: the --trial-timeout
@@ -247,7 +263,7 @@ class TrialExecutor:
 
         def separate_runs_cap_s() -> float:  # each run capped as a trial of its share of the time would be
             nonlocal cut_by_budget  # whether the budget cut the cap the comparison ended under
-            cap_s, cut_by_budget = self.budget.within(options.separate_runs_timeout_s)
+            cap_s, cut_by_budget = self.budget.within(options.separate_runs_timeout_s, self._reserve_s(assignment))
             return cap_s
 
         sequential = self._hold_both_reason(reference, candidate)

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Protocol, Sequence
 
 from torchpace.knobs import REGISTRY
-from torchpace.measure.contention import decision_note, is_material
+from torchpace.measure.contention import decision_note, host_change, is_material
 from torchpace.measure.result import SAMPLES_PER_S, Objective
 from torchpace.measure.stats import summarize
 from torchpace.tune.attrs import PairRecord
@@ -254,9 +254,6 @@ def comparison(pair: PairRecord | None) -> ComparisonFigure | None:
     return ComparisonFigure(pair.ratio, pair.ratio_ci_low, pair.ratio_ci_high, pair.rounds, pair.mode, pair.mode_reason)
 
 
-HOST_CHANGE = 1.2  # a reference arm this many times off its config's other measurements, either way: the host changed
-
-
 def load_note(other_load_cores: float | None, usable_cores: int | float, knobs: Sequence[str]) -> str | None:
     """The note beside a decision taken while other processes' load was material (None otherwise), naming
     those of `knobs` whose gains depend on free cores."""
@@ -272,7 +269,7 @@ def host_change_note(deciding: Sequence[ArmMeasured], rows: Sequence[ArmMeasured
                      reference: str = "the incumbent") -> str | None:
     """The note beside a decision on `knobs` whose gains depend on free cores (`reference` names the arm its
     comparisons measured it against; the final comparison's is the defaults) when a `deciding` comparison's
-    reference arm scored `HOST_CHANGE` times as high or as low as the median of its config's other measurements in
+    reference arm scored `measure.contention.HOST_CHANGE` times as high or as low as the median of its config's other measurements in
     the study, by the study's objective (None otherwise, or when it has none).
 
     Other processes' load is not all a host can change: on a VM the physical cores' other tenants, which no
@@ -289,10 +286,8 @@ def host_change_note(deciding: Sequence[ArmMeasured], rows: Sequence[ArmMeasured
         if pair is None or row.reference is None or pair.reference_status != "ok" or not pair.reference_value:
             continue
         others = _scores_of(dict(row.reference), [r for r in rows if r is not row])
-        if not others:
-            continue
-        change = pair.reference_value / statistics.median(others)
-        if not 1 / HOST_CHANGE < change < HOST_CHANGE and (worst is None or abs(math.log(change)) > abs(math.log(worst[0]))):
+        change = host_change(pair.reference_value, others)
+        if change is not None and (worst is None or abs(math.log(change)) > abs(math.log(worst[0]))):
             worst = (change, len(others))
     if worst is None:
         return None

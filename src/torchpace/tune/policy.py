@@ -13,9 +13,9 @@ decision is the spread of its own paired ratios, not the spread between two sepa
 2. for each stage (system -> data -> compute -> memory; the stage the baseline's profile verdict
    points at goes first), for each knob, compare every value with the incumbent, one knob at a time
    (slots `pair:KNOB=VALUE`); a failed value (crash, OOM, NaN, timeout) is never retried.
-   When the A/A comparison saw other processes' load that is material (`measure.contention.is_material`),
-   the knobs that share cores (`KnobSpace.shares_cores`: threads, workers, ranks) are decided before
-   all others, in stage order: under load their effect is the largest and changes how every other
+   When the A/A comparison (since revision 5, or a decision's comparisons) saw other processes' load that is
+   material (`measure.contention.is_material`), the knobs that share cores (`KnobSpace.shares_cores`: threads,
+   workers, ranks) are decided before all others (those left), in stage order: under load their effect is the largest and changes how every other
    comparison behaves (a two-thread step beside busy processes takes bimodal turns), so the other
    knobs are then judged against an incumbent that fits the load, not against the defaults' threads;
 3. the best value (highest median ratio) is accepted when the convergence guard passed, its median
@@ -57,7 +57,20 @@ revision 3 stretches no second comparison of separate runs (several ranks): thos
 time (beside a busy process the `make demo` tune judged such a stretched second comparison of
 `nproc_per_node=2` too long for its budget and ended a minute early); revision 4 decides a loss at once only
 on a CI wholly at or under a 1% gain (before, any median of 1% or less with a CI's rounds) and brought the
-head-to-head comparison of a knob's two best values (step 5).
+head-to-head comparison of a knob's two best values (step 5); revision 5 (`_cores_next`, `_host_changed`):
+- the knobs that share cores are decided next also when a decision's comparisons, not only the A/A
+  comparison, saw material other load (load that came after the A/A comparison: the knobs decided before it
+  were judged on a quiet host, those after it are judged against an incumbent that fits it);
+- when a value's second comparison does not keep it, the next value whose own first comparison was a clear
+  gain (its whole CI above 1, median over the floor) is judged in its place, in the order of the medians
+  (before, the whole knob was rejected: `threads.intra_op=1` at 1.297x, 95% CI 1.223-376, was dropped
+  because the confirmation of `2` failed);
+- a gain after a second comparison is kept only when that comparison on its own has the rounds a CI needs,
+  as a first comparison decides a loss or a gain at once only on them (two pairs of processes each too
+  short to say are not pooled into one that says), and the second comparison is stretched to give them;
+- a decision on a knob that shares cores whose incumbent arm ran `measure.contention.HOST_CHANGE` times off
+  that config's earlier measurements, with no other process's load to show why (the report's host-change
+  note), is not taken on that comparison: it is compared once more and decided on both.
 
 Studies tuned before paired comparisons (their metadata has no `paired`) are replayed, resumed and
 reported with the policy they were tuned with (`plan_greedy(..., paired=False)`): each trial one
@@ -74,13 +87,13 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
-from torchpace.measure.contention import is_material
+from torchpace.measure.contention import host_change, is_material
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.profile.verdict import stages_to_try_first
 from torchpace.trial.schedule import SEQUENTIAL
 from torchpace.tune.space import KnobSpace
 
-GREEDY_REVISION = 4  # the paired policy's revision a new study is tuned with (see the module's docstring)
+GREEDY_REVISION = 5  # the paired policy's revision a new study is tuned with (see the module's docstring)
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
 ACCEPT_FLOOR = _NOISE_FLOOR  # the smallest gain a paired comparison must show (the tuner stops its rounds once clear of it)
 _INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
@@ -254,16 +267,24 @@ class _Replay:
     """Walks the planned trial sequence against the records."""
 
     def __init__(self, records: Iterable[Record]):
-        records = list(records)
-        self.by_slot = {r.slot: r for r in records if r.state != RETRY}
+        self.records = list(records)  # in trial order
+        self._order = {id(r): i for i, r in enumerate(self.records)}
+        self.by_slot = {r.slot: r for r in self.records if r.state != RETRY}
         partnered: dict[str, list[Record]] = {}
-        for r in records:
+        for r in self.records:
             if r.state == RETRY and r.status == PARTNER_STATUS:
                 partnered.setdefault(r.slot, []).append(r)
         for slot, tries in partnered.items():  # a reference arm that fails again and again: stop retrying
             if slot not in self.by_slot and len(tries) >= PARTNER_TRIES:
                 self.by_slot[slot] = replace(tries[-1], state=COMPLETE)
+                self._order[id(self.by_slot[slot])] = self._order[id(tries[-1])]
         self.state = GreedyState()
+
+    def before(self, record: Record) -> list[Record]:
+        """The records of the trials started before `record`'s: what a decision on it could see when it was
+        taken (a decision never changes with trials that came after it)."""
+        end = self._order.get(id(record), len(self.records))
+        return self.records[:end]
 
     def need(self, proposal: Proposal) -> Record | None:
         """The record of `proposal`'s slot; None (and the proposal noted as next) if not run yet."""
@@ -340,7 +361,9 @@ def _walk_paired(space: list[KnobSpace], replay: _Replay, conflicts, finish: boo
         if state.cores_first:  # stable: each group keeps the stage order
             knobs.sort(key=lambda k: not k.shares_cores)
             state.cores_first_knobs = [k.name for k in knobs if k.shares_cores]
-    for i, knob in enumerate(knobs):
+    queue = list(knobs)
+    while queue:
+        knob = queue[0]
         try:
             _decide_knob_paired(knob, replay, conflicts)
         except _Blocked:
@@ -350,8 +373,14 @@ def _walk_paired(space: list[KnobSpace], replay: _Replay, conflicts, finish: boo
                 raise
             state.next = None
             decided = {d.knob for d in state.decisions}  # a kept value whose second best was to be compared with it
-            state.left_undecided = [k.name for k in knobs[i:] if k.name not in decided]
+            state.left_undecided = [k.name for k in queue if k.name not in decided]
             break
+        queue.pop(0)
+        if state.revision >= 5 and not state.cores_first and any(k.shares_cores for k in queue):
+            state.cores_first = _cores_next(replay, knob)
+            if state.cores_first:  # the knobs that share cores next, before those left of other stages
+                queue.sort(key=lambda k: not k.shares_cores)
+                state.cores_first_knobs = [k.name for k in queue if k.shares_cores]
     if state.incumbent:
         state.final = _need_final(replay, state.incumbent)
 
@@ -383,6 +412,26 @@ def _cores_first(noise: Record | None, knobs: list[KnobSpace]) -> str | None:
             "and under load the knobs that share cores change how every other comparison behaves")
 
 
+def _cores_next(replay: _Replay, knob: KnobSpace) -> str | None:
+    """Revision 5: why the knobs that share cores and are left are decided next (None when they are not): a
+    comparison that decided `knob` saw other processes' load that is material, which the A/A comparison had not
+    (the load came later): under it those knobs change how every later comparison behaves, as when the A/A
+    comparison sees it (`_cores_first`)."""
+    loaded = [(r.other_load_cores, r.usable_cores or 1) for r in _deciding_records(replay, knob.name)
+              if is_material(r.other_load_cores, r.usable_cores or 1)]
+    if not loaded:
+        return None
+    cores, usable = max(loaded)
+    return (f"other processes used {cores:.1f} of {usable} cores during the comparisons of {knob.name}, "
+            "and under load the knobs that share cores change how every other comparison behaves")
+
+
+def _deciding_records(replay: _Replay, knob: str) -> list[Record]:
+    """The records of the comparisons that judged `knob`'s values (first, second and head-to-head)."""
+    prefixes = tuple(f"{kind}:{knob}=" for kind in ("pair", "confirm-pair", "duel"))
+    return [r for slot, r in replay.by_slot.items() if slot.startswith(prefixes) and r.state == COMPLETE]
+
+
 def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
     """Compare every value of `knob` with the incumbent, in alternation; keep the best when it is clear."""
     state = replay.state
@@ -396,34 +445,48 @@ def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
         state.decisions.append(_not_judged(knob, records))
         return
     ranked = sorted(usable, key=lambda rp: summarize(list(rp[0].ratios)).median, reverse=True)  # stable: value order on ties
-    _judge_best(knob, replay, *ranked[0])
-    if state.revision >= 4 and len(ranked) > 1 and state.decisions[-1].accepted_value is not None:
-        _rematch(replay, knob, *ranked[1])
+    confirmed = _judge_best(knob, replay, *ranked[0])
+    judged = 1
+    # revision 5: a confirmation that failed leaves the knob to the next value whose own comparison was a clear
+    # gain (its whole CI above 1, its median over the floor), judged the same way, in the order of their medians
+    while state.revision >= 5 and confirmed and state.decisions[-1].accepted_value is None:
+        following = [rp for rp in ranked[judged:] if _clear_gain(summarize(list(rp[0].ratios)))]
+        if not following:
+            break
+        judged = ranked.index(following[0]) + 1
+        confirmed = _judge_best(knob, replay, *following[0])
+    if state.revision >= 4 and len(ranked) > judged and state.decisions[-1].accepted_value is not None:
+        _rematch(replay, knob, *ranked[judged])
 
 
-def _judge_best(knob: KnobSpace, replay: _Replay, best: Record, proposal: Proposal) -> None:
-    """Decide on `knob`'s best value from its comparison with the incumbent, comparing it again when that
-    one comparison cannot decide."""
+def _judge_best(knob: KnobSpace, replay: _Replay, best: Record, proposal: Proposal) -> bool:
+    """Decide on `knob`'s value of `proposal` from its comparison with the incumbent, comparing it again when that
+    one comparison cannot decide; whether it was compared again."""
     state = replay.state
     summary = summarize(list(best.ratios))
     unsettled = best.pair_unsettled()
     # a loss is decided only on enough rounds for a CI: two rounds at 0.96 on a busy host say nothing;
     # since revision 4 only on a CI wholly under the floor: 0.99x with a CI up to 1.25 is not a loss yet
     clear_loss = state.revision < 4 or _never_a_gain(summary)
-    if summary.median - 1 <= _NOISE_FLOOR and len(best.ratios) >= MIN_WINDOWS_FOR_CI and clear_loss:
+    # since revision 5 a decision on a knob that shares cores whose incumbent arm ran far off its config's other
+    # measurements (the host changed, no other process's load to show it) is not taken on that one comparison
+    changed = _host_changed(replay, knob, best) if state.revision >= 5 else None
+    if summary.median - 1 <= _NOISE_FLOOR and len(best.ratios) >= MIN_WINDOWS_FOR_CI and clear_loss and not changed:
         verdict = "no faster" if summary.median <= 1 else f"under the {_NOISE_FLOOR:.0%} floor"
         _decide(state, proposal, best, [best], False, f"rejected: best {knob.name}={proposal.value} is "
                 f"{_ratio_text(summary)}: {verdict}")
-        return
-    if _clear_gain(summary) and unsettled is None:
+        return False
+    if _clear_gain(summary) and unsettled is None and not changed:
         _decide(state, proposal, best, [best], True, f"accepted: {_ratio_text(summary)}, the whole CI above 1")
-        return
-    stretch = _stretch(len(best.ratios)) if state.revision >= 2 and not (state.revision >= 3 and best.mode == SEQUENTIAL) \
-        else 1
+        return False
+    stretch = _stretch(len(best.ratios), state.revision) if state.revision >= 2 and not (
+        state.revision >= 3 and best.mode == SEQUENTIAL) else 1
     again = replay.need_all([Proposal(f"confirm-pair:{knob.name}={proposal.value}", "candidate", proposal.config,
                                       proposal.stage, knob.name, proposal.value, reference=dict(state.incumbent),
                                       time_factor=stretch)])[0]
-    if unsettled:
+    if changed:
+        why = changed
+    elif unsettled:
         why = f"not settled ({unsettled})"
     else:
         why = "its CI reaches 1" if summary.median - 1 > _NOISE_FLOOR else f"its CI reaches over the {_NOISE_FLOOR:.0%} floor"
@@ -432,15 +495,41 @@ def _judge_best(knob: KnobSpace, replay: _Replay, best: Record, proposal: Propos
         said += f" for {stretch}x the trial time"
     if not again.usable:
         _decide(state, proposal, best, [best], False, f"rejected: {said}, and the second comparison failed ({again.status})")
-        return
+        return True
     pooled = summarize([*best.ratios, *again.ratios])
     accepted = _clear_gain(pooled)
     short = ""
     if accepted and state.revision >= 2 and pooled.n < MIN_WINDOWS_FOR_CI:  # a gain needs a CI's rounds, as a loss does
         accepted = False
         short = f", fewer rounds than the {MIN_WINDOWS_FOR_CI} a CI needs (a longer --trial-time gives more)"
+    elif accepted and state.revision >= 5 and len(again.ratios) < MIN_WINDOWS_FOR_CI:
+        # the second comparison decides on its own rounds as a first one does (a loss at once, a gain at once):
+        # two pairs of processes each too short to say, pooled, are not one that says
+        accepted = False
+        short = (f", the second comparison alone {len(again.ratios)} round(s), fewer than the {MIN_WINDOWS_FOR_CI} a CI "
+                 "needs (a longer --trial-time gives more)")
     _decide(state, proposal, again, [best, again], accepted,
             f"{'accepted' if accepted else 'rejected'}: {said}: both pooled give {_ratio_text(pooled)}{short}")
+    return True
+
+
+def _host_changed(replay: _Replay, knob: KnobSpace, record: Record) -> str | None:
+    """Why a comparison on `knob`, a knob that shares cores, cannot decide on its own (None when it can): its
+    incumbent arm ran `measure.contention.HOST_CHANGE` times off the incumbent config's measurements before it
+    in the study, and no other process's load was material to show why (`measure.contention.host_change`, the
+    rule of the report's host-change note)."""
+    if not knob.shares_cores or record.reference is None or is_material(record.other_load_cores, record.usable_cores or 1):
+        return None
+    config = dict(record.reference)
+    earlier = replay.before(record)
+    others = [r.figure for r in earlier if r.usable and r.config == config]  # alone, or a comparison's arm B
+    others += [r.reference_figure for r in earlier if r.state == COMPLETE and r.reference == config and r.reference_figure]
+    change = host_change(record.reference_figure, others)
+    if change is None:
+        return None
+    pace = f"{1 - change:.0%} slower" if change < 1 else f"{change - 1:.0%} faster"
+    return (f"the incumbent ran {pace} than in its {len(others)} earlier measurement(s), with no other process's load "
+            "to show why (the host changed)")
 
 
 def _rematch(replay: _Replay, knob: KnobSpace, second: Record, proposal: Proposal) -> None:
@@ -483,11 +572,14 @@ def _never_a_gain(summary: Summary) -> bool:
     return summary.ci_high <= 1 + _NOISE_FLOOR
 
 
-def _stretch(rounds: int) -> int:
-    """The multiple of the trial time a second comparison runs for, after a first one of `rounds` rounds:
-    enough for the rounds a CI needs to be reached pooled, at the first one's pace (at most `_MAX_STRETCH`)."""
-    missing = MIN_WINDOWS_FOR_CI - rounds
-    return 1 if missing <= 0 else min(_MAX_STRETCH, max(1, math.ceil(missing / max(rounds, 1))))
+def _stretch(rounds: int, revision: int = GREEDY_REVISION) -> int:
+    """The multiple of the trial time a second comparison runs for, after a first one of `rounds` rounds, at the
+    first one's pace (at most `_MAX_STRETCH`): enough for the rounds a CI needs pooled (revisions 2-4), or on its
+    own (revision 5, which decides a gain on the second comparison's own rounds)."""
+    missing = MIN_WINDOWS_FOR_CI - (0 if revision >= 5 else rounds)
+    if rounds >= MIN_WINDOWS_FOR_CI:
+        return 1
+    return min(_MAX_STRETCH, max(1, math.ceil(missing / max(rounds, 1))))
 
 
 def _candidates(knob: KnobSpace, incumbent: dict, conflicts) -> list[Proposal]:

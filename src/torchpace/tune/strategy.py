@@ -37,10 +37,13 @@ class Strategy:
     Attributes:
         name: as `--strategy` names it.
         study_attrs: what a new study of it records besides its name (`StudyAttrs` fields).
+        keeps_final_time: the budget keeps the time of a final comparison with the defaults back from the
+            candidates compared after a config was kept (`TrialExecutor.keep_final_time`).
     """
 
     name: str = ""
     study_attrs: Mapping[str, Any] = {}
+    keeps_final_time: bool = False  # the executor keeps the final comparison's time back from candidates
 
     @property
     def sampler(self):
@@ -83,6 +86,7 @@ class GreedyStrategy(Strategy):
 
         paired, revision = (stored.paired, stored.greedy_revision) if stored is not None else (True, GREEDY_REVISION)
         self.handle = handle
+        self.keeps_final_time = paired and revision >= 5  # since revision 5; a study tuned before goes on as it was
         self._sampler = GreedySampler(space, conflicts, handle, paired=paired, revision=revision,
                                       budget_short=budget_short)
 

@@ -121,7 +121,7 @@ class Tuner:
         meta = replace(meta, **self.strategy.study_attrs)
         self.study = open_study(storage, self.study_name, meta, o.resume, self.strategy.sampler)
         self.executor = TrialExecutor(o, self.host, self.spec, self.is_inference, self.study, self.study_name,
-                                      self.budget, self.on_event)
+                                      self.budget, self.on_event, keep_final_time=self.strategy.keeps_final_time)
 
     def _target(self):
         """The Workload to tune, or for script mode what the knobs can know of the script before it runs."""
