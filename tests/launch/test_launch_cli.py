@@ -79,3 +79,44 @@ def test_a_config_runs_what_it_says_and_auto_only_when_asked(tmp_path, child_env
     asked = json.loads(run_launch(["--dry-run", "--json", "--config", str(config), "--allocator", "auto", "--", SCRIPT, "0"],
                                   child_env).stdout)
     assert next(s for s in asked["settings"] if s["name"] == "allocator")["source"] == "auto"
+
+
+def test_a_knob_that_declares_a_launch_flag_needs_nothing_else_to_be_set_from_the_command_line(monkeypatch):
+    """A new process-level knob declares its `launch_flag` in its own file: the launch command takes the option
+    and the planner hands its value to the knob's `plan_child` (no `ChildOptions` field, no `cli/launch.py` line)."""
+    import click
+
+    from torchpace.cli.launch import knob_options, knobs_given
+    from torchpace.config import RunConfig
+    from torchpace.host import HostFacts
+    from torchpace.knobs import REGISTRY
+    from torchpace.knobs.base import Knob, LaunchFlag, Point
+    from torchpace.knobs.child import ChildPart, Setting, Source
+    from torchpace.launch.command import PythonCommand
+    from torchpace.launch.plan import ChildOptions, plan_child
+    from torchpace.launch.probe import probe_launch_facts
+
+    class RingKnob(Knob):
+        name, stage, point, default, choices = "system.rings", "system", Point.ENV, "one", ("one", "two")
+        launch_flag = LaunchFlag("--rings", "How many rings.", choices=("one", "two"))
+
+        def plan_child(self, value, given, request, draft):
+            return ChildPart([Setting("rings", str(given or value), Source.CLI if given else Source.DEFAULT, "rings")],
+                             env={"RINGS": str(given or value)})
+
+    monkeypatch.setitem(REGISTRY, RingKnob.name, RingKnob())
+    seen = {}
+
+    @click.command()
+    @knob_options
+    def command(**given):
+        seen.update(knobs_given(given))
+
+    command.main(["--rings", "two", "--omp-threads", "3"], standalone_mode=False)
+    assert seen == {"system.rings": "two", "threads.intra_op": 3}
+    with pytest.raises(click.BadParameter):
+        command.main(["--rings", "three"], standalone_mode=False)
+    plan = plan_child(RunConfig(), HostFacts(), {}, ChildOptions(PythonCommand(script="x.py"), probe_launch_facts(),
+                                                                 given=seen))
+    assert plan.env["RINGS"] == "two" and plan.setting("rings").source == Source.CLI
+    assert plan.setting("OMP_NUM_THREADS").value == "3"

@@ -15,19 +15,10 @@ from torchpace.host import DistroInfo, GpuInfo, HostFacts, NumaNode
 from torchpace.launch.bind import BINDINGS_ENV
 from torchpace.knobs import REGISTRY, Knob, Point, Reach
 from torchpace.knobs.child import env_part
-from torchpace.knobs.system import GLIBC_THRESHOLDS
+from torchpace.knobs.child import format_cpu_list
+from torchpace.knobs.system import GLIBC_THRESHOLDS, JEMALLOC_CONF, preloaded_allocator
 from torchpace.launch.command import PythonCommand
-from torchpace.launch.plan import (
-    CONFIG_ENV,
-    JEMALLOC_CONF,
-    ChildOptions,
-    LaunchFacts,
-    Source,
-    format_cpu_list,
-    install_command,
-    plan_child,
-    preloaded_allocator,
-)
+from torchpace.launch.plan import CONFIG_ENV, ChildOptions, LaunchFacts, Source, install_command, plan_child
 
 DEBIAN = DistroInfo("debian", (), "12", "Debian GNU/Linux 12 (bookworm)")
 ROCKY = DistroInfo("rocky", ("rhel", "centos", "fedora"), "9.3")
@@ -55,7 +46,10 @@ def plan(host=ONE_NODE, env=None, facts=FACTS, config=None, command=SCRIPT, **op
     if facts is BARE:
         host = replace(host, allocators=(), numactl=None, allocator_dirs=("/usr/lib/x86_64-linux-gnu", "/venv/lib"))
     options.setdefault("auto", config is None)
-    return plan_child(config or RunConfig(), host, MappingProxyType(env or {}), ChildOptions(command, facts, **options))
+    given = {knob.name: options.pop(knob.launch_flag.dest) for knob in REGISTRY.values()
+             if knob.launch_flag and knob.launch_flag.dest in options}  # a knob's option, as the cli passes it on
+    return plan_child(config or RunConfig(), host, MappingProxyType(env or {}),
+                      ChildOptions(command, facts, given=given, **options))
 
 
 def picked(result, *names):

@@ -33,12 +33,35 @@ Examples:
 """
 
 
-def _omp_threads(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
-    if value is None or value == "auto":
-        return value
-    if value.isdigit() and int(value) >= 1:
-        return int(value)
-    raise click.BadParameter(f"{value!r} is not 'auto' or a whole number of threads >= 1")
+def _flagged() -> list:
+    """The knobs a launch option sets (each declares its `launch_flag`), in the order they plan a child."""
+    return sorted((k for k in REGISTRY.values() if k.launch_flag), key=lambda k: k.plan_order)
+
+
+def knob_options(command):
+    """Decorate a click command with the options that set a knob's value (each knob's `launch_flag`)."""
+    for knob in reversed(_flagged()):
+        flag = knob.launch_flag
+        kind: dict = {"type": click.Choice(flag.choices)} if flag.choices else {"type": click.IntRange(min=1)}
+        if flag.or_auto:
+            kind = {"callback": _parsed(flag)}
+        command = click.option(flag.option, flag.dest, metavar=flag.metavar, default=None, help=flag.help, **kind)(command)
+    return command
+
+
+def _parsed(flag):
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None):
+        try:
+            return None if value is None else flag.parse(value)
+        except ValueError as err:
+            raise click.BadParameter(str(err)) from None
+    return parse
+
+
+def knobs_given(options: dict) -> dict:
+    """The command line's knob values out of `options` (the command's keyword arguments), by knob name; what
+    is left in `options` is the launch's own."""
+    return {knob.name: value for knob in _flagged() if (value := options.pop(knob.launch_flag.dest, None)) is not None}
 
 
 def check_command(command: tuple[str, ...]):
@@ -66,7 +89,9 @@ def build_options(command: tuple[str, ...], config_path: str | None, **given: ob
 
     program = check_command(command)
     config = load_config(config_path) if config_path else RunConfig()
-    options = ChildOptions(program, probe_launch_facts(), config_path or "config", auto=config_path is None, **given)
+    knobs = knobs_given(given)
+    options = ChildOptions(program, probe_launch_facts(), config_path or "config", auto=config_path is None, given=knobs,
+                           **given)
     return config, options
 
 
@@ -81,33 +106,25 @@ def interpreter_note(named: str | None, found: str | None, current: str) -> str 
 
 def check_here(config, given: dict, host) -> None:
     """UsageError (exit 2, nothing started) for a config knob this host cannot run, as `bench` checks
-    it, or an option that sets a knob (--nproc-per-node, --omp-threads: `Knob.cli_option`) beyond what
-    the host allows (the knobs' own limits)."""
+    it, or an option that sets a knob (--nproc-per-node, --omp-threads: `Knob.launch_flag`) beyond what
+    the host allows (the knobs' own limits); `given`: the knobs' values by knob name."""
     # lazy: `torchpace launch --help` loads this module; the verb's work loads only when it runs
     from torchpace.config import check_on_host
 
     check_on_host(config, host)
-    for knob in sorted((k for k in REGISTRY.values() if k.cli_option), key=lambda k: k.plan_order):
-        option = str(knob.cli_option)
-        check_knob_limit(f"--{option.replace('_', '-')}", knob.name, given.get(option), host)
+    for knob in _flagged():
+        check_knob_limit(knob.launch_flag.option, knob.name, given.get(knob.name), host)
 
 
 @click.command("launch", epilog=_EPILOG, context_settings={"allow_interspersed_args": False,
                                                             "help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="A torchpace.toml: process-level knobs go to the env, global and DataLoader knobs to a sitecustomize hook.")
-@click.option("--nproc-per-node", type=click.IntRange(min=1), default=None,
-              help="Processes on this node; more than 1 runs the script through torchrun.  [default: 1]")
+@knob_options
 @click.option("--nnodes", type=click.IntRange(min=1), default=None, help="Nodes in the job (needs --rdzv-endpoint).  [default: 1]")
 @click.option("--node-rank", type=click.IntRange(min=0), default=None,
               help="This node's rank; node 0 hosts the c10d rendezvous store.")
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", default=None, help="c10d rendezvous address every node can reach.")
-@click.option("--numa", type=click.Choice(["auto", "off", "node"]), default=None,
-              help="Bind each rank's CPUs and memory to a NUMA node (auto: when there are several).  [default: auto without --config; with one, as its trials ran]")
-@click.option("--allocator", type=click.Choice(["auto", "jemalloc", "tcmalloc", "system"]), default=None,
-              help="malloc to preload (auto: jemalloc, else tcmalloc, when installed).  [default: auto without --config; with one, as its trials ran]")
-@click.option("--omp-threads", metavar="auto|N", callback=_omp_threads, default=None,
-              help="OMP_NUM_THREADS per rank (auto: usable cores / ranks).  [default: auto without --config; with one, as its trials ran]")
 @click.option("--nofile", type=click.IntRange(min=1), default=None,
               help="Soft limit of open files for the script (default: raised toward the hard limit).")
 @click.option("--dry-run", is_flag=True, help="Print the exact command and the env changes with their sources; run nothing.")
@@ -129,7 +146,7 @@ def command(command, config_path, dry_run, as_json, **given):
     config, options = build_options(command, config_path, **given)
     base_env = dict(os.environ)
     host = probe_launch_host(env=base_env)
-    check_here(config, given, host)
+    check_here(config, options.given, host)
     plan = plan_child(config, host, base_env, options)
     plan = _with_interpreter_note(plan, options, base_env)
     if dry_run:

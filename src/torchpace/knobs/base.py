@@ -10,7 +10,7 @@ Lifecycle, in the order torchpace calls it:
 5. process-level knobs (point ENV, and `threads.intra_op` as OMP_NUM_THREADS) take effect in a child
    process: `torchpace.launch.plan.plan_child` (the one planner of trials, bench, profile and launch)
    asks every knob, in `plan_order`, for its part of the child's env and argv (`plan_child(value,
-   given, request, draft)`, see `torchpace.knobs.child`), never torchpace's own env; `cli_option`
+   given, request, draft)`, see `torchpace.knobs.child`), never torchpace's own env; `launch_flag`
    names the `ChildOptions` field that gives the knob's value on the command line; `in_effect(value,
    host)` says whether this process already runs with them;
 6. `apply(value, target, ctx)` inside `prepare()`, at exactly the knob's `point`; knobs of one point
@@ -123,6 +123,50 @@ _REACH_TEXT: dict[Reach, tuple[str, str, str | None]] = {
 }
 
 
+
+@dataclass(frozen=True)
+class LaunchFlag:
+    """The `torchpace launch` option a process-level knob takes its value from, declared on the knob
+    (`Knob.launch_flag`): `cli/launch.py` makes the option from it, and the child planner hands its value to
+    the knob's `plan_child` as `given` (cli > env > config > auto > default).
+
+    Attributes:
+        option: the option as typed (`--omp-threads`).
+        help: its help text.
+        choices: the words it takes (None: a whole number >= 1).
+        or_auto: a whole number >= 1, or `auto` (the knob's own choice).
+        metavar: how the help names its value (None: click's own).
+    """
+
+    option: str
+    help: str
+    choices: tuple[str, ...] | None = None
+    or_auto: bool = False
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        """The option's parameter name, as click names it (`--omp-threads`: `omp_threads`)."""
+        return self.option.lstrip("-").replace("-", "_")
+
+    def parse(self, text: str) -> Any:
+        """The option's value from its text (a whole-number option's as an int).
+
+        Raises:
+            ValueError: naming the value and what is valid.
+        """
+        if self.choices is not None:
+            if text not in self.choices:
+                raise ValueError(f"{text!r} is not valid; valid values: {', '.join(self.choices)}")
+            return text
+        if self.or_auto and text == "auto":
+            return text
+        if text.strip().isdigit() and int(text) >= 1:
+            return int(text)
+        auto = "'auto' or " if self.or_auto else ""
+        raise ValueError(f"{text!r} is not {auto}a whole number >= 1")
+
+
 class KnobSubject(Protocol):
     """What a knob's `applies`, `value_applies` and `candidates` read of the thing it is applied to: a
     `torchpace.workload.Workload`, or a `ScriptSubject` (None where that part is not known)."""
@@ -207,7 +251,7 @@ class Knob:
     script_guard: ClassVar[str | None] = None
     apply_order: ClassVar[int] = 50  # among the knobs of one point, lower applies first
     plan_order: ClassVar[int] = 50  # among the knobs planning a child process, lower plans first
-    cli_option: ClassVar[str | None] = None  # the ChildOptions field (a launch option) that sets its value
+    launch_flag: ClassVar[LaunchFlag | None] = None  # the `torchpace launch` option that sets its value
     # its gain depends on how many cores are free (threads, worker processes, ranks): a gain measured
     # while other processes held cores may not hold on a quiet host, and the other way round
     shares_cores: ClassVar[bool] = False
@@ -287,7 +331,7 @@ class Knob:
 
         Args:
             value: the config's value; None when the config does not set the knob.
-            given: the command line's value (`cli_option`); None when not given.
+            given: the command line's value (its `launch_flag`); None when not given.
             request: the host, the child's starting environment and the caller's policy.
             draft: what knobs of a lower `plan_order` decided (processes, NUMA bindings); a knob
                 may record its own decision there for later knobs and the planner.

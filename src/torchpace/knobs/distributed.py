@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-from torchpace.knobs.base import IntKnob, Knob, KnobValue, Point
+from torchpace.knobs.base import IntKnob, Knob, KnobValue, LaunchFlag, Point
 from torchpace.knobs.child import ChildPart, Setting, Source
 
 
@@ -86,7 +86,8 @@ class NprocPerNodeKnob(IntKnob):
     training_only = True
     help = "processes on this host, one per GPU (or per share of the CPU cores), started through torchrun."
     plan_order = 10  # first: the NUMA binding and the threads depend on how many processes there are
-    cli_option = "nproc_per_node"
+    launch_flag = LaunchFlag("--nproc-per-node", "Processes on this node; more than 1 runs the script through torchrun.  "
+                             "[default: 1]")
 
     def applies(self, host, workload):
         return super().applies(host, workload) or _without_torch_distributed()

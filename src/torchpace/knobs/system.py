@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 from torchpace.errors import UsageError
 from torchpace.host import ALLOCATOR_LIBRARIES, HostFacts, NumaNode
-from torchpace.knobs.base import IntKnob, Knob, Point, Reach
+from torchpace.knobs.base import IntKnob, Knob, LaunchFlag, Point, Reach
 from torchpace.knobs.child import (KEPT, ChildPart, ChildRequest, RankBinding, Setting, Source, env_part, format_cpu_list,
                                    merge_parts)
 
@@ -63,7 +63,8 @@ class IntraOpThreadsKnob(IntKnob):
     minimum = 1
     help = "torch intra-op threads (torch.set_num_threads; OMP_NUM_THREADS for child processes)."
     plan_order = 30  # after the processes and their NUMA binding, which set the auto count
-    cli_option = "omp_threads"
+    launch_flag = LaunchFlag("--omp-threads", "OMP_NUM_THREADS per rank (auto: usable cores / ranks).  [default: auto without "
+                             "--config; with one, as its trials ran]", or_auto=True, metavar="auto|N")
     script_guard = "also over the script's own torch.set_num_threads() calls (each change is reported)"
 
     def host_limit(self, host):
@@ -133,7 +134,8 @@ class AllocatorKnob(Knob):
     choices = ("system", "jemalloc", "tcmalloc")
     help = "malloc implementation preloaded into the process (LD_PRELOAD)."
     plan_order = 40
-    cli_option = "allocator"
+    launch_flag = LaunchFlag("--allocator", "malloc to preload (auto: jemalloc, else tcmalloc, when installed).  [default: "
+                             "auto without --config; with one, as its trials ran]", choices=("auto", "jemalloc", "tcmalloc", "system"))
 
     def value_applies(self, value, host, workload):
         if value != "system" and host.allocator_library(value) is None:
@@ -298,7 +300,8 @@ class NumaKnob(Knob):
     help = ("bind each process's CPUs and memory to one NUMA node with numactl (its GPU's node; "
             "several processes get disjoint CPU slices).")
     plan_order = 20  # after the processes (one slice per rank); the threads follow the slices
-    cli_option = "numa"
+    launch_flag = LaunchFlag("--numa", "Bind each rank's CPUs and memory to a NUMA node (auto: when there are several).  "
+                             "[default: auto without --config; with one, as its trials ran]", choices=("auto", "off", "node"))
 
     def applies(self, host, workload):
         if len(host.numa_nodes) < 2:

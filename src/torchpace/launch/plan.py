@@ -32,8 +32,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 from torchpace.config import RunConfig
 from torchpace.doctor.remedies import install_command as distro_install_command
@@ -43,14 +43,12 @@ from torchpace.host import DistroInfo, HostFacts
 from torchpace.knobs import REGISTRY, Point
 from torchpace.knobs.child import (KEPT, ChildDraft, ChildPart, ChildRequest, RankBinding, Setting, Source,
                                    env_part, format_cpu_list, merge_parts)
-from torchpace.knobs.system import JEMALLOC_CONF, allocator_env, plan_rank_bindings, preloaded_allocator
 from torchpace.launch.bind import BINDINGS_ENV  # JSON of each local rank's numactl prefix and env
 from torchpace.launch.command import PythonCommand
 
-# What callers and tests import from the planner, defined with the knobs that plan them.
+# What callers import from the planner; the vocabulary it shares with the knobs is defined in `knobs.child`.
 __all__ = ["plan_child", "ChildOptions", "LaunchFacts", "LaunchPlan", "Setting", "Source", "RankBinding", "CONFIG_ENV",
-           "JEMALLOC_CONF", "allocator_env", "format_cpu_list", "install_command", "plan_rank_bindings",
-           "preloaded_allocator"]
+           "install_command"]
 
 CONFIG_ENV = "TORCHPACE_LAUNCH_CONFIG"  # JSON of the knob values the sitecustomize hook applies
 TORCHRUN_MODULE = "torchpace.launch.torchrun"  # torchrun that exits with the failed worker's code
@@ -80,9 +78,10 @@ class ChildOptions:
             with `torchpace.prepare()` (a Workload trial, `bench`, `profile`): no sitecustomize hook,
             and the global/DataLoader knobs are listed as applied by prepare(). False for a user's
             script, which gets the hook.
-        nproc_per_node, nnodes, node_rank, rdzv_endpoint: processes and rendezvous (cli).
-        numa: `auto`, `off` or `node` (cli); allocator: `auto`, `jemalloc`, `tcmalloc` or `system`;
-        omp_threads: `auto` or threads per process; nofile: the child's soft RLIMIT_NOFILE.
+        given: the command line's value of each knob that takes one (its `Knob.launch_flag`: processes,
+            NUMA binding, allocator, threads), by knob name; a knob not in it was not given.
+        nnodes, node_rank, rdzv_endpoint: the rendezvous of several nodes (cli).
+        nofile: the child's soft RLIMIT_NOFILE.
     """
 
     command: PythonCommand
@@ -91,13 +90,10 @@ class ChildOptions:
     auto: bool = False
     config_over_env: bool = False
     prepared: bool = False
-    nproc_per_node: int | None = None
+    given: Mapping[str, Any] = field(default_factory=dict)
     nnodes: int | None = None
     node_rank: int | None = None
     rdzv_endpoint: str | None = None
-    numa: str | None = None
-    allocator: str | None = None
-    omp_threads: int | str | None = None
     nofile: int | None = None
 
 
@@ -201,13 +197,13 @@ def plan_child(config: RunConfig, host: HostFacts, base_env: Mapping[str, str], 
 def _plan_knobs(config: RunConfig, host: HostFacts, base_env: Mapping[str, str], options: ChildOptions,
                 draft: ChildDraft) -> list[ChildPart]:
     """Every registered knob's own part of the child, in `plan_order` (knobs that plan none are left out);
-    each gets the config's value (None when unset) and the command line's (its `cli_option`)."""
+    each gets the config's value (None when unset) and the command line's (its `launch_flag`, `ChildOptions.given`)."""
     request = ChildRequest(host, base_env, options.config_name, options.auto, options.config_over_env,
                            options.facts.allowed_cpus,
                            functools.partial(install_command, host.distro, is_root=options.facts.is_root))
     parts = []
     for knob in sorted(REGISTRY.values(), key=lambda k: k.plan_order):
-        given = getattr(options, knob.cli_option) if knob.cli_option else None
+        given = options.given.get(knob.name)
         part = knob.plan_child(config.values.get(knob.name), given, request, draft)
         if part is not None:
             parts.append(part)
@@ -250,8 +246,9 @@ def _cli_or_default(name: str, given: int | None, default: int, default_reason: 
 def _check_distributed(options: ChildOptions) -> None:
     """UsageError for multi-node options that cannot work together."""
     nnodes = options.nnodes or 1
-    if options.nproc_per_node is not None and options.nproc_per_node < 1:
-        raise UsageError(f"--nproc-per-node must be 1 or more, got {options.nproc_per_node}")
+    nproc = options.given.get("nproc_per_node")
+    if nproc is not None and nproc < 1:
+        raise UsageError(f"--nproc-per-node must be 1 or more, got {nproc}")
     if nnodes > 1 and not options.rdzv_endpoint:
         raise UsageError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT, the address every node can reach "
                          "(e.g. node 0's IP and a free port)")
