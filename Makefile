@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.torchpace-installed
 
-.PHONY: install demo test docs bench bench-compare bench-tune bench-script bench-frameworks bench-data bench-inference bench-distributed bench-fleet gpu-check clean
+.PHONY: install demo test docs bench bench-compare bench-coverage bench-tune bench-script bench-frameworks bench-data bench-inference bench-distributed bench-fleet gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ bench: $(STAMP)
 
 bench-compare: $(STAMP)  # make bench-compare ARGS="--busy 2 --cases aa,workers"
 	$(BIN)/python benchmarks/bench_compare.py $(ARGS)
+
+# how often an A/A comparison's 95% CI leaves 1 out, per thread count, at a tune's trial length and compare's default
+bench-coverage: $(STAMP)  # make bench-coverage ARGS="--busy 2 --repeats 20"
+	$(BIN)/python benchmarks/bench_coverage.py $(ARGS)
 
 bench-script: $(STAMP)  # make bench-script ARGS="--workloads tabular --no-tune"
 	$(BIN)/python benchmarks/bench_script.py $(ARGS)
