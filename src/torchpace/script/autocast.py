@@ -34,19 +34,22 @@ class OutermostModule:
     Args:
         make_context: module -> the context manager to enter before its forward.
         finish_output: output -> what the forward returns instead (None: the output as it is).
+        transform_args: (module, args) -> the positional arguments its forward gets instead (None
+            from it, or no `transform_args`: the arguments as they are); channels_last inputs.
     """
 
-    def __init__(self, make_context: Callable[[Any], Any], finish_output: Callable[[Any], Any] | None = None):
+    def __init__(self, make_context: Callable[[Any], Any], finish_output: Callable[[Any], Any] | None = None,
+                 transform_args: Callable[[Any, tuple], tuple | None] | None = None):
         import torch
 
-        self.make_context, self.finish_output = make_context, finish_output
+        self.make_context, self.finish_output, self.transform_args = make_context, finish_output, transform_args
         self.local = threading.local()
         self.entered = 0
         self.compiling = torch.compiler.is_compiling
 
-    def before(self, module, args) -> None:
+    def before(self, module, args) -> tuple | None:
         if self.compiling():  # a module called inside a compiled forward: nothing to trace into its graph
-            return
+            return None
         depth = getattr(self.local, "depth", 0)
         self.local.depth = depth + 1
         if depth == 0 and getattr(self.local, "open", None) is None and _device_type(module) is not None:
@@ -54,6 +57,9 @@ class OutermostModule:
             context.__enter__()
             self.local.open = (module, context)
             self.entered += 1
+            if self.transform_args is not None:
+                return self.transform_args(module, args)
+        return None
 
     def after(self, module, args, output) -> Any:
         if self.compiling():

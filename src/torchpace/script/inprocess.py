@@ -16,6 +16,8 @@ its `script_reach` says:
   the script's own argument, where the class has that implementation and it builds on the parameters'
   device (otherwise the script's arguments stand and `HookReport.not_applied` says why);
 - `autocast` (`precision.amp = bf16`): see `torchpace.script.autocast`;
+- `layout` (`model.channels_last`): the outermost module with 2-D convolutions converted in place
+  before its first forward, and its 4-D inputs at every call, see `torchpace.script.layout`;
 - `compile` (`compile.mode`): the outermost modules with trainable parameters get a compiled forward
   after the first backward(), see `torchpace.script.compile`.
 
@@ -44,6 +46,7 @@ import torchpace
 from torchpace.knobs import REGISTRY, Knob, KnobValue, ScriptSubject, get_knob
 from torchpace.script.autocast import install_outermost_autocast
 from torchpace.script.compile import install_script_compile
+from torchpace.script.layout import install_script_layout
 
 _log = logging.getLogger(__name__)
 
@@ -127,6 +130,10 @@ class _InScript:
     def autocast_forward(self, knob: Knob, value: KnobValue) -> None:
         if knob.script_reason(value) is None and value != knob.default:
             install_outermost_autocast(str(value), self.report, knob.name)
+
+    def layout_forward(self, knob: Knob, value: KnobValue) -> None:
+        if value != knob.default:
+            install_script_layout(self.report, knob.name)
 
     def compile_forward(self, knob: Knob, value: KnobValue) -> None:
         if value != knob.default:
