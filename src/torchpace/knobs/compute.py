@@ -27,12 +27,6 @@ class AmpKnob(Knob):
     choices = ("off", "bf16", "fp16")
     help = "autocast forward and loss in bf16 or fp16 (fp16 with a GradScaler)."
 
-    def script_reason(self, value):
-        if value == "fp16":
-            return ("fp16 autocast needs a GradScaler around backward() and step(), which only the training loop can "
-                    "place: use torchpace.prepare() in the script (bf16 needs no scaler and reaches a script unchanged)")
-        return None
-
     def host_reason(self, value, host):
         if value == "fp16" and not host.cuda_available:
             return "fp16 autocast with GradScaler needs CUDA; this host has no CUDA device"

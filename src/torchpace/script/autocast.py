@@ -15,16 +15,17 @@ as they did. Three hazards shape it:
   outermost module's own call runs them eagerly, and nothing of them enters a graph.
 
 Modules without parameters (a loss module such as `nn.CrossEntropyLoss`) are not wrapped: they are
-rarely the model, and autocast runs losses in float32 anyway. fp16 is not offered here: it needs a
-GradScaler around backward and step, which only `torchpace.prepare()` can place.
+rarely the model, and autocast runs losses in float32 anyway. fp16 comes with a GradScaler placed from
+outside the loop (`torchpace.script.scaler`); where it cannot be placed safely, autocast stops too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any, Callable
 
-_DTYPES = {"bf16": "bfloat16"}
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
 class OutermostModule:
@@ -97,14 +98,21 @@ def _to_float32(output: Any, dtype) -> Any:
     return output
 
 
-def install_outermost_autocast(value: str, report, knob_name: str) -> OutermostModule:
-    """Register the hooks for the rest of the process; `report.reached` gets `knob_name` at the first forward."""
+def install_outermost_autocast(value: str, report, knob_name: str,
+                               refused: Callable[[], str | None] = lambda: None) -> OutermostModule:
+    """Register the hooks for the rest of the process; `report.reached` gets `knob_name` at the first forward.
+
+    Args:
+        refused: why autocast must stop (fp16 whose GradScaler cannot be placed safely), else None.
+    """
     import torch
     from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
     dtype = getattr(torch, _DTYPES[value])
 
     def autocast_for(module):
+        if refused() is not None:
+            return contextlib.nullcontext()
         report.reached.add(knob_name)
         return torch.autocast(device_type=_device_type(module), dtype=dtype)
 
