@@ -92,12 +92,15 @@ class _RecordingHook:
     def autocast_forward(self, knob, value):
         self.calls.append(("autocast_forward", knob.name))
 
+    def layout_forward(self, knob, value):
+        self.calls.append(("layout_forward", knob.name))
+
     def compile_forward(self, knob, value):
         self.calls.append(("compile_forward", knob.name))
 
 
 _ACTION_OF_REACH = {Reach.GLOBAL: "enter_global", Reach.LOADER: "give_loaders", Reach.OPTIMIZER: "give_optimizers",
-                    Reach.AUTOCAST: "autocast_forward", Reach.COMPILE: "compile_forward"}
+                    Reach.AUTOCAST: "autocast_forward", Reach.LAYOUT: "layout_forward", Reach.COMPILE: "compile_forward"}
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -115,4 +118,4 @@ def test_every_in_process_reach_says_how_and_what_of_the_script_it_reaches():
         assert reach.reaches and str(reach) == reach.value
         assert bool(reach.how) == reach.in_process
     # knobs that must meet something in the script say what a script they never met lacked
-    assert {r for r in Reach if r.missed} == {Reach.LOADER, Reach.OPTIMIZER, Reach.AUTOCAST, Reach.COMPILE}
+    assert {r for r in Reach if r.missed} == {Reach.LOADER, Reach.OPTIMIZER, Reach.AUTOCAST, Reach.LAYOUT, Reach.COMPILE}

@@ -23,7 +23,8 @@ Lifecycle, in the order torchpace calls it:
 Script mode (an unmodified `train.py`, see `torchpace.script`): `script_reach` (a `Reach`) says how a
 knob reaches a script it cannot edit — `process` (the child's env/argv), `global` (torch state set at
 import), `loader` (DataLoader arguments), `optimizer` (optimizer constructor arguments), `autocast`
-(around the outermost module's forward), `compile` (the outermost module compiled in place after the
+(around the outermost module's forward), `layout` (the outermost module with 2-D convolutions and
+its 4-D inputs in channels_last), `compile` (the outermost module compiled in place after the
 first backward()) — or None when only `prepare()` can apply it;
 `script_reason(value)` says why a particular value cannot reach a script (e.g. fp16 needs a GradScaler
 in the loop); `apply_in_script(value, hook)` is its action inside the script's process, through what
@@ -77,6 +78,7 @@ class Reach(str, enum.Enum):
     LOADER = "loader"
     OPTIMIZER = "optimizer"
     AUTOCAST = "autocast"
+    LAYOUT = "layout"
     COMPILE = "compile"
 
     def __str__(self) -> str:
@@ -117,6 +119,10 @@ _REACH_TEXT: dict[Reach, tuple[str, str, str | None]] = {
     Reach.AUTOCAST: ("autocast around the forward of the outermost module with parameters",
                      "bf16 autocast around the forward of the outermost module with parameters",
                      "it called no module with parameters"),
+    Reach.LAYOUT: ("the outermost module with 2-D convolutions and its 4-D inputs, in channels_last",
+                   "the outermost module with 2-D convolutions converted to channels_last before its first forward, "
+                   "its 4-D inputs at every call",
+                   "it called no module with parameters"),
     Reach.COMPILE: ("the outermost module with parameters, compiled in place after the first backward()",
                     "the outermost module with parameters compiled in place after the script's first backward()",
                     "it called no module with trainable parameters before its first backward()"),
@@ -219,6 +225,9 @@ class ScriptHook(Protocol):
         """Keep the intra-op thread count the child's env set over the script's own
         `torch.set_num_threads()` calls (each change reported)."""
 
+    def layout_forward(self, knob: "Knob", value: "KnobValue") -> None:
+        """Put the outermost module with 2-D convolutions, and its 4-D inputs, in channels_last."""
+
     def compile_forward(self, knob: "Knob", value: "KnobValue") -> None:
         """Compile the outermost module in place, with the mode `value` names, after the script's first
         backward()."""
@@ -274,6 +283,8 @@ class Knob:
             hook.give_optimizers(self, value)
         elif reach is Reach.AUTOCAST:
             hook.autocast_forward(self, value)
+        elif reach is Reach.LAYOUT:
+            hook.layout_forward(self, value)
         elif reach is Reach.COMPILE:
             hook.compile_forward(self, value)
 

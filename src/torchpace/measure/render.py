@@ -90,6 +90,10 @@ def script_rows(script: ScriptInfo | None) -> list[tuple[str, str]]:
         why = f" ({'; '.join(f'{reason} x{n}' for reason, n in breaks.items())})" if breaks else ""
         rows.append(("compiled", f"{', '.join(compiled.modules)} after the first step ({compiled.mode}): "
                                  f"{compiled.graphs} graph(s), {compiled.graph_breaks} graph break(s){why}"))
+        if compiled.compile_s is not None:
+            cached = compiled.cache_hits + compiled.cache_misses
+            reuse = f", {compiled.cache_hits} of {cached} graphs from the compiler's cache" if cached else ""
+            rows.append(("compile time", f"{compiled.compile_s:.1f} s{reuse}"))
     if script.output_log:
         rows.append(("script output", script.output_log))
     return rows

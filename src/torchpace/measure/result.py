@@ -247,6 +247,10 @@ class CompileReport:
         graphs: the unique graphs dynamo compiled.
         graph_breaks: the graph breaks dynamo counted.
         break_reasons: the most frequent graph-break reasons, each with its count.
+        compile_s: seconds from the first compiled call until the backward() after it returned (the
+            compilation of forward and backward); null when it was not over.
+        cache_hits: graphs inductor took from its cache (compiled by an earlier process: an earlier trial).
+        cache_misses: graphs inductor compiled afresh.
         failure: why a module could not be compiled (the trial is then invalid); null when all compiled.
     """
 
@@ -256,6 +260,9 @@ class CompileReport:
     graphs: int = field(default=0, metadata=spec(minimum=0))
     graph_breaks: int = field(default=0, metadata=spec(minimum=0))
     break_reasons: Mapping[str, int] = field(default_factory=dict)
+    compile_s: float | None = field(default=None, metadata=spec(required=False, minimum=0))
+    cache_hits: int = field(default=0, metadata=spec(minimum=0))
+    cache_misses: int = field(default=0, metadata=spec(minimum=0))
     failure: str | None = None
 
 

@@ -28,6 +28,7 @@ from torchpace.host import HostFacts, probe_host
 from torchpace.knobs import REGISTRY, ApplyContext, Point
 from torchpace.knobs.distributed import data_parallel
 from torchpace.engine.batch import batch_len, split_batch, to_device
+from torchpace.engine.compile import mark_cuda_graph_step
 from torchpace.workload import Workload, check_workload
 
 _log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class StepOptions:
     grad_scaler: bool = False
     micro_batch_size: int | None = None
     channels_last_inputs: bool = False
+    cuda_graph_steps: bool = False  # compile.mode replays CUDA graphs: each step marks a new iteration
     non_blocking: bool = False
     label_phases: bool = False  # emit record_function labels (for `torchpace profile`)
     inference_mode: bool = False  # inference under torch.inference_mode() instead of torch.no_grad()
@@ -100,6 +102,8 @@ class Prepared:
         if self._closed:
             raise UsageError("step() after the `with prepare(...)` block ended: the block restored the global torch "
                              "state this config set; step inside the block, or call prepare() again")
+        if self.options.cuda_graph_steps:
+            mark_cuda_graph_step()
         if not self.workload.is_training:
             return self._infer(batch)
         self.optimizer.zero_grad(set_to_none=True)

@@ -16,6 +16,8 @@ its `script_reach` says:
   the script's own argument, where the class has that implementation and it builds on the parameters'
   device (otherwise the script's arguments stand and `HookReport.not_applied` says why);
 - `autocast` (`precision.amp = bf16`): see `torchpace.script.autocast`;
+- `layout` (`model.channels_last`): the outermost module with 2-D convolutions converted in place
+  before its first forward, and its 4-D inputs at every call, see `torchpace.script.layout`;
 - `compile` (`compile.mode`): the outermost modules with trainable parameters get a compiled forward
   after the first backward(), see `torchpace.script.compile`.
 
@@ -40,10 +42,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-import torchpace
 from torchpace.knobs import REGISTRY, Knob, KnobValue, ScriptSubject, get_knob
 from torchpace.script.autocast import install_outermost_autocast
 from torchpace.script.compile import install_script_compile
+from torchpace.script.layout import install_script_layout
+from torchpace.script.scaler import install_script_scaler
+from torchpace.script.sites import caller_site, library_prefixes
 
 _log = logging.getLogger(__name__)
 
@@ -125,8 +129,17 @@ class _InScript:
         patch_optimizers(knob.name, str(value), self.report)
 
     def autocast_forward(self, knob: Knob, value: KnobValue) -> None:
-        if knob.script_reason(value) is None and value != knob.default:
+        if knob.script_reason(value) is not None or value == knob.default:
+            return
+        if value == "fp16":  # fp16 gradients need loss scaling: a GradScaler placed around the script's loop
+            scaler = install_script_scaler(self.report, knob.name)
+            install_outermost_autocast(str(value), self.report, knob.name, refused=lambda: scaler.refused)
+        else:
             install_outermost_autocast(str(value), self.report, knob.name)
+
+    def layout_forward(self, knob: Knob, value: KnobValue) -> None:
+        if value != knob.default:
+            install_script_layout(self.report, knob.name)
 
     def compile_forward(self, knob: Knob, value: KnobValue) -> None:
         if value != knob.default:
@@ -159,7 +172,7 @@ def guard_thread_count(knob_name: str, threads: int, report: HookReport) -> None
     original = torch.set_num_threads
     if getattr(original, _PATCHED, None) is not None:
         return
-    libraries = tuple(os.path.dirname(os.path.dirname(m.__file__)) + os.sep for m in _library_modules())
+    libraries = library_prefixes()
     owner = os.getpid()
 
     @functools.wraps(original)
@@ -290,22 +303,3 @@ def _with_impl(original, signature: inspect.Signature, knob_name: str, impl: str
 
     setattr(__init__, _PATCHED, impl)
     return __init__
-
-
-def caller_site() -> str:
-    """`file.py:LINE` of the innermost frame outside torch, torchpace and the standard library."""
-    skip = tuple(os.path.dirname(os.path.dirname(m.__file__)) + os.sep for m in _library_modules())
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(skip) and not filename.startswith("<"):
-            shown = os.path.relpath(filename)
-            return f"{filename if shown.startswith('..') else shown}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "unknown"
-
-
-def _library_modules() -> list:
-    import torch
-
-    return [torch, torchpace, functools]
