@@ -22,7 +22,7 @@ import logging
 import os
 import platform
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -131,21 +131,52 @@ class HostFacts:
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
     def summary(self) -> dict[str, object]:
-        """A JSON-able summary for reports and saved configs."""
-        return {
-            "fingerprint": self.fingerprint(),
-            "cpu_model": self.cpu_model,
-            "logical_cpus": self.logical_cpus,
-            "usable_cores": self.usable_cores,
-            "native_bf16": self.native_bf16,
-            "numa_nodes": len(self.numa_nodes),
-            "memory_bytes": self.memory_bytes,
-            "distro": self.distro.pretty_name or self.distro.id,
-            "torch_version": self.torch_version,
-            "cuda_version": self.cuda_version,
-            "gpus": [g.name for g in self.gpus],
-            **({"overridden": list(self.overridden)} if self.overridden else {}),
-        }
+        """A JSON-able summary for reports and saved configs (`HostSummary`'s fields)."""
+        return HostSummary.of(self).to_summary()
+
+
+@dataclass(frozen=True)
+class HostSummary:
+    """What results, saved configs and studies record of the host they ran on (`HostFacts.summary`); read
+    back with `from_summary` (a field an older summary lacks is None).
+
+    Attributes:
+        numa_nodes: how many NUMA nodes.
+        distro: the distribution's pretty name (or id).
+        gpus: the GPUs' names.
+        overridden: the facts `TORCHPACE_HOST_FACTS` changed (written only when some were).
+    """
+
+    fingerprint: str | None = None
+    cpu_model: str | None = None
+    logical_cpus: int | None = None
+    usable_cores: int | None = None
+    native_bf16: bool | None = None
+    numa_nodes: int | None = None
+    memory_bytes: int | None = None
+    distro: str | None = None
+    torch_version: str | None = None
+    cuda_version: str | None = None
+    gpus: tuple[str, ...] = ()
+    overridden: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, host: HostFacts) -> "HostSummary":
+        return cls(host.fingerprint(), host.cpu_model, host.logical_cpus, host.usable_cores, host.native_bf16,
+                   len(host.numa_nodes), host.memory_bytes, host.distro.pretty_name or host.distro.id, host.torch_version,
+                   host.cuda_version, tuple(g.name for g in host.gpus), tuple(host.overridden))
+
+    def to_summary(self) -> dict[str, object]:
+        summary = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "overridden"}
+        summary["gpus"] = list(self.gpus)
+        return {**summary, **({"overridden": list(self.overridden)} if self.overridden else {})}
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any]) -> "HostSummary":
+        """The record of a stored summary (a result's `host`, a study's)."""
+        known = {f.name for f in fields(cls)}
+        values = {name: value for name, value in summary.items() if name in known}
+        return cls(**{**values, "gpus": tuple(values.get("gpus") or ()), "overridden": tuple(values.get("overridden") or ())})
 
 
 def read_text(root: Path, rel: str) -> str | None:

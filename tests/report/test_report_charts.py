@@ -12,6 +12,7 @@ import pytest
 
 from _support import FIXTURES
 from torchpace.measure.result import BenchResult, Objective
+from torchpace.profile.figures import PhaseTime, StepSplit
 from torchpace.report import charts
 from torchpace.tune.outcome import AcceptedChange, TrialRow
 
@@ -69,7 +70,8 @@ def test_drawing_leaves_matplotlib_settings_as_they_were():
 
 
 @pytest.mark.parametrize("render", [
-    lambda: charts.render_split_svg({"input_wait_us": 5000.0, "input_wait_frac": 0.5, "forward_us": 5000.0, "forward_frac": 0.5}),
+    lambda: charts.render_split_svg(StepSplit(steps=4, step_time_us=10000.0, labelled=True,
+                                              input_wait=PhaseTime(5000.0, 0.5), forward=PhaseTime(5000.0, 0.5))),
     lambda: charts.render_windows_svg(_recorded_bench()),
     lambda: charts.render_waterfall_svg([], 1.0),
 ])

@@ -73,6 +73,6 @@ def command(path, decoders, num_workers, batch_size, max_time_s, shards, cold, o
     # lazy: `torchpace bench-data --help` loads this module; the verb's work loads only when it runs
     from torchpace.data.render import render_data_bench
 
-    output_result(result.to_dict(), out_path, as_json, render_data_bench)
+    output_result(result.to_dict(), out_path, as_json, lambda console, _: render_data_bench(console, result))
     return 0
 

@@ -3,8 +3,8 @@
 Lifecycle: an analyzer is instantiated once and registered (`register`); `run_analyzers(trace)`
 calls `analyze(trace)` on each in registry order. `analyze` must not touch the world or mutate the
 trace; it returns a list of findings whose ids start with ``profile.<name>``, whose `data` holds the
-numbers behind them (JSON-able, units in the key names: `*_us`, `*_bytes`, `*_frac`), and an empty
-list when the trace holds nothing it looks at (no GPU, no collectives). Every registered analyzer
+numbers behind them, one typed record of `profile/figures.py` written as JSON (units in the names: `*_us`,
+`*_bytes`, `*_frac`), and an empty list when the trace holds nothing it looks at (no GPU, no collectives). Every registered analyzer
 passes the shared conformance test in `tests/profile/test_analyzers.py`.
 
 All shares are of the profiled steps' wall time (`ProfilerStep#N` spans), so they add up the way
@@ -19,6 +19,9 @@ from collections import Counter, defaultdict
 from typing import Any, ClassVar, Iterable
 
 from torchpace.findings import Finding, Remedy, Severity
+from torchpace.profile.figures import (PHASES, Communication, GpuIdle, HostSync, KernelTime, Memory, OpTime, PhaseTime,
+                                       PythonFunction, PythonOverhead, StepSplit, TopKernels, TopOps)
+from torchpace.records import from_json, to_json
 from torchpace.profile.trace import (
     GPU_CATEGORIES,
     LABEL_PREFIX,
@@ -31,7 +34,6 @@ from torchpace.profile.trace import (
 OK, INFO, WARN = Severity.OK, Severity.INFO, Severity.WARN
 AREA = "profile"
 
-PHASES = ("input_wait", "h2d", "forward", "backward", "optimizer")
 PHASE_TITLES = {"input_wait": "input wait", "h2d": "host→device copy", "forward": "forward + loss",
                 "backward": "backward", "optimizer": "optimizer", "other": "other"}
 
@@ -61,11 +63,12 @@ class Analyzer:
         raise NotImplementedError
 
     def finding(self, severity: Severity, title: str, evidence: str, *, detail: str = "",
-                remedy: Remedy | None = None, **data: Any) -> Finding:
-        """A Finding with this analyzer's id and area."""
+                remedy: Remedy | None = None, figures: Any = None) -> Finding:
+        """A Finding with this analyzer's id and area, its `data` the JSON of `figures` (a record of
+        `profile/figures.py`)."""
         finding_id = f"profile.{self.name}" + (f".{detail}" if detail else "")
         return Finding(id=finding_id, severity=severity, title=title, evidence=evidence, remedy=remedy,
-                       area=AREA, data=data)
+                       area=AREA, data=to_json(figures) if figures is not None else {})
 
 
 def _no_steps(analyzer: Analyzer) -> list[Finding]:
@@ -134,19 +137,19 @@ class StepSplitAnalyzer(Analyzer):
             return _no_steps(self)
         per_step = [phase_times_us(trace, step) for step in trace.steps]
         total_us = trace.step_total_us
-        data: dict[str, Any] = {"steps": len(trace.steps), "step_time_us": total_us / len(trace.steps),
-                                "step_time_median_us": statistics.median(s.dur_us for s in trace.steps)}
+        phases = {}
         for phase in (*PHASES, "other"):
             phase_us = sum(times[phase] for times in per_step)
-            data[f"{phase}_us"] = phase_us / len(per_step)
-            data[f"{phase}_frac"] = phase_us / total_us if total_us else 0.0
-        labelled = any(data[f"{phase}_us"] for phase in PHASES)
-        split = ", ".join(f"{PHASE_TITLES[p]} {data[f'{p}_frac']:.0%}" for p in (*PHASES, "other") if data[f"{p}_us"])
-        evidence = f"{len(trace.steps)} steps, {_ms(data['step_time_us'])} each on average: {split}"
+            phases[phase] = PhaseTime(phase_us / len(per_step), phase_us / total_us if total_us else 0.0)
+        labelled = any(phases[phase].us for phase in PHASES)
+        figures = StepSplit(len(trace.steps), total_us / len(trace.steps), statistics.median(s.dur_us for s in trace.steps),
+                            labelled, **phases)
+        split = ", ".join(f"{PHASE_TITLES[name]} {phase.frac:.0%}" for name, phase in figures.phases.items() if phase.us)
+        evidence = f"{len(trace.steps)} steps, {_ms(figures.step_time_us)} each on average: {split}"
         if not labelled:
             return [self.finding(WARN, "step time split: no torchpace.* phase labels in the steps", evidence,
-                                 labelled=False, **data)]
-        return [self.finding(INFO, "step time split", evidence, labelled=True, **data)]
+                                 figures=figures)]
+        return [self.finding(INFO, "step time split", evidence, figures=figures)]
 
 
 # --- host syncs ---------------------------------------------------------------------------------
@@ -217,24 +220,22 @@ class HostSyncAnalyzer(Analyzer):
         dtoh = [e for e in trace.events_in(["gpu_memcpy"]) if "DtoH" in e.name and _starts_in_steps(e, trace.steps)]
         sync_us = in_step_us(syncs, trace.steps)
         total_us, steps = trace.step_total_us, len(trace.steps)
-        data = {"sync_count": len(syncs), "sync_per_step": len(syncs) / steps, "sync_us_per_step": sync_us / steps,
-                "sync_frac": sync_us / total_us if total_us else 0.0, "dtoh_copies": len(dtoh),
-                "by_name": dict(Counter(e.name for e in syncs)), "on_gpu": trace.device == "cuda"}
-        return [self._finding(data)]
+        figures = HostSync(len(syncs), len(syncs) / steps, sync_us / steps, sync_us / total_us if total_us else 0.0,
+                           len(dtoh), dict(Counter(e.name for e in syncs)), trace.device == "cuda")
+        return [self._finding(figures)]
 
-    def _finding(self, data: dict[str, Any]) -> Finding:
-        count = data["sync_count"]
-        names = ", ".join(f"{n} ×{c}" for n, c in sorted(data["by_name"].items())) or "none"
-        evidence = (f"{data['sync_per_step']:.1f} per step ({names}), {_ms(data['sync_us_per_step'])} per step "
-                    f"= {data['sync_frac']:.1%} of step time; {data['dtoh_copies']} device→host copies")
-        if count == 0 and not data["dtoh_copies"]:
-            return self.finding(OK, "no host syncs in the step", evidence, **data)
-        if not data["on_gpu"]:
+    def _finding(self, f: HostSync) -> Finding:
+        names = ", ".join(f"{n} ×{c}" for n, c in sorted(f.by_name.items())) or "none"
+        evidence = (f"{f.sync_per_step:.1f} per step ({names}), {_ms(f.sync_us_per_step)} per step "
+                    f"= {f.sync_frac:.1%} of step time; {f.dtoh_copies} device→host copies")
+        if f.sync_count == 0 and not f.dtoh_copies:
+            return self.finding(OK, "no host syncs in the step", evidence, figures=f)
+        if not f.on_gpu:
             return self.finding(INFO, "host syncs counted (on CPU they wait for no device)",
                                 evidence + "; on a GPU each would stall the host until the device catches up",
-                                remedy=_SYNC_REMEDY, **data)
-        severity = WARN if data["sync_frac"] >= _HOST_SYNC_WARN_FRAC else INFO
-        return self.finding(severity, "host waits for the GPU inside the step", evidence, remedy=_SYNC_REMEDY, **data)
+                                remedy=_SYNC_REMEDY, figures=f)
+        severity = WARN if f.sync_frac >= _HOST_SYNC_WARN_FRAC else INFO
+        return self.finding(severity, "host waits for the GPU inside the step", evidence, remedy=_SYNC_REMEDY, figures=f)
 
 
 # --- GPU idle -----------------------------------------------------------------------------------
@@ -251,13 +252,13 @@ class GpuIdleAnalyzer(Analyzer):
         busy_us = in_step_us(trace.events_in(GPU_CATEGORIES), trace.steps)
         total_us = trace.step_total_us
         idle_frac = max(0.0, 1.0 - busy_us / total_us) if total_us else 0.0
-        data = {"gpu_busy_us": busy_us, "step_total_us": total_us, "gpu_idle_frac": idle_frac}
+        figures = GpuIdle(busy_us, total_us, idle_frac)
         evidence = f"the GPU ran nothing for {idle_frac:.0%} of the step time ({_ms(total_us - busy_us)} of {_ms(total_us)})"
         if idle_frac >= _GPU_IDLE_WARN_FRAC:
             remedy = Remedy("The host is not keeping the GPU fed: see the verdict; input loading, host syncs and "
                             "per-kernel launch overhead are the usual causes.")
-            return [self.finding(WARN, "GPU idle during the step", evidence, remedy=remedy, **data)]
-        return [self.finding(OK, "GPU busy during the step", evidence, **data)]
+            return [self.finding(WARN, "GPU idle during the step", evidence, remedy=remedy, figures=figures)]
+        return [self.finding(OK, "GPU busy during the step", evidence, figures=figures)]
 
 
 # --- top operators ------------------------------------------------------------------------------
@@ -282,14 +283,14 @@ def self_times_us(events: Iterable[TraceEvent]) -> list[tuple[TraceEvent, float]
     return result
 
 
-def _top_table(rows: Iterable[tuple[str, float]], total_us: float, key: str) -> list[dict[str, Any]]:
+def _top_table(rows: Iterable[tuple[str, float]], total_us: float, record: type) -> tuple:
+    """The `_TOP_N` names with the most time, each a `record` (`OpTime`, `KernelTime`): calls, time, share."""
     calls: Counter = Counter()
     time_us: Counter = Counter()
     for name, us in rows:
         calls[name] += 1
         time_us[name] += us
-    return [{"name": name, "calls": calls[name], f"{key}_us": us, f"{key}_frac": us / total_us if total_us else 0.0}
-            for name, us in time_us.most_common(_TOP_N)]
+    return tuple(record(name, calls[name], us, us / total_us if total_us else 0.0) for name, us in time_us.most_common(_TOP_N))
 
 
 class TopOpsAnalyzer(Analyzer):
@@ -302,15 +303,15 @@ class TopOpsAnalyzer(Analyzer):
             return _no_steps(self)
         total_us = trace.step_total_us
         ops = [e for e in trace.events_in(["cpu_op"]) if _starts_in_steps(e, trace.steps)]
-        table = _top_table(((e.name, us) for e, us in self_times_us(ops)), total_us, "self")
-        evidence = "; ".join(f"{r['name']} {r['self_frac']:.1%}" for r in table[:3]) or "no operators recorded"
-        findings = [self.finding(INFO, "top operators by self CPU time", evidence, ops=table, step_total_us=total_us)]
+        table = _top_table(((e.name, us) for e, us in self_times_us(ops)), total_us, OpTime)
+        evidence = "; ".join(f"{r.name} {r.self_frac:.1%}" for r in table[:3]) or "no operators recorded"
+        findings = [self.finding(INFO, "top operators by self CPU time", evidence, figures=TopOps(table, total_us))]
         kernels = [e for e in trace.events_in(["kernel"]) if _starts_in_steps(e, trace.steps)]
         if kernels:
-            ktable = _top_table(((e.name, e.dur_us) for e in kernels), total_us, "total")
-            kevidence = "; ".join(f"{r['name'][:60]} {r['total_frac']:.1%}" for r in ktable[:3])
+            ktable = _top_table(((e.name, e.dur_us) for e in kernels), total_us, KernelTime)
+            kevidence = "; ".join(f"{r.name[:60]} {r.total_frac:.1%}" for r in ktable[:3])
             findings.append(self.finding(INFO, "top GPU kernels by time", kevidence, detail="kernels",
-                                         kernels=ktable, step_total_us=total_us))
+                                         figures=TopKernels(ktable, total_us)))
         return findings
 
 
@@ -337,18 +338,17 @@ class MemoryAnalyzer(Analyzer):
         if peak is None:
             return []
         capacity = trace.metadata.get("memory_capacity_bytes") or (_gpu_capacity_bytes(trace) if device == "cuda" else None)
-        data = {"device": device, "peak_bytes": int(peak), "peak_kind": trace.metadata.get("peak_memory_kind", "profiler_allocated"),
-                "profiled_allocated_peak_bytes": profiled_peak, "capacity_bytes": capacity,
-                "peak_frac": peak / capacity if capacity else None}
-        what = f"peak {_gib(peak)} ({data['peak_kind']})"
+        figures = Memory(device, int(peak), trace.metadata.get("peak_memory_kind", "profiler_allocated"), profiled_peak,
+                         capacity, peak / capacity if capacity else None)
+        what = f"peak {_gib(peak)} ({figures.peak_kind})"
         if not capacity:
-            return [self.finding(INFO, "peak memory (capacity unknown)", what, **data)]
-        evidence = f"{what} of {_gib(capacity)} = {data['peak_frac']:.0%} (threshold {_MEMORY_WARN_FRAC:.0%})"
-        if data["peak_frac"] >= _MEMORY_WARN_FRAC:
+            return [self.finding(INFO, "peak memory (capacity unknown)", what, figures=figures)]
+        evidence = f"{what} of {_gib(capacity)} = {figures.peak_frac:.0%} (threshold {_MEMORY_WARN_FRAC:.0%})"
+        if figures.peak_frac >= _MEMORY_WARN_FRAC:
             remedy = Remedy("Free memory per step: activation checkpointing, or smaller micro-batches with "
                             "gradient accumulation (the global batch stays the same).")
-            return [self.finding(WARN, f"{device} memory nearly full", evidence, remedy=remedy, **data)]
-        return [self.finding(OK, f"{device} memory has headroom", evidence, **data)]
+            return [self.finding(WARN, f"{device} memory nearly full", evidence, remedy=remedy, figures=figures)]
+        return [self.finding(OK, f"{device} memory has headroom", evidence, figures=figures)]
 
 
 def _gib(n: float) -> str:
@@ -378,14 +378,15 @@ class CommunicationAnalyzer(Analyzer):
         timed = kernels or comm  # on a GPU the kernels are the transfer; host-side calls only launch them
         comm_us = in_step_us(timed, trace.steps)
         total_us = trace.step_total_us
-        data = {"comm_us_per_step": comm_us / len(trace.steps), "comm_frac": comm_us / total_us if total_us else 0.0,
-                "collectives": dict(Counter(e.name for e in outermost(timed)))}
-        evidence = f"collectives cover {data['comm_frac']:.0%} of the step ({_ms(data['comm_us_per_step'])} per step)"
-        if data["comm_frac"] >= _COMM_WARN_FRAC:
+        figures = Communication(comm_us / len(trace.steps), comm_us / total_us if total_us else 0.0,
+                                dict(Counter(e.name for e in outermost(timed))))
+        evidence = f"collectives cover {figures.comm_frac:.0%} of the step ({_ms(figures.comm_us_per_step)} per step)"
+        if figures.comm_frac >= _COMM_WARN_FRAC:
             remedy = Remedy("Overlap communication with backward (DDP buckets: ddp.bucket_cap_mb, "
                             "gradient_as_bucket_view), raise the per-process batch, or use fewer, faster links.")
-            return [self.finding(WARN, "communication is not hidden behind compute", evidence, remedy=remedy, **data)]
-        return [self.finding(INFO, "communication share", evidence, **data)]
+            return [self.finding(WARN, "communication is not hidden behind compute", evidence, remedy=remedy,
+                                 figures=figures)]
+        return [self.finding(INFO, "communication share", evidence, figures=figures)]
 
 
 # --- Python overhead ----------------------------------------------------------------------------
@@ -401,16 +402,16 @@ class PythonOverheadAnalyzer(Analyzer):
         if not python or not python.get("total_s"):
             return []
         frac = python["python_self_s"] / python["total_s"]
-        top = list(python.get("top", ()))[:_TOP_N]
-        data = {"python_frac": frac, "steps": python.get("steps"), "total_s": python["total_s"], "top": top}
-        names = "; ".join(f"{row['function']} {row['self_s'] * 1000:.1f} ms" for row in top[:3]) or "none"
-        evidence = (f"interpreted Python ran {frac:.0%} of {python.get('steps')} steps' time "
+        top = tuple(from_json(PythonFunction, row) for row in list(python.get("top", ()))[:_TOP_N])
+        figures = PythonOverhead(frac, python.get("steps"), python["total_s"], top)
+        names = "; ".join(f"{row.function} {row.self_s * 1000:.1f} ms" for row in top[:3]) or "none"
+        evidence = (f"interpreted Python ran {frac:.0%} of {figures.steps} steps' time "
                     f"(cProfile self time outside C/C++ calls); top: {names}")
         if frac >= _PYTHON_WARN_FRAC:
             remedy = Remedy("Python overhead dominates small steps: a larger batch, or fewer and larger operations "
                             "(what applies here is under the verdict's remedies), moves time from Python to kernels.")
-            return [self.finding(WARN, "Python-side overhead is high", evidence, remedy=remedy, **data)]
-        return [self.finding(INFO, "Python-side overhead", evidence, **data)]
+            return [self.finding(WARN, "Python-side overhead is high", evidence, remedy=remedy, figures=figures)]
+        return [self.finding(INFO, "Python-side overhead", evidence, figures=figures)]
 
 
 # --- registry -----------------------------------------------------------------------------------

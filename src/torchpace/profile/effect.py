@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from torchpace.profile.analyzers import PHASES, innermost_segments
+from torchpace.profile.analyzers import innermost_segments
+from torchpace.profile.figures import PHASES
 from torchpace.profile.trace import LABEL_PREFIX, Trace
 
 _FUSED_PREFIX = "aten::_fused_"

@@ -7,33 +7,32 @@ from rich.panel import Panel
 from rich.table import Table
 
 from torchpace.measure.render import noise_warnings
+from torchpace.profile.analyzers import PHASE_TITLES
+from torchpace.profile.figures import StepSplit, TopOps, figures_of
 from torchpace.profile.result import ProfileResult
 from torchpace.profile.verdict import Verdict
 
-_PHASES = (("input_wait", "input wait"), ("h2d", "host→device copy"), ("forward", "forward + loss"),
-           ("backward", "backward"), ("optimizer", "optimizer"), ("other", "other"))
 _SEVERITY_STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "red"}
 _BAR_WIDTH = 30
-SHOWN_AS_TABLES = ("profile.step_split", "profile.top_ops")  # findings shown as their own tables, not in the list
+SHOWN_AS_TABLES = (StepSplit.FINDING_ID, TopOps.FINDING_ID)  # findings shown as their own tables, not in the list
 
 
 def split_rows(result: ProfileResult) -> list[tuple[str, str, str, str]]:
     """(phase, ms per step, share, bar) rows of the step-split table; empty without a split."""
-    data = result.step_split
-    if data is None:
+    split = result.step_split
+    if split is None:
         return []
-    return [(title, f"{data[f'{key}_us'] / 1000:.2f}", f"{data[f'{key}_frac']:.1%}",
-             "█" * round(data[f"{key}_frac"] * _BAR_WIDTH)) for key, title in _PHASES]
+    return [(PHASE_TITLES[name], f"{phase.us / 1000:.2f}", f"{phase.frac:.1%}", "█" * round(phase.frac * _BAR_WIDTH))
+            for name, phase in split.phases.items()]
 
 
 def top_op_rows(result: ProfileResult, limit: int = 8) -> list[tuple[str, str, str, str]]:
     """(operator, calls, self ms per step, share) rows."""
-    top, split = result.finding("profile.top_ops"), result.finding("profile.step_split")
-    if not top or not split:
+    top, split = figures_of(result.findings, TopOps), figures_of(result.findings, StepSplit)
+    if top is None or split is None:
         return []
-    steps = max(1, split.data.get("steps", 1))
-    return [(row["name"], str(row["calls"]), f"{row['self_us'] / steps / 1000:.2f}", f"{row['self_frac']:.1%}")
-            for row in top.data["ops"][:limit]]
+    steps = max(1, split.steps)
+    return [(row.name, str(row.calls), f"{row.self_us / steps / 1000:.2f}", f"{row.self_frac:.1%}") for row in top.ops[:limit]]
 
 
 def profile_warnings(result: ProfileResult) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 from torchpace.findings import Finding
 from torchpace.measure.stats import summarize
 from torchpace.profile.analyzers import run_analyzers
+from torchpace.profile.figures import StepSplit, figures_of
 from torchpace.profile.trace import Trace
 from torchpace.profile.verdict import Offer, Verdict, build_verdict
 
@@ -76,10 +77,10 @@ class ProfileResult:
         return next((f for f in self.findings if f.id == finding_id), None)
 
     @property
-    def step_split(self) -> Mapping[str, Any] | None:
-        """The step-split figures (`profile.step_split`'s data), None when the steps carried no phase labels."""
-        split = self.finding("profile.step_split")
-        return split.data if split is not None and split.data.get("labelled") else None
+    def step_split(self) -> StepSplit | None:
+        """The step-split figures (`profile.step_split`'s), None when the steps carried no phase labels."""
+        split = figures_of(self.findings, StepSplit)
+        return split if split is not None and split.labelled else None
 
 
 def analyze_trace(trace: Trace, *, workload_spec: str = "WORKLOAD",

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from torchpace.findings import Finding, Remedy, Severity
 from torchpace.knobs import REGISTRY
+from torchpace.profile.figures import (Communication, GpuIdle, HostSync, Memory, PythonOverhead, StepShares, StepSplit,
+                                       TopOps, figures_of)
+from torchpace.records import from_json, to_json
 
 _INPUT_BOUND_FRAC = 0.25  # a quarter of the step waiting for data is more than workers usually cost to hide
 _HOST_SYNC_BOUND_FRAC = 0.15  # 15% of the step blocked on the device, on top of launch gaps, caps throughput
@@ -133,7 +136,7 @@ class Verdict:
     remedies: tuple[Finding, ...]
     knobs_to_try: tuple[str, ...]
     stages_to_try: tuple[str, ...]
-    shares: Mapping[str, float | None] = field(default_factory=dict)
+    shares: StepShares = field(default_factory=StepShares)
     also: tuple[VerdictKind, ...] = ()
     not_offered: tuple[tuple[str, str], ...] = ()
 
@@ -144,7 +147,7 @@ class Verdict:
             "remedies": [r.to_dict() for r in self.remedies],
             "knobs_to_try": list(self.knobs_to_try),
             "stages_to_try": list(self.stages_to_try),
-            "shares": dict(self.shares),
+            "shares": to_json(self.shares),
             "also": [k.value for k in self.also],
             "not_offered": [{"knob": knob, "reason": why} for knob, why in self.not_offered],
         }
@@ -156,7 +159,7 @@ class Verdict:
             kind=VerdictKind(data["kind"]), evidence=tuple(data.get("evidence", ())),
             remedies=tuple(Finding.from_dict(r) for r in data.get("remedies", ())),
             knobs_to_try=tuple(data.get("knobs_to_try", ())), stages_to_try=tuple(data.get("stages_to_try", ())),
-            shares=dict(data.get("shares") or {}), also=tuple(VerdictKind(k) for k in data.get("also", ())),
+            shares=from_json(StepShares, data.get("shares") or {}), also=tuple(VerdictKind(k) for k in data.get("also", ())),
             not_offered=tuple((item["knob"], item["reason"]) for item in data.get("not_offered", ())))
 
 
@@ -177,39 +180,31 @@ def stages_to_try_first(verdict: Verdict | VerdictKind | str) -> list[str]:
     return list(_STAGES_FIRST[kind])
 
 
-def data_of(findings: Iterable[Finding], finding_id: str) -> Mapping[str, Any]:
-    """The `data` of the finding with `finding_id`, or {} when the analyzer said nothing."""
-    return next((f.data for f in findings if f.id == finding_id), {})
-
-
-def measure_shares(findings: Sequence[Finding]) -> dict[str, float | None]:
+def measure_shares(findings: Sequence[Finding]) -> StepShares:
     """The figures the verdict rules compare, read from the analyzers' findings."""
-    split = data_of(findings, "profile.step_split")
-    has_split = bool(split.get("labelled"))
-    return {
-        "input_frac": split["input_wait_frac"] + split["h2d_frac"] if has_split else None,
-        "compute_frac": split["forward_frac"] + split["backward_frac"] + split["optimizer_frac"] if has_split else None,
-        "other_frac": split["other_frac"] if has_split else None,
-        "sync_frac": data_of(findings, "profile.host_sync").get("sync_frac"),
-        "gpu_idle_frac": data_of(findings, "profile.gpu_idle").get("gpu_idle_frac"),
-        "comm_frac": data_of(findings, "profile.communication").get("comm_frac"),
-        "memory_peak_frac": data_of(findings, "profile.memory").get("peak_frac"),
-        "python_frac": data_of(findings, "profile.python_overhead").get("python_frac"),
-    }
+    split = figures_of(findings, StepSplit)
+    labelled = split if split is not None and split.labelled else None
+    sync, idle, comm = figures_of(findings, HostSync), figures_of(findings, GpuIdle), figures_of(findings, Communication)
+    memory, python = figures_of(findings, Memory), figures_of(findings, PythonOverhead)
+    return StepShares(
+        input_frac=labelled.input_frac if labelled else None, compute_frac=labelled.compute_frac if labelled else None,
+        other_frac=labelled.other.frac if labelled else None, sync_frac=sync.sync_frac if sync else None,
+        gpu_idle_frac=idle.gpu_idle_frac if idle else None, comm_frac=comm.comm_frac if comm else None,
+        memory_peak_frac=memory.peak_frac if memory else None, python_frac=python.python_frac if python else None)
 
 
-def rank_bottlenecks(shares: Mapping[str, float | None], on_gpu: bool) -> list[VerdictKind]:
+def rank_bottlenecks(shares: StepShares, on_gpu: bool) -> list[VerdictKind]:
     """Bottlenecks passing their thresholds: time-share ones by share (largest first), then memory."""
     timed: list[tuple[float, VerdictKind]] = []
-    if (shares.get("input_frac") or 0.0) >= _INPUT_BOUND_FRAC:
-        timed.append((shares["input_frac"], VerdictKind.INPUT))
-    idle = shares.get("gpu_idle_frac")
-    if on_gpu and (shares.get("sync_frac") or 0.0) >= _HOST_SYNC_BOUND_FRAC and (idle is None or idle >= _SYNC_GPU_IDLE_FRAC):
-        timed.append((shares["sync_frac"], VerdictKind.HOST_SYNC))
-    if (shares.get("comm_frac") or 0.0) >= _COMM_BOUND_FRAC:
-        timed.append((shares["comm_frac"], VerdictKind.COMMUNICATION))
+    if (shares.input_frac or 0.0) >= _INPUT_BOUND_FRAC:
+        timed.append((shares.input_frac, VerdictKind.INPUT))
+    idle = shares.gpu_idle_frac
+    if on_gpu and (shares.sync_frac or 0.0) >= _HOST_SYNC_BOUND_FRAC and (idle is None or idle >= _SYNC_GPU_IDLE_FRAC):
+        timed.append((shares.sync_frac, VerdictKind.HOST_SYNC))
+    if (shares.comm_frac or 0.0) >= _COMM_BOUND_FRAC:
+        timed.append((shares.comm_frac, VerdictKind.COMMUNICATION))
     ranked = [kind for _, kind in sorted(timed, key=lambda pair: -pair[0])]
-    if (shares.get("memory_peak_frac") or 0.0) >= _MEMORY_BOUND_FRAC:
+    if (shares.memory_peak_frac or 0.0) >= _MEMORY_BOUND_FRAC:
         ranked.append(VerdictKind.MEMORY)
     return ranked
 
@@ -280,28 +275,28 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
 
 
-def _evidence(kind: VerdictKind, shares: Mapping[str, float | None], findings: Sequence[Finding]) -> list[str]:
-    split = data_of(findings, "profile.step_split")
+def _evidence(kind: VerdictKind, shares: StepShares, findings: Sequence[Finding]) -> list[str]:
+    split = figures_of(findings, StepSplit)
     lines = []
-    if split.get("labelled"):
-        lines.append(f"step {split['step_time_us'] / 1000:.1f} ms: input wait + host→device copy {_pct(shares['input_frac'])}, "
-                     f"forward + backward + optimizer {_pct(shares['compute_frac'])}, other {_pct(shares['other_frac'])}")
+    if split is not None and split.labelled:
+        lines.append(f"step {split.step_time_us / 1000:.1f} ms: input wait + host→device copy {_pct(shares.input_frac)}, "
+                     f"forward + backward + optimizer {_pct(shares.compute_frac)}, other {_pct(shares.other_frac)}")
     thresholds = {
-        VerdictKind.INPUT: f"input share {_pct(shares['input_frac'])} ≥ {_INPUT_BOUND_FRAC:.0%}: the step waits for data",
-        VerdictKind.HOST_SYNC: f"host syncs take {_pct(shares['sync_frac'])} of the step (≥ {_HOST_SYNC_BOUND_FRAC:.0%}) "
-                               f"while the GPU idles {_pct(shares['gpu_idle_frac'])}",
-        VerdictKind.COMMUNICATION: f"collectives take {_pct(shares['comm_frac'])} of the step (≥ {_COMM_BOUND_FRAC:.0%})",
-        VerdictKind.MEMORY: f"peak memory is {_pct(shares['memory_peak_frac'])} of capacity (≥ {_MEMORY_BOUND_FRAC:.0%})",
+        VerdictKind.INPUT: f"input share {_pct(shares.input_frac)} ≥ {_INPUT_BOUND_FRAC:.0%}: the step waits for data",
+        VerdictKind.HOST_SYNC: f"host syncs take {_pct(shares.sync_frac)} of the step (≥ {_HOST_SYNC_BOUND_FRAC:.0%}) "
+                               f"while the GPU idles {_pct(shares.gpu_idle_frac)}",
+        VerdictKind.COMMUNICATION: f"collectives take {_pct(shares.comm_frac)} of the step (≥ {_COMM_BOUND_FRAC:.0%})",
+        VerdictKind.MEMORY: f"peak memory is {_pct(shares.memory_peak_frac)} of capacity (≥ {_MEMORY_BOUND_FRAC:.0%})",
         VerdictKind.COMPUTE: "no input, sync, communication or memory share passed its threshold: the time goes to the model's own work",
     }
     lines.append(thresholds[kind])
-    top = data_of(findings, "profile.top_ops").get("ops") or []
-    if kind is VerdictKind.COMPUTE and top:
-        lines.append("heaviest operators: " + ", ".join(f"{r['name']} {r['self_frac']:.0%}" for r in top[:3]))
-    if shares.get("sync_frac") and kind is not VerdictKind.HOST_SYNC:
-        lines.append(f"host syncs: {_pct(shares['sync_frac'])} of the step")
-    if shares.get("python_frac") is not None:
-        lines.append(f"interpreted Python: {_pct(shares['python_frac'])} of step time (cProfile pass)")
+    top = figures_of(findings, TopOps)
+    if kind is VerdictKind.COMPUTE and top is not None and top.ops:
+        lines.append("heaviest operators: " + ", ".join(f"{r.name} {r.self_frac:.0%}" for r in top.ops[:3]))
+    if shares.sync_frac and kind is not VerdictKind.HOST_SYNC:
+        lines.append(f"host syncs: {_pct(shares.sync_frac)} of the step")
+    if shares.python_frac is not None:
+        lines.append(f"interpreted Python: {_pct(shares.python_frac)} of step time (cProfile pass)")
     return lines
 
 

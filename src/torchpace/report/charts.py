@@ -15,9 +15,11 @@ from __future__ import annotations
 import io
 import math
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from torchpace.measure.result import BenchResult, Objective
+from torchpace.profile.analyzers import PHASE_TITLES
+from torchpace.profile.figures import StepSplit
 from torchpace.report.view import is_failed, trial_label, trial_stage
 from torchpace.tune.outcome import AcceptedChange, TrialRow
 
@@ -29,8 +31,6 @@ TUNED_COLOUR = "#0072B2"
 GAIN_COLOUR = "#009E73"
 PHASE_COLOURS = {"input_wait": "#D55E00", "h2d": "#E69F00", "forward": "#0072B2", "backward": "#56B4E9",
                  "optimizer": "#009E73", "other": "#BBBBBB"}
-PHASE_TITLES = {"input_wait": "input wait", "h2d": "host→device copy", "forward": "forward + loss",
-                "backward": "backward", "optimizer": "optimizer", "other": "other"}
 
 _WIDTH_IN = 10.0  # drawn 10 in wide; the page scales the SVG to its column
 _LOG_SCALE_RATIO = 20.0  # figures spanning more than 20x go on a log axis, so the small ones stay visible
@@ -272,20 +272,20 @@ def _digits(value: float) -> int:
     return 0 if abs(value) >= 100 else 2
 
 
-def render_split_svg(split: Mapping[str, Any]) -> str:
+def render_split_svg(split: StepSplit) -> str:
     """A profile's step time as one stacked bar: input wait, copy, forward, backward, optimizer, other.
 
     Args:
-        split: the `profile.step_split` finding's data (`<phase>_us` and `<phase>_frac` per phase).
+        split: the `profile.step_split` figures (each phase's time and share).
     """
-    phases = [p for p in PHASE_COLOURS if split.get(f"{p}_us")]
+    phases = [p for p in PHASE_COLOURS if split.phases[p].us]
 
     def draw(fig) -> None:
         ax = fig.add_subplot()
         left = 0.0
         for phase in phases:
-            ms = split[f"{phase}_us"] / 1000
-            frac = split.get(f"{phase}_frac") or 0.0
+            ms = split.phases[phase].us / 1000
+            frac = split.phases[phase].frac
             ax.barh(0, ms, left=left, color=PHASE_COLOURS[phase], height=0.5,
                     label=f"{PHASE_TITLES[phase]}: {ms:.2f} ms ({frac:.0%})")
             if frac >= _SEGMENT_LABEL_FRAC:

@@ -17,6 +17,7 @@ from torchpace.config import SCHEMA_VERSION
 from torchpace.knobs import REGISTRY
 from torchpace.measure.render import bench_rows, bench_warnings, format_bytes
 from torchpace.measure.result import SAMPLES_PER_S, BenchResult, Objective
+from torchpace.host import HostSummary
 from torchpace.measure.stats import ci_name
 from torchpace.profile.render import SHOWN_AS_TABLES, profile_warnings, split_rows, top_op_rows
 from torchpace.profile.result import ProfileResult
@@ -128,20 +129,23 @@ def build_view(data: ReportData) -> dict[str, Any]:
     return view
 
 
-def host_rows(host: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """(label, value) rows of the measured host's summary."""
-    if not host:
+def host_rows(stored: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """(label, value) rows of the measured host's summary (`host.HostSummary`)."""
+    if not stored:
         return []
-    gpus = host.get("gpus") or []
-    rows = [("CPU", f"{host.get('cpu_model', '?')} ({host.get('usable_cores', '?')} usable of "
-                    f"{host.get('logical_cpus', '?')} logical CPUs, {host.get('numa_nodes', '?')} NUMA node(s))"),
-            ("memory", format_bytes(host.get("memory_bytes"))),
-            ("GPUs", ", ".join(gpus) if gpus else "none"),
-            ("OS", str(host.get("distro") or "?")),
-            ("torch", f"{host.get('torch_version') or '?'}" + (f" (CUDA {host['cuda_version']})" if host.get("cuda_version") else "")),
-            ("native bf16", "yes" if host.get("native_bf16") else "no"),
-            ("host fingerprint", str(host.get("fingerprint", "?")))]
-    return rows
+    host = HostSummary.from_summary(stored)
+
+    def shown(value: Any) -> str:
+        return "?" if value is None else str(value)
+
+    return [("CPU", f"{shown(host.cpu_model)} ({shown(host.usable_cores)} usable of {shown(host.logical_cpus)} logical "
+                    f"CPUs, {shown(host.numa_nodes)} NUMA node(s))"),
+            ("memory", format_bytes(host.memory_bytes)),
+            ("GPUs", ", ".join(host.gpus) if host.gpus else "none"),
+            ("OS", host.distro or "?"),
+            ("torch", (host.torch_version or "?") + (f" (CUDA {host.cuda_version})" if host.cuda_version else "")),
+            ("native bf16", "yes" if host.native_bf16 else "no"),
+            ("host fingerprint", shown(host.fingerprint))]
 
 
 def summary_cards(data: ReportData) -> list[dict[str, str]]:
@@ -173,7 +177,7 @@ def summary_cards(data: ReportData) -> list[dict[str, str]]:
     p = data.profile
     split = p.step_split if p else None
     return [{"label": "verdict", "value": p.verdict.kind.value if p else "-", "detail": f"{p.steps if p else '?'} profiled steps"},
-            {"label": "step time", "value": f"{split['step_time_us'] / 1000:.1f} ms" if split else "-", "detail": "mean per step"},
+            {"label": "step time", "value": f"{split.step_time_us / 1000:.1f} ms" if split else "-", "detail": "mean per step"},
             {"label": "device", "value": p.device if p else "-", "detail": ""}]
 
 
