@@ -10,7 +10,12 @@ from _profile_traces import RECORDED, cpu_steps, cuda_sync_steps, ddp_steps, doc
 
 from torchpace.findings import Finding, Severity
 from torchpace.profile.analyzers import REGISTRY, Analyzer, register, run_analyzers, self_times_us
+from torchpace.profile.figures import (Communication, GpuIdle, HostSync, Memory, PythonOverhead, StepSplit, TopKernels,
+                                       TopOps, figures_of)
 from torchpace.profile.trace import parse_trace, read_trace_document
+from torchpace.records import to_json
+
+FIGURES = (StepSplit, HostSync, GpuIdle, TopOps, TopKernels, Memory, Communication, PythonOverhead)
 
 TRACES = {
     **{path.name: (lambda p=path: read_trace_document(p)) for path in RECORDED},
@@ -49,6 +54,12 @@ def test_analyzer_conformance(name, trace_name):
             assert 0.0 <= value <= 1.0 + 1e-9, f"{finding.id}: {key} = {value}"
     assert [f.to_dict() for f in analyzer.analyze(trace)] == [f.to_dict() for f in findings]  # deterministic
     assert trace == before  # the trace is not changed
+    # a finding's data is its figures' record as JSON, and reads back as that record (also from --json)
+    for finding in findings:
+        record = next((r for r in FIGURES if r.FINDING_ID == finding.id), None)
+        if record is not None and finding.data:
+            read = figures_of([Finding.from_dict(json.loads(json.dumps(finding.to_dict())))], record)
+            assert to_json(read) == finding.data, finding.id
 
 
 def test_registry_rejects_a_duplicate_name():
