@@ -156,3 +156,26 @@ def test_a_study_tuned_before_arms_were_kept_counts_two_processes_per_comparison
     assert kept.processes_started == 1 and replace(pairs[0], reused=("a", "b")).processes_started == 0
     # separate runs A B A B A B: one process a run, three runs a round
     assert replace(pairs[0], mode="sequential", ratios=(0.7, 0.66)).processes_started == 6
+
+
+def test_the_budget_keeps_the_final_comparisons_time_back_from_a_candidate_compared_with_a_kept_config(recorded_db,
+                                                                                                       tmp_path, host):
+    # the recorded A/A and final comparisons took 6.7 and 7.9 s: a candidate compared with a config kept so far
+    # is capped 7.9 s short of the budget, so that the final comparison still runs when the budget cuts it
+    from torchpace.tune.executor import TrialExecutor
+
+    tuner = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{recorded_db}", study="paired-sleepy",
+                              resume=True, out=tmp_path / "t.toml", trial_timeout_s=100.0), host)
+    assert not tuner.executor.keep_final_time  # tuned under revision 1: its budget goes on as it was
+    keeping = TrialExecutor(tuner.options, host, tuner.spec, False, tuner.study, tuner.study_name, tuner.budget,
+                            lambda kind, **data: None, keep_final_time=True)
+    tuner.budget.deadline = time.monotonic() + 30.0
+    after_kept = Assignment(kind="candidate", config={"data.num_workers": 2, "optimizer.impl": "fused"},
+                            reference={"data.num_workers": 2})
+    _, cap_s, cut = keeping.trial_spec(after_kept)
+    assert cut and 30.0 - 7.9 - 1.0 < cap_s <= 30.0 - 7.9
+    assert keeping.budget.final_reserve_s(tuner.study.get_trials(deepcopy=False)) == pytest.approx(7.9, abs=0.05)
+    # nothing kept yet (the candidate's reference is the defaults), or the final comparison itself: the whole budget
+    for assignment in (replace(after_kept, reference={}), replace(after_kept, kind="final", reference={})):
+        assert 29.0 < keeping.trial_spec(assignment)[1] <= 30.0
+    assert 29.0 < tuner.executor.trial_spec(after_kept)[1] <= 30.0
