@@ -14,9 +14,9 @@ import os
 import sys
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from torchpace.errors import UsageError, UserCodeError, whole_number_in
 
@@ -50,6 +50,9 @@ class Workload:
         shuffle: shuffle map-style datasets (with a seeded generator, so orders repeat).
         seed: seeds model init order-independent parts and the data order.
         name: shown in reports; set by `load_workload` from the spec when empty.
+        loader_options: the workload's own DataLoader arguments (`num_workers`, `pin_memory`,
+            `prefetch_factor`, `persistent_workers`): what it runs with where a config does not set the
+            knob of that argument (`data.num_workers`, ...), and so the defaults a tune starts from.
     """
 
     model: Any
@@ -65,6 +68,7 @@ class Workload:
     shuffle: bool = True
     seed: int = 0
     name: str = ""
+    loader_options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def is_training(self) -> bool:
@@ -88,6 +92,9 @@ def check_workload(workload: Any, spec: str = "") -> None:
         if getattr(workload, name) is not None and not callable(getattr(workload, name)):
             raise UsageError(f"{where}Workload.{name} is a {type(getattr(workload, name)).__name__}; expected a "
                              "function or None")
+    if not isinstance(workload.loader_options, Mapping):
+        raise UsageError(f"{where}Workload.loader_options is a {type(workload.loader_options).__name__}; expected "
+                         "a dict of DataLoader arguments, e.g. {'num_workers': 4}")
 
 
 def _model_problem(workload: Workload) -> str | None:

@@ -32,7 +32,7 @@ from torchpace.compare.result import RESULT_KIND, RESULT_SCHEMA_VERSION, Compari
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts
-from torchpace.knobs import REGISTRY
+from torchpace.knobs import REGISTRY, workload_defaults
 from torchpace.launch.command import parse_python_command
 from torchpace.measure.contention import decision_note
 from torchpace.measure.result import LATENCY, SAMPLES_PER_S, SECONDS, STEPS_PER_S, THROUGHPUT
@@ -84,7 +84,7 @@ def compare(target: str | None, command: Sequence[str] | None, config_a: RunConf
     Raises:
         UsageError: a knob of either config does not apply here (before anything starts).
     """
-    label = _check_configs(target, command, config_a, config_b, host, options.objective)
+    label, config_a, config_b = _check_configs(target, command, config_a, config_b, host, options.objective)
     spec_a, spec_b = arm_specs(target, command, config_a, config_b, options)
     pair_options = PairOptions(rounds_s=options.max_time_s)
     pair_options = replace(pair_options, run_timeout_s=options.timeout_s(pair_options.run_time_s(options.max_time_s)))
@@ -101,9 +101,10 @@ def compare(target: str | None, command: Sequence[str] | None, config_a: RunConf
 
 
 def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, host: HostFacts,
-                   objective: str = THROUGHPUT) -> str:
-    """The compared thing's label, after checking that every knob of both configs can run here, and that the
-    objective can be measured on it (latency: an inference workload)."""
+                   objective: str = THROUGHPUT) -> tuple[str, RunConfig, RunConfig]:
+    """The compared thing's label and the two configs as its runs have them (a workload's own DataLoader
+    arguments where a config sets none), after checking that every knob of both configs can run here, and
+    that the objective can be measured on it (latency: an inference workload)."""
     if command:
         label = parse_python_command(command).label
         if objective == LATENCY:
@@ -111,14 +112,15 @@ def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, ho
                              "is a script, measured by its own steps: compare it with --objective throughput")
         for config in (config_a, config_b):
             check_script_config(config, host, label)
-        return label
+        return label, config_a, config_b
     from torchpace.runtime.prepare import check_config
 
     workload = load_workload(target)
     check_objective(objective, workload.is_training, workload.name)
     for config in (config_a, config_b):
         check_config(config, host, workload)
-    return workload.name
+    own = workload_defaults(workload)
+    return workload.name, config_a.with_defaults(own), config_b.with_defaults(own)
 
 
 def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b: RunConfig,

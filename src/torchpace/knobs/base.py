@@ -214,6 +214,9 @@ class Knob:
     # a `process` knob the script could still undo itself: how the launch hook keeps the value over the
     # script's own call (`apply_in_script` through the hook); None: nothing to keep
     script_guard: ClassVar[str | None] = None
+    # the DataLoader argument a LOADER knob sets: a workload that gives it in `Workload.loader_options`
+    # runs with its own value where a config does not set the knob (`default_for`)
+    loader_argument: ClassVar[str | None] = None
     apply_order: ClassVar[int] = 50  # among the knobs of one point, lower applies first
     plan_order: ClassVar[int] = 50  # among the knobs planning a child process, lower plans first
     cli_option: ClassVar[str | None] = None  # the ChildOptions field (a launch option) that sets its value
@@ -262,11 +265,20 @@ class Knob:
             return "only for training workloads (this workload has no loss)"
         return None
 
+    def default_for(self, workload: KnobSubject) -> KnobValue:
+        """This knob's value on `workload` where a config does not set it: the workload's own DataLoader
+        argument (`loader_argument` in `Workload.loader_options`) when it gives one, else `default`."""
+        options = getattr(workload, "loader_options", None) or {}
+        if self.loader_argument is not None and self.loader_argument in options:
+            return self.validate(options[self.loader_argument])
+        return self.default
+
     def candidates(self, host: "HostFacts", workload: KnobSubject) -> list[KnobValue]:
-        """Values worth trying here, the default first."""
-        values = list(self.choices or [self.default])
-        return [self.default] + [v for v in values if v != self.default and self.host_reason(v, host) is None
-                                 and self.value_applies(v, host, workload) is None]
+        """Values worth trying here, the default first (`default_for`: the workload's own, where it has one)."""
+        default = self.default_for(workload)
+        values = list(self.choices or [default])
+        return [default] + [v for v in values if v != default and self.host_reason(v, host) is None
+                            and self.value_applies(v, host, workload) is None]
 
     def value_applies(self, value: KnobValue, host: "HostFacts", workload: KnobSubject) -> str | None:
         """None when this particular value can run here, else why not (e.g. fp16 needs CUDA)."""

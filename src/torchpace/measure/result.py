@@ -299,7 +299,8 @@ class BenchResult:
 
     Attributes:
         workload: the workload's name (script mode: the command).
-        config: knobs that differ from their defaults.
+        config: knobs that differ from their defaults, as the run had them (a workload's own DataLoader
+            arguments, `Workload.loader_options`, included).
         step: what one optimizer step is (per process and over all processes).
         throughput: the real step's windows.
         compute_only_samples_per_s: the same step on one batch pre-staged on the device (null in script mode).

@@ -45,6 +45,9 @@ class StudyAttrs:
             a study is replayed, resumed and reported with its own.
         objective: `throughput` or `latency`.
         command: script mode: the command (None for a Workload).
+        defaults: knob name -> the default the search started from, where the workload gave its own
+            (`Workload.loader_options`, e.g. `data.num_workers` 4); a knob not named has its registry
+            default. The report replays the search from these.
     """
 
     kind: str = STUDY_KIND
@@ -57,6 +60,7 @@ class StudyAttrs:
     greedy_revision: int = 1
     objective: str = "throughput"
     command: tuple[str, ...] | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def to_attrs(self) -> dict[str, Any]:
         return to_json(self)

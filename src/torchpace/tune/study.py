@@ -30,12 +30,13 @@ _log = logging.getLogger(__name__)
 
 
 def study_metadata(workload: str, host, strategy: str, objective: str = "throughput",
-                   command: tuple[str, ...] | None = None) -> StudyAttrs:
+                   command: tuple[str, ...] | None = None, defaults: Mapping[str, Any] | None = None) -> StudyAttrs:
     """A new study's metadata; `paired`: greedy decides by paired comparisons, `greedy_revision`: with this
     torchpace's revision of that policy (a study tuned before either is resumed and reported with the policy
-    it was tuned with)."""
+    it was tuned with); `defaults`: the workload's own knob defaults (`StudyAttrs.defaults`)."""
     return StudyAttrs(workload=workload, host_fingerprint=host.fingerprint(), host=host.summary(), strategy=strategy,
-                      paired=strategy == "greedy", greedy_revision=GREEDY_REVISION, objective=objective, command=command)
+                      paired=strategy == "greedy", greedy_revision=GREEDY_REVISION, objective=objective, command=command,
+                      defaults=dict(defaults or {}))
 
 
 def check_study_metadata(name: str, meta: StudyAttrs | None, expected: StudyAttrs) -> None:

@@ -94,8 +94,10 @@ class _TrialFailed(Exception):
 def make_conflicts(space: list[KnobSpace]) -> Callable[[dict], str | None]:
     """A function: config -> why the tuner must not run it (a knob conflict, e.g. prefetch without
     workers, or a config that cannot gain, e.g. DDP in one process), or None."""
+    defaults = {knob_space.name: knob_space.default for knob_space in space}  # the workload's own included
+
     def conflicts(config: dict) -> str | None:
-        values = RunConfig(config).full_values()
+        values = RunConfig(config).with_defaults(defaults).full_values()
         for knob_space in space:
             knob = REGISTRY[knob_space.name]
             reason = knob.conflicts(values) or knob.pointless(values)
@@ -172,7 +174,8 @@ class Tuner:
         suffix = "-latency" if options.objective == "latency" else ""
         self.study_name = options.study or f"torchpace-{self.workload_name}{suffix}"
         meta = study_metadata(self.spec, host, options.strategy, options.objective,
-                              tuple(options.command) if options.command else None)
+                              tuple(options.command) if options.command else None,
+                              defaults={k.name: k.default for k in self.space if k.default != REGISTRY[k.name].default})
         with storage_failures(self.storage_url):
             self.study = open_study(open_storage(self.storage_url), self.study_name, meta, options.resume, self.sampler)
             fitted = self.study.user_attrs.get(FITTED_TRIAL_TIME_ATTR)
