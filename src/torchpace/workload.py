@@ -1,8 +1,9 @@
 """Workload: the unit torchpace measures, and `load_workload(spec)` that finds one.
 
 A workload spec is `pkg.module:function`, `path/to/file.py:function`, or a built-in name
-(`vision`, `language`, `tabular`, `inference`). The function is called afresh wherever a workload
-is needed (each trial process calls it), so it may build its model and data directly.
+(`resnet`, `gpt`, each sized for the device, and by size `resnet-small`, `resnet-full`, `gpt-small`,
+`gpt-full`; `vision`, `language`, `tabular`, `inference`). The function is called afresh wherever a
+workload is needed (each trial process calls it), so it may build its model and data directly.
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ from torchpace.errors import UsageError, UserCodeError, whole_number_in
 _log = logging.getLogger(__name__)
 
 BUILTIN_WORKLOADS = {
+    "resnet": "torchpace.examples.resnet:workload",
+    "resnet-small": "torchpace.examples.resnet:small",
+    "resnet-full": "torchpace.examples.resnet:full",
+    "gpt": "torchpace.examples.gpt:workload",
+    "gpt-small": "torchpace.examples.gpt:small",
+    "gpt-full": "torchpace.examples.gpt:full",
     "vision": "torchpace.examples.vision:workload",
     "language": "torchpace.examples.language:workload",
     "tabular": "torchpace.examples.tabular:workload",
