@@ -262,7 +262,7 @@ class Tuner:
             return
         why = baseline.error.strip() or baseline.status
         restart = self._restart_command() if self.options.command else (
-            f"torchpace tune --study {self.study_name}-2 {self.spec}")
+            shlex.join(["torchpace", "tune", "--study", f"{self.study_name}-2", self.spec]))  # a name may hold spaces
         self.on_event("notice", message=f"study {self.study_name!r} cannot go on: its baseline failed "
                                         f"({why.splitlines()[-1]}); after changing what failed, start a new "
                                         f"study: {restart}")
