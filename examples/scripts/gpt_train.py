@@ -20,7 +20,7 @@ def main():
                         help="small: 4 layers x 256, 256 tokens; full: GPT-2 124M, 1024 tokens "
                              "(default: full on a GPU, else small)")
     parser.add_argument("--epochs", type=int, default=100)
-    parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: 8 small, 16 full)")
+    parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: 4 small, 16 full)")
     parser.add_argument("--lr", type=float, default=6e-4)
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
     parser.add_argument("--log-interval", type=int, default=10)

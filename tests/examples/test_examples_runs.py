@@ -64,7 +64,7 @@ def test_bench_resnet_small_runs_with_its_four_workers_and_names_its_size(cli_ru
 @pytest.mark.slow
 def test_bench_gpt_small_runs_and_names_its_size(cli_run, examples_cache):
     payload = _bench(cli_run, examples_cache, "gpt-small")
-    assert payload["workload"] == "gpt (GPT 5M, 4x256, 256 tokens, small)" and payload["batch_size"] == 8
+    assert payload["workload"] == "gpt (GPT 5M, 4x256, 256 tokens, small)" and payload["batch_size"] == 4
     assert payload["samples_per_s"] > 0 and payload["measured_steps"] >= 1
 
 
