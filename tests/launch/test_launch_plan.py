@@ -324,12 +324,13 @@ def test_nofile_already_high_or_unlimited():
 def test_hook_gets_global_and_loader_knobs_and_names_what_needs_prepare():
     config = RunConfig({"precision.matmul": "high", "data.num_workers": 2, "threads.intra_op": 2,
                         "precision.amp": "bf16", "compile.mode": "default", "data.pin_memory": False,
-                        "model.channels_last": True})
+                        "model.channels_last": True, "model.activation_checkpointing": True})
     result = plan(config=config, env={"PYTHONPATH": "/mine"})
     assert result.env["PYTHONPATH"] == "/hook:/mine"
     assert json.loads(result.env[CONFIG_ENV]) == {"compile.mode": "default", "data.num_workers": 2, "precision.amp": "bf16",
-                                                  "precision.matmul": "high", "threads.intra_op": 2}  # threads: kept over the script's own call
-    assert result.needs_prepare == ("model.channels_last",)
+                                                  "precision.matmul": "high", "threads.intra_op": 2,  # threads: kept over the script's own call
+                                                  "model.channels_last": True}
+    assert result.needs_prepare == ("model.activation_checkpointing",)
     assert any("torchpace.prepare" in note for note in result.notes)
     assert picked(result, "precision.matmul") == {"precision.matmul": ("high", "config")}
 

@@ -191,12 +191,14 @@ def test_a_profile_result_renders_the_split_and_the_verdict_with_evidence(tmp_pa
 
 
 def test_the_config_snippets_run_as_printed(tmp_path):
-    data = ReportData("study", "s.db", fixture_workload("tiny_mlp"), {"data.num_workers": 1, "model.channels_last": True})
+    data = ReportData("study", "s.db", fixture_workload("tiny_mlp"), {"data.num_workers": 1,
+                                                                       "model.activation_checkpointing": True})
     view = config_view(data)
-    assert view["needs_prepare"] == ["model.channels_last"]
+    assert view["needs_prepare"] == ["model.activation_checkpointing"]
     assert view["launch"] == "torchpace launch --config torchpace.toml -- train.py"
     (tmp_path / "torchpace.toml").write_text(view["toml"])
-    assert dict(load_config(tmp_path / "torchpace.toml").values) == {"data.num_workers": 1, "model.channels_last": True}
+    assert dict(load_config(tmp_path / "torchpace.toml").values) == {"data.num_workers": 1,
+                                                                     "model.activation_checkpointing": True}
     assert tomllib.loads(view["toml"])["schema_version"] == 1
     snippet = config_view(ReportData("study", "s.db", fixture_workload("tiny_mlp"), {"data.num_workers": 1}))["python"]
     namespace: dict = {}
