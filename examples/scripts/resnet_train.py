@@ -13,7 +13,8 @@ import argparse
 import torch
 from torch import nn
 
-from torchpace.examples.resnet import RESNET_SIZES, SIZES, build_model, image_dataset, make_optimizer, size_for
+from torchpace.examples.resnet import (RESNET_SIZES, SIZES, build_model, image_dataset, make_optimizer, scaled_lr,
+                                      size_for)
 
 
 def main():
@@ -23,7 +24,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=90)
     parser.add_argument("--batch-size", type=int, default=None, help="default: 32 small, 256 full")
     parser.add_argument("-j", "--workers", type=int, default=4, help="DataLoader worker processes")
-    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--lr", type=float, default=None, help="default: 0.1 per 256 samples of the batch")
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
     parser.add_argument("--print-freq", type=int, default=10)
     args = parser.parse_args()
@@ -35,7 +36,7 @@ def main():
                                          num_workers=args.workers, pin_memory=device.type == "cuda", drop_last=True)
     model = build_model(args.size).to(device)
     criterion = nn.CrossEntropyLoss()
-    optimizer = make_optimizer(model.parameters(), lr=args.lr)
+    optimizer = make_optimizer(model.parameters(), lr=args.lr or scaled_lr(batch_size))
 
     step = 0
     for epoch in range(args.epochs):
