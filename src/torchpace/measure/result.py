@@ -95,7 +95,7 @@ class ThroughputFigures:
         ci_rel_halfwidth: half the 95% CI's width relative to the median of the measured figure
             (samples/s, else steps/s).
         noise_warning: IQR / median above 10%.
-        step_time_s: median seconds per step over the windows.
+        step_time_s: seconds per step: 1 / `steps_per_s`, the windows' median (one median for both figures).
         windows: measured windows.
         measured_steps: steps in the measured windows.
         window_samples_per_s: each window's samples/s (empty when the samples per step are unknown).
@@ -375,6 +375,7 @@ def pool_throughput(runs: Sequence[ThroughputFigures]) -> ThroughputFigures:
     return replace(first, **sample_fields, windows=summary.n, ci_rel_halfwidth=summary.ci_rel_halfwidth,
                    noise_warning=summary.noisy, measured_steps=sum(r.measured_steps for r in runs),
                    window_steps_per_s=tuple(steps), steps_per_s=step_summary.median if step_summary else first.steps_per_s,
+                   step_time_s=1 / step_summary.median if step_summary else first.step_time_s,  # as `Throughput.step_time_s`
                    steps_per_s_ci_low=step_summary.ci_low if step_summary else first.steps_per_s_ci_low,
                    steps_per_s_ci_high=step_summary.ci_high if step_summary else first.steps_per_s_ci_high)
 
