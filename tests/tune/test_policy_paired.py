@@ -323,7 +323,7 @@ def test_a_second_best_that_could_be_as_fast_is_compared_with_the_value_kept():
     assert state.incumbent == WORKERS_2 and [d.accepted_value for d in state.decisions] == [1, 2]
     decision = state.decisions[1]
     assert abs(decision.ratio - 1.105) < 1e-9 and decision.rounds == 6 and decision.knob == "data.num_workers"
-    assert decision.reason.startswith("accepted: data.num_workers=2 (second best, 1.010x) compared with it head to head")
+    assert decision.reason.startswith("accepted: data.num_workers=2 (second best, 1.01x) compared with it head to head")
     assert state.next.slot == "pair:precision.amp=bf16" and state.next.reference == WORKERS_2
     # not clearly faster (or failed): the value kept stays, and its reason says how the second best fared
     for duel, said in ((pair("duel:data.num_workers=2", WORKERS_2, [1.0, 0.99, 1.01, 1.0, 0.98, 1.005], reference=WORKERS_1),

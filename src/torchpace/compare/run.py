@@ -36,7 +36,7 @@ from torchpace.knobs import REGISTRY
 from torchpace.launch.command import parse_python_command
 from torchpace.measure.contention import decision_note
 from torchpace.measure.result import LATENCY, SAMPLES_PER_S, SECONDS, STEPS_PER_S, THROUGHPUT
-from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, ratio_text, summarize, summary_ratio_text
 from torchpace.protocol import INVALID, TrialSpec
 from torchpace.script.knobs import check_script_config
 from torchpace.trial.pair import SEQUENTIAL, PairOptions, PairResult, run_pair, sequential_reason
@@ -185,17 +185,18 @@ def _sentence(verdict: str, summary: Summary | None, pair: PairResult) -> str:
         failed = next(name for name, arm in (("B", pair.b), ("A", pair.a)) if not arm.ok) if not (pair.a.ok and pair.b.ok) \
             else "neither"
         return f"no ratio: arm {failed} did not finish a measurement" if failed != "neither" else "no ratio: no round completed"
-    ci = f"{summary.ci_name} {summary.ci_low:.3f}-{summary.ci_high:.3f}, {summary.n} rounds"
+    ratio, ci = summary_ratio_text(summary)
     if verdict == "too few rounds":
         more = ("a separate run that measured nothing leaves its round out" if pair.mode == SEQUENTIAL
-                else "a longer --max-time gives more")
-        return (f"too few rounds to tell: B is {summary.median:.3f}x A ({ci}; a 95% CI needs {MIN_WINDOWS_FOR_CI} "
+                else "a script's run ends it: more steps or epochs through the script's own arguments give more"
+                if pair.stopped_by == "ended" else "a longer --max-time gives more")
+        return (f"too few rounds to tell: B is {ratio} A ({ci}; a 95% CI needs {MIN_WINDOWS_FOR_CI} "
                 f"rounds, {more})")
     if verdict == "faster":
-        return f"B is faster: {summary.median:.3f}x A ({ci})"
+        return f"B is faster: {ratio} A ({ci})"
     if verdict == "slower":
-        return f"B is slower: {summary.median:.3f}x A ({ci})"
-    return f"no difference this comparison can tell: B is {summary.median:.3f}x A ({ci}, which contains 1)"
+        return f"B is slower: {ratio} A ({ci})"
+    return f"no difference this comparison can tell: B is {ratio} A ({ci}, which contains 1)"
 
 
 def _arm(result, config: RunConfig, rates: Sequence[float], other_load: float | None,
@@ -226,7 +227,7 @@ def round_progress(enabled: bool, label: str) -> Iterator:
 
         def on_round(rounds: int, summary: Summary | None) -> None:
             if summary is not None:
-                progress.update(task, status=f"round {rounds}: B/A {summary.median:.3f} "
-                                f"[{summary.ci_low:.3f}, {summary.ci_high:.3f}]  ({time.perf_counter() - started:.0f} s)")
+                progress.update(task, status=f"round {rounds}: B/A {ratio_text(summary.median, summary.ci_low, summary.ci_high)}"
+                                f"  ({time.perf_counter() - started:.0f} s)")
 
         yield on_round

@@ -75,7 +75,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from torchpace.measure.contention import is_material
-from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize, summary_ratio_text
 from torchpace.profile.verdict import stages_to_try_first
 from torchpace.trial.pair import SEQUENTIAL
 from torchpace.tune.space import KnobSpace
@@ -461,7 +461,7 @@ def _rematch(replay: _Replay, knob: KnobSpace, second: Record, proposal: Proposa
     duel = Proposal(f"duel:{knob.name}={proposal.value}", "candidate", dict(proposal.config), proposal.stage, knob.name,
                     proposal.value, reference=dict(state.incumbent))
     record = replay.need_all([duel])[0]
-    said = f"{knob.name}={proposal.value} (second best, {b.median:.3f}x) compared with it head to head"
+    said = f"{knob.name}={proposal.value} (second best, {summary_ratio_text(b)[0]}) compared with it head to head"
     if not record.usable:
         said += f" failed ({record.status})"
     else:
@@ -507,8 +507,8 @@ def _candidates(knob: KnobSpace, incumbent: dict, conflicts) -> list[Proposal]:
 
 
 def _ratio_text(summary: Summary) -> str:
-    return (f"{summary.median:.3f}x the incumbent ({summary.ci_name} {summary.ci_low:.3f}-{summary.ci_high:.3f}, "
-            f"{summary.n} rounds)")
+    ratio, ci = summary_ratio_text(summary)  # the digits its CI supports; a single round has no CI
+    return f"{ratio} the incumbent ({ci})"
 
 
 def _decide(state: GreedyState, proposal: Proposal, last: Record, comparisons: list[Record], accepted: bool,
