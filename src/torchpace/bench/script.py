@@ -161,7 +161,8 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
                         in_effect=settings_in_effect(trace))
     result = build_profile_result(trace, workload_spec=" ".join(command), knobs_by_stage=knobs_by_stage,
                                   offer=offer, command=command, trace_path=written,
-                                  wall_time_s=time.perf_counter() - start, usable_cores=host.usable_cores)
+                                  wall_time_s=time.perf_counter() - start, usable_cores=host.usable_cores,
+                                  other_load_cores=document[METADATA_KEY].get("other_load_cores"))
     if failure is not None:  # the figures go with the error: the CLI prints them, then the one line
         failure.figures = result
         raise failure
