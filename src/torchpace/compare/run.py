@@ -37,7 +37,7 @@ from torchpace.launch.command import parse_python_command
 from torchpace.measure.contention import decision_note
 from torchpace.measure.result import LATENCY, SAMPLES_PER_S, SECONDS, STEPS_PER_S, THROUGHPUT
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, ratio_text, summarize, summary_ratio_text
-from torchpace.protocol import INVALID, TrialSpec
+from torchpace.protocol import INVALID, TrialSpec, compile_allowance_s
 from torchpace.script.knobs import check_script_config
 from torchpace.trial.pair import SEQUENTIAL, PairOptions, PairResult, run_pair, sequential_reason
 from torchpace.trial.script import script_trial_spec
@@ -73,7 +73,8 @@ def arm_specs(target: str | None, command: Sequence[str] | None, config_a: RunCo
                      for config in (config_a, config_b))
 
     return tuple(TrialSpec(workload=target or DEFAULT_WORKLOAD, config=dict(config.values), max_time_s=options.max_time_s,
-                           device=options.device, sys_path=[os.getcwd()], objective=options.objective)
+                           device=options.device, sys_path=[os.getcwd()], objective=options.objective,
+                           compile_allowance_s=compile_allowance_s(config.values))
                  for config in (config_a, config_b))
 
 
@@ -87,10 +88,11 @@ def compare(target: str | None, command: Sequence[str] | None, config_a: RunConf
     label = _check_configs(target, command, config_a, config_b, host, options.objective)
     spec_a, spec_b = arm_specs(target, command, config_a, config_b, options)
     pair_options = PairOptions(rounds_s=options.max_time_s)
-    pair_options = replace(pair_options, run_timeout_s=options.timeout_s(pair_options.run_time_s(options.max_time_s)))
+    compiling_s = max(spec_a.compile_allowance_s, spec_b.compile_allowance_s)  # an arm that compiles may take that longer
+    pair_options = replace(pair_options, run_timeout_s=options.timeout_s(pair_options.run_time_s(options.max_time_s)) + compiling_s)
     sequential = "asked for (--sequential)" if options.sequential else sequential_reason(spec_a, spec_b)
     # separate runs: each capped as one of its share of the time would be
-    timeout_s = pair_options.separate_runs_timeout_s if sequential else options.timeout_s()
+    timeout_s = pair_options.separate_runs_timeout_s if sequential else options.timeout_s() + compiling_s
     with round_progress(show_progress, f"compare {label}") as on_round:
         pair = run_pair(spec_a, spec_b, host, timeout_s, pair_options, sequential=sequential, on_round=on_round,
                         figure=lambda bench: objective_value(bench, options.objective)[0])

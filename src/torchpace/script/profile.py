@@ -131,14 +131,16 @@ class ScriptProfiler(ScriptProbe):
             self.prof = None
         super().on_exit()
 
-    def on_stall(self, gap_s: float) -> None:
-        """The script made no step for `gap_s`: the profile ends with a `timeout` naming the stall."""
+    def on_stall(self, gap_s: float, compiling_s: float | None = None) -> None:
+        """The script made no step for `gap_s` (or compiled for `compiling_s`): the profile ends with a `timeout`
+        naming the stall."""
         if not self.claim_end():
             return
         needed = self.wait + self.warmup + self.active + self.python_steps
+        why = "" if compiling_s is not None else " (it stalled: a deadlock, a hung read, or a step far slower than the ones before)"
         write_result(TrialResult(TIMEOUT, wall_time_s=self.clock() - self.started_s, error=(
-            f"the script made no step for {gap_s:.0f} s after step {self.steps} of the profile's {needed} (it stalled: "
-            "a deadlock, a hung read, or a step far slower than the ones before)")), self.spec.result_path)
+            f"{self.stall_text(gap_s, compiling_s)}, at step {self.steps} of the profile's {needed}{why}")),
+            self.spec.result_path)
         self.end()
 
     def build_result(self, ended_early: bool) -> TrialResult:

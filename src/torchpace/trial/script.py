@@ -19,7 +19,7 @@ from torchpace.launch.command import parse_python_command
 from torchpace.launch.plan import ChildOptions, plan_child
 from torchpace.launch.probe import probe_launch_facts
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
-from torchpace.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit
+from torchpace.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit, compile_allowance_s
 from torchpace.script.knobs import unreached_knobs
 from torchpace.script.spec import MEASURE_ENV, OWN_FAILURE, OWN_FAILURE_EXIT, OWN_FAILURE_LINE, STEPS_SUFFIX, ScriptMeasure
 
@@ -40,7 +40,7 @@ def plan_script_trial(spec: TrialSpec, host: HostFacts, base_env: Mapping[str, s
                             max_time_s=spec.max_time_s, warmup_s=spec.warmup_s, guard_steps=spec.guard_steps,
                             samples_per_step=spec.samples_per_step,
                             no_step_timeout_s=max(5.0, timeout_s - _NO_STEP_MARGIN_S), profile=dict(spec.script_profile),
-                            gate=spec.gate)
+                            gate=spec.gate, compile_allowance_s=spec.compile_allowance_s)
     plan = plan_script_launch(spec.command, RunConfig(spec.config), host, base_env)
     return list(plan.argv), {**plan.env, MEASURE_ENV: measure.to_json()}, plan.nofile
 
@@ -102,7 +102,8 @@ def _steps_seen(result_path: Path) -> int:
 
 def script_trial_spec(command: Sequence[str], config: RunConfig, max_time_s: float, *, guard_steps: int = 0,
                       samples_per_step: int | None = None, **fields: Any) -> TrialSpec:
-    """The TrialSpec of one script-mode run of `command` under `config`."""
+    """The TrialSpec of one script-mode run of `command` under `config` (with the compile allowance of that config)."""
+    fields.setdefault("compile_allowance_s", compile_allowance_s(config.values))
     return TrialSpec(workload=" ".join(command), command=list(command), config=dict(config.values), max_time_s=max_time_s,
                      guard_steps=guard_steps, samples_per_step=samples_per_step, sys_path=[os.getcwd()], **fields)
 

@@ -382,7 +382,7 @@ class Tuner:
                          guard_steps=self.options.guard_steps, sys_path=[os.getcwd()],
                          profile=self.options.profile_baseline and assignment.slot == "baseline" and not self.options.command,
                          command=list(self.options.command), samples_per_step=self.options.samples_per_step,
-                         **self._inference_spec())
+                         compile_allowance_s=_compile_allowance_s(assignment), **self._inference_spec())
         return (spec, *self._within_budget(self._cap_s(assignment, trial_time_s)))
 
     def _cap_s(self, assignment, max_time_s: float) -> float:
@@ -390,8 +390,7 @@ class Tuner:
         given for the tune's trial time (stretched with it), else its time x 3 + 60 s and a compile allowance."""
         if self.options.trial_timeout_s:
             return self.options.trial_timeout_s * (assignment.time_factor or 1)
-        return (max_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
-                + compile_allowance_s({**(assignment.reference or {}), **assignment.config}))
+        return max_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S + _compile_allowance_s(assignment)
 
     def _within_budget(self, cap_s: float) -> tuple[float, bool]:
         """(`cap_s` within the budget left, whether the budget cut it short)."""
@@ -557,6 +556,12 @@ class Tuner:
             return False
         _log.info("wrote %s", self.options.out)
         return True
+
+
+def _compile_allowance_s(assignment) -> float:
+    """The compile allowance of `assignment`'s trials (both arms of a comparison: the longer one): what its
+    specs carry to the script's stall watchdog and what its caps add."""
+    return compile_allowance_s({**(assignment.reference or {}), **assignment.config})
 
 
 def _free_memory_bytes(kind: str) -> int | None:
