@@ -362,3 +362,58 @@ def test_a_gain_under_the_floor_whose_ci_reaches_over_it_is_not_accepted_at_once
     again = pair("confirm-pair:precision.amp=bf16", BF16, [1.002, 1.006, 1.004, 1.003, 1.007, 1.005])
     decision = play([base(), aa(), under, again], SPACE[1:]).decisions[0]
     assert decision.accepted_value is None and decision.ratio_ci_low > 1
+
+
+# ---- a script's own settings are the baseline's ---------------------------------------------------------
+
+SCRIPT_SPACE = [
+    KnobSpace("data", "data.num_workers", 0, (0, 1, 2), {0: {"data.persistent_workers": False}}),
+    KnobSpace("data", "data.persistent_workers", False, (False, True)),
+    KnobSpace("compute", "optimizer.impl", "default", ("default", "foreach", "fused")),
+]
+OWN = {"data.num_workers": 2, "data.persistent_workers": True, "data.prefetch_factor": 2, "optimizer.impl": "fused"}
+
+
+def _conflicts(config):
+    """`tune.tuner.make_conflicts`' rule for the worker options: persistent workers need workers."""
+    return "needs workers" if config.get("data.persistent_workers") and not config.get("data.num_workers") else None
+
+
+def test_a_scripts_own_settings_are_the_baseline_its_own_value_is_no_candidate_and_the_default_is_one():
+    """A script passing `--workers 2`, persistent workers and fused=True: the baseline ran with those, so 2 workers is
+    no change (no A/A comparison labelled as one), 0 (the knob's default) is one, set explicitly in the config so
+    that it reaches the script over its own argument, with the option 0 workers cannot take; the other values of
+    the knobs the script set are compared with its own."""
+    table = [base(script_settings=OWN), aa()]
+    state = plan_greedy(SCRIPT_SPACE, table, _conflicts)
+    assert state.script_settings == OWN
+    assert state.next.slot == "pair:data.num_workers=0"
+    assert state.next.config == {"data.num_workers": 0, "data.persistent_workers": False} and state.next.reference == {}
+    table.append(pair("pair:data.num_workers=0", state.next.config, [0.5] * 6))
+    state = plan_greedy(SCRIPT_SPACE, table, _conflicts)
+    assert state.next.slot == "pair:data.num_workers=1" and state.next.config == {"data.num_workers": 1}
+    table.append(pair("pair:data.num_workers=1", {"data.num_workers": 1}, [0.7] * 6))
+    state = plan_greedy(SCRIPT_SPACE, table, _conflicts)
+    assert [d.accepted_value for d in state.decisions] == [None]  # the script's own 2 workers stay
+    # persistent workers: the script's True is its own, False (the default) the candidate, with its 2 workers
+    assert state.next.slot == "pair:data.persistent_workers=False"
+    assert state.next.config == {"data.persistent_workers": False}
+    table.append(pair("pair:data.persistent_workers=False", {"data.persistent_workers": False}, [0.9] * 6))
+    state = plan_greedy(SCRIPT_SPACE, table, _conflicts)
+    assert state.next.slot == "pair:optimizer.impl=default" and state.next.config == {"optimizer.impl": "default"}
+    table.append(pair("pair:optimizer.impl=default", {"optimizer.impl": "default"}, [1.3] * 7))
+    assert plan_greedy(SCRIPT_SPACE, table, _conflicts).next.slot == "pair:optimizer.impl=foreach"
+    table.append(pair("pair:optimizer.impl=foreach", {"optimizer.impl": "foreach"}, [1.0] * 6))
+    state = plan_greedy(SCRIPT_SPACE, table, _conflicts)
+    assert state.incumbent == {"optimizer.impl": "default"}  # kept: the config says so, and it reaches the script
+    assert state.next.slot == "final" and state.next.config == {"optimizer.impl": "default"} and state.next.reference == {}
+
+
+def test_a_study_tuned_before_the_scripts_own_settings_were_read_resumes_with_its_own_decisions():
+    """Revision 4 (a study tuned before): the candidates are the knob's values other than its default, as it
+    was tuned, whatever the baseline recorded."""
+    state = plan_greedy(SCRIPT_SPACE, [base(script_settings=OWN), aa()], _conflicts, revision=4)
+    assert state.next.slot == "pair:data.num_workers=1" and state.next.config == {"data.num_workers": 1}
+    # without a script (a Workload) the defaults are what ran: the same candidates in every revision
+    state = plan_greedy(SCRIPT_SPACE, [base(), aa()], _conflicts)
+    assert state.next.slot == "pair:data.num_workers=1" and state.script_settings == {}

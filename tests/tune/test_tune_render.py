@@ -142,3 +142,21 @@ def test_a_ratio_on_fewer_rounds_than_a_95_percent_ci_needs_names_the_coverage_i
     assert ratio_text(2.37, 0.39, 4.35, 2) == "2.37x [0.39, 4.35], 2 rounds (50% CI)"
     assert ratio_text(1.32, 1.25, 1.40, 6) == "1.32x [1.25, 1.40], 6 rounds"
     assert ratio_text(1.32, None, None, 2) == "1.32x, 2 rounds" and ratio_text(None, None, None) == "-"
+
+
+def test_a_script_tunes_baseline_is_said_to_be_its_own_settings_not_pytorch_defaults():
+    """A tune of `train.py --workers 2`: its baseline ran the script's own loader and optimizer settings, and says
+    them; a tune that kept nothing leaves the script's own settings, not "PyTorch defaults"."""
+    figure = Objective("throughput", "samples/s", 100.0, 98.0, 102.0, 0.02)
+    baseline = TrialRow(number=0, slot="baseline", kind="baseline", throughput=figure, objective=figure)
+    own = {"data.num_workers": 2, "data.persistent_workers": False, "optimizer.impl": "default"}
+    outcome = _outcome(strategy="random", baseline=baseline, best=baseline, speedup=1.0, trials=(baseline,),
+                       command=("python", "train.py", "--workers", "2"), script_settings=own)
+    text = _render(outcome)
+    assert outcome.baseline_label == ("the script's own settings: num_workers=2, persistent_workers=False, "
+                                      "optimizer.impl=default")
+    assert "baseline (the script's own settings: num_workers=2" in text
+    assert "the script's own settings (nothing beat the noise)" in text and "PyTorch defaults" not in text
+    assert outcome.to_dict()["script_settings"] == own
+    workload = _render(replace(outcome, command=None, script_settings=None))
+    assert "baseline (PyTorch defaults)" in workload

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from torchpace.compare.result import Comparison
-from torchpace.measure.render import format_latency
+from torchpace.measure.render import config_label, format_latency
 from torchpace.measure.result import SECONDS
 from torchpace.measure.stats import figure_decimals
 
@@ -18,7 +18,7 @@ def render_comparison(console, r: Comparison) -> None:
     for column in ("arm", "config", ("batch-1 p50" if latency else r.unit) + " (median of its turns)", "95% CI", "other load"):
         table.add_column(column)
     for name, arm in (("A", r.a), ("B", r.b)):
-        config = ", ".join(f"{k}={v}" for k, v in sorted(arm.config.items())) or "PyTorch defaults"
+        config = arm.label or config_label(arm.config)
         value = format_latency if latency else (lambda v, d=digits[name]: f"{v:,.{d}f}")  # the digits its CI supports
         figure = value(arm.figure) if arm.figure is not None else arm.status
         ci = f"[{value(arm.ci_low)}, {value(arm.ci_high)}]" if arm.ci_low is not None else "-"

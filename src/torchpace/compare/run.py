@@ -35,6 +35,7 @@ from torchpace.host import HostFacts
 from torchpace.knobs import REGISTRY
 from torchpace.launch.command import parse_python_command
 from torchpace.measure.contention import decision_note
+from torchpace.measure.render import config_label, settings_text
 from torchpace.measure.result import LATENCY, SAMPLES_PER_S, SECONDS, STEPS_PER_S, THROUGHPUT
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, ratio_text, summarize, summary_ratio_text
 from torchpace.protocol import INVALID, TrialSpec, compile_allowance_s
@@ -99,7 +100,7 @@ def compare(target: str | None, command: Sequence[str] | None, config_a: RunConf
     for arm in (pair.a, pair.b):
         if arm.status == INVALID:
             raise UsageError(arm.error)
-    return build_comparison(pair, label, config_a, config_b, options.objective)
+    return build_comparison(pair, label, config_a, config_b, options.objective, script=bool(command))
 
 
 def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, host: HostFacts,
@@ -124,13 +125,14 @@ def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, ho
 
 
 def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b: RunConfig,
-                     objective: str = THROUGHPUT) -> Comparison:
-    """The comparison's figures (see the module docstring) from a `PairResult` (pure)."""
+                     objective: str = THROUGHPUT, script: bool = False) -> Comparison:
+    """The comparison's figures (see the module docstring) from a `PairResult` (pure); `script`: the arms ran an
+    unmodified script, whose own settings are what a config that sets nothing runs with."""
     summary = pair.summary
     latency = objective == LATENCY
     unit = SECONDS if latency else STEPS_PER_S if any(
         arm.bench and not arm.bench.throughput.samples_known for arm in (pair.a, pair.b)) else SAMPLES_PER_S
-    changed = sorted(set(config_a.non_default().items()) ^ set(config_b.non_default().items()))
+    changed = sorted(set(config_a.values.items()) ^ set(config_b.values.items()))
     core_knobs = sorted({name for name, _ in changed if REGISTRY[name].shares_cores})
     loads = [load for load in (pair.other_load_a, pair.other_load_b) if load is not None]
     note = decision_note(max(loads), pair.usable_cores or 1, core_knobs) if loads else None
@@ -140,8 +142,8 @@ def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b
     return Comparison(
         kind=RESULT_KIND, schema_version=RESULT_SCHEMA_VERSION, target=label,
         mode=pair.mode, mode_reason=pair.mode_reason, unit=unit, stopped_by=pair.stopped_by,
-        a=_arm(pair.a, config_a, pair.a_rates, pair.other_load_a, latency),
-        b=_arm(pair.b, config_b, pair.b_rates, pair.other_load_b, latency),
+        a=_arm(pair.a, config_a, pair.a_rates, pair.other_load_a, latency, script),
+        b=_arm(pair.b, config_b, pair.b_rates, pair.other_load_b, latency, script),
         ratio=summary.median if summary else None, ratio_ci_low=summary.ci_low if summary else None,
         ratio_ci_high=summary.ci_high if summary else None, ratio_ci_coverage=summary.ci_coverage if summary else None,
         rounds=summary.n if summary else 0, ratios=tuple(pair.ratios),
@@ -202,14 +204,17 @@ def _sentence(verdict: str, summary: Summary | None, pair: PairResult) -> str:
 
 
 def _arm(result, config: RunConfig, rates: Sequence[float], other_load: float | None,
-         latency: bool = False) -> ComparisonArm:
-    """One arm in the comparison: its config, status, and the median of its turns with the CI (`latency`: the
-    turns' rates are 1 / p50, shown as the p50s, in seconds)."""
+         latency: bool = False, script: bool = False) -> ComparisonArm:
+    """One arm in the comparison: its config (every value it set: a default too replaces a script's own
+    argument), what that ran in words, status, and the median of its turns with the CI (`latency`: the turns'
+    rates are 1 / p50, shown as the p50s, in seconds)."""
     if latency:
         rates = [1.0 / rate if rate > 0 else 0.0 for rate in rates]
     figure = summarize(list(rates)) if rates else None
+    settings = result.bench.script.script_settings if result.bench and result.bench.script else None
+    ran = config_label(config.values, script) + (f" ({settings_text(settings)})" if settings and not config.values else "")
     return ComparisonArm(
-        config=config.non_default(), status=result.status, figure=figure.median if figure else None,
+        config=dict(config.values), label=ran, status=result.status, figure=figure.median if figure else None,
         ci_low=figure.ci_low if figure else None, ci_high=figure.ci_high if figure else None, rounds=len(rates),
         other_load_cores=other_load, error=result.error or None, stderr_tail=result.stderr_tail or None,
         warmup_converged=result.bench.throughput.warmup_converged if result.bench else None, turns=tuple(rates))

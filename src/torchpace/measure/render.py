@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from rich.table import Table
 
 from torchpace.measure.contention import contention_note
 from torchpace.measure.result import BenchResult, ScriptInfo
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, figure_decimals, figure_text
+
+
+SCRIPT_OWN = "the script's own settings"  # what a script runs with where the config sets nothing
+DEFAULTS = "PyTorch defaults"  # what a Workload runs with where the config sets nothing (prepare() builds it)
+
+
+def config_label(config: Mapping[str, Any], script: bool = False) -> str:
+    """What ran, in words (every output's one label for a config): the knobs set, `k=v` (a value equal to a
+    knob's default too: over a script's own argument it changes what runs), else the script's own settings (an
+    unmodified script: its DataLoader and optimizer as it built them) or, for a Workload, PyTorch's defaults."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(config.items())) or (SCRIPT_OWN if script else DEFAULTS)
+
+
+def settings_text(settings: Mapping[str, Any] | None) -> str:
+    """`num_workers=2, pin_memory=True, optimizer.impl=default`: a script's own settings (empty when unknown)."""
+    return ", ".join(f"{k.removeprefix('data.')}={v}" for k, v in sorted((settings or {}).items()))
 
 
 def format_bytes(n: float | None, missing: str = "-") -> str:
@@ -91,6 +109,9 @@ def script_rows(script: ScriptInfo | None) -> list[tuple[str, str]]:
     step = ("one optimizer step()" if script.step_source == "optimizer"
             else "one backward() (no torch.optim optimizer was built)")
     rows = [("a step is", step)]
+    if script.script_settings:
+        rows.append((SCRIPT_OWN, f"{settings_text(script.script_settings)}  (its DataLoader and optimizer as it built them; "
+                                 "what the knobs set replaced these)"))
     if script.ended_early:
         rows.append(("note", "the script ended before the measurement did: these are the windows it gave"))
     for change in script.overrides:
@@ -131,7 +152,7 @@ def inference_rows(r: BenchResult) -> list[tuple[str, str]]:
 
 
 def render_bench(console, r: BenchResult) -> None:
-    config = ", ".join(f"{k}={v}" for k, v in r.config.items()) or "defaults"
+    config = config_label(r.config, r.script is not None)
     table = Table(title=f"torchpace bench: {r.workload} on {r.device} ({config})", show_header=False)
     table.add_column(style="bold")
     table.add_column()

@@ -270,6 +270,9 @@ class ScriptInfo:
         not_applied: knob -> why it could not take effect where it was met.
         output_log: the log file that holds the script's own output (stdout and stderr).
         compile: with `compile.mode`: what was compiled, its graphs and graph breaks.
+        script_settings: the script's own values of the knobs that reach it, as it passed them before any knob
+            changed them (the first DataLoader it read from, the first optimizer that stepped): what its baseline
+            runs with (None in results written before they were read).
         more: what else the hook reported, kept as it was written.
     """
 
@@ -283,6 +286,7 @@ class ScriptInfo:
     not_applied: Mapping[str, str] = field(default_factory=dict)
     output_log: str | None = field(default=None, metadata=spec(required=False))
     compile: CompileReport | None = field(default=None, metadata=spec(required=False))
+    script_settings: Mapping[str, Any] | None = field(default=None, metadata=spec(required=False))
     more: Mapping[str, Any] = field(default_factory=dict, metadata=spec(rest=True))
 
 
@@ -292,7 +296,8 @@ class BenchResult:
 
     Attributes:
         workload: the workload's name (script mode: the command).
-        config: knobs that differ from their defaults.
+        config: knobs that differ from their defaults (script mode: every knob the config set, a value equal to
+            the default too: it replaced the script's own argument).
         step: what one optimizer step is (per process and over all processes).
         throughput: the real step's windows.
         compute_only_samples_per_s: the same step on one batch pre-staged on the device (null in script mode).

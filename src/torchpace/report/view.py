@@ -15,7 +15,7 @@ import tomli_w
 
 from torchpace.config import SCHEMA_VERSION
 from torchpace.knobs import REGISTRY
-from torchpace.measure.render import bench_rows, bench_warnings, format_bytes, step_time_text
+from torchpace.measure.render import bench_rows, bench_warnings, config_label, format_bytes, step_time_text
 from torchpace.measure.result import BenchResult, Objective
 from torchpace.measure.stats import ci_name, figure_text, ratio_text
 from torchpace.profile.render import SHOWN_AS_TABLES, profile_warnings, split_rows, top_op_rows
@@ -209,13 +209,14 @@ def tune_view(tune: TuneOutcome) -> dict[str, Any]:
         "strategy": tune.strategy, "study": tune.study, "greedy": tune.strategy == "greedy", "unit": tune.unit,
         "stopped": stopped_text(tune), "failed_baseline": tune.failed_baseline,
         "has_baseline": baseline is not None, "baseline": format_figure_ci(baseline.throughput if baseline else None),
+        "baseline_label": tune.baseline_label, "unchanged": config_label({}, bool(tune.command)),
         "tuned": format_figure_ci(tuned.throughput if tuned else None),
         "baseline_memory": format_bytes(baseline.peak_memory_bytes if baseline else None),
         "tuned_memory": format_bytes(tuned.peak_memory_bytes if tuned else None),
         "speedup": tune.speedup,
         "accepted": [accepted_row(a) for a in tune.accepted],
         "decisions": [decision_row(d) for d in tune.decisions],
-        "trials": [trial_row(t, baseline.throughput if baseline else None) for t in tune.trials],
+        "trials": [trial_row(t, baseline.throughput if baseline else None, bool(tune.command)) for t in tune.trials],
         "verdict": baseline.verdict if baseline else None,
         "guard_note": tune.guard_note,
         "has_curves": bool(guard_curves(tune)[0]),
@@ -271,7 +272,7 @@ def decision_row(reported: ReportedDecision) -> dict[str, Any]:
             "reason": d.reason, "load_note": reported.load_note}
 
 
-def trial_row(t: TrialRow, baseline: Objective | None) -> dict[str, Any]:
+def trial_row(t: TrialRow, baseline: Objective | None, script: bool = False) -> dict[str, Any]:
     """One row of the every-trial table."""
     figure = t.throughput if not is_failed(t) else None
     if t.status != "ok":
@@ -283,7 +284,7 @@ def trial_row(t: TrialRow, baseline: Objective | None) -> dict[str, Any]:
     vs_baseline = speedup(figure, baseline)
     return {
         "number": t.number, "slot": t.slot, "stage": t.stage or ("baseline" if t.kind != "candidate" else ""),
-        "knob": t.knob or ("(re-measure)" if t.kind == "remeasure" else "(defaults)" if not t.config else ""),
+        "knob": t.knob or ("(re-measure)" if t.kind == "remeasure" else f"({config_label({}, script)})" if not t.config else ""),
         "value": format_value(t.value) if t.knob else ", ".join(f"{k}={format_value(v)}" for k, v in t.config.items()),
         "sps": format_figure_ci(figure) if figure else "-",
         "speedup": f"{vs_baseline:.2f}×" if vs_baseline else "-",

@@ -84,6 +84,7 @@ class ScriptProbe:
     def on_optimizer_step(self, optimizer: Any) -> None:
         if self.lead_optimizer is None:
             self.lead_optimizer = id(optimizer)
+            self.report.note_script_settings(optimizer)  # the script's own optimizer arguments: the baseline's
         if id(optimizer) == self.lead_optimizer:
             self.on_step()
 
@@ -95,6 +96,8 @@ class ScriptProbe:
             self.on_step()
 
     def on_batch(self, batch: Any, waited_s: float, loader_iter: Any = None) -> None:
+        if not self.batches_seen and loader_iter is not None:  # the first loader read: its own settings, the baseline's
+            self.report.note_script_settings(loader_iter)
         self.wait_s += waited_s
         try:
             size = batch_len(batch)

@@ -65,7 +65,8 @@ def read_script_result(spec: TrialSpec, result_path: Path, returncode: int, stde
     label = " ".join(spec.command)
     if returncode == 0 and result_path.exists():
         result = TrialResult.from_dict(json.loads(result_path.read_text()))
-        bench = replace(result.bench, config=RunConfig(spec.config).non_default()) if result.bench else None
+        # every value the config set, a default too: it replaced the script's own argument
+        bench = replace(result.bench, config=dict(RunConfig(spec.config).values)) if result.bench else None
         result = replace(result, bench=bench, stderr_tail=stderr_tail, returncode=0)
         script = bench.script if bench is not None else result.script  # a profile has no bench: the hook's report
         unreached = unreached_knobs(spec.config, script.reached if script else (), script.not_applied if script else {})

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from torchpace.measure.render import format_bytes, format_latency
+from torchpace.measure.render import config_label, format_bytes, format_latency
 from torchpace.measure.result import AccuracyReport, LatencyFigures, Objective
 from torchpace.measure.stats import figure_text as stats_figure_text
 from torchpace.measure.stats import ratio_text
@@ -44,13 +44,13 @@ def render_outcome(console, o: TuneOutcome) -> None:
         table = Table(title=f"torchpace tune: {o.workload} ({o.strategy}, {len(o.trials)} trials, stopped: {o.stopped})")
         for column in ("change", f"{o.unit} [95% CI]", "step gain", "speedup vs baseline", "peak memory"):
             table.add_column(column)
-        table.add_row("baseline (PyTorch defaults)", figure_text(base.throughput), "", "1.00x", format_bytes(base.peak_memory_bytes))
+        table.add_row(f"baseline ({o.baseline_label})", figure_text(base.throughput), "", "1.00x", format_bytes(base.peak_memory_bytes))
         for a in o.accepted:
             table.add_row(f"+ {a.knob} = {a.value}", figure_text(a.throughput), f"{a.step_gain:.2f}x",
                           f"{a.speedup:.2f}x", format_bytes(a.peak_memory_bytes))
         console.print(table)
     _render_not_kept(console, o.decisions)
-    _render_rejected(console, o.trials)
+    _render_rejected(console, o.trials, bool(o.command))
     if o.speedup is not None:
         console.print(f"[bold]best:[/] {best_line(o)}")
     if o.speedup_figure and o.speedup_figure.load_note:
@@ -72,7 +72,7 @@ def render_outcome(console, o: TuneOutcome) -> None:
 
 def best_line(o: TuneOutcome) -> str:
     """The summary line: the tuned config, its speedup over the defaults and where that figure comes from."""
-    config = ", ".join(f"{k}={v}" for k, v in o.best_config.items()) or "PyTorch defaults (nothing beat the noise)"
+    config = config_label(o.best_config, bool(o.command)) + ("" if o.best_config else " (nothing beat the noise)")
     figures = ""
     best, base = (o.best.throughput if o.best else None), (o.baseline.throughput if o.baseline else None)
     if best and base and o.objective == "throughput" and best.value:
@@ -94,7 +94,7 @@ def _render_paired_waterfall(console, o: TuneOutcome) -> None:
                         f"the config before it; {len(o.trials)} comparisons, stopped: {o.stopped})")
     for column in ("change", f"{o.unit} [95% CI]", "gain [95% CI]", "cumulative", "peak memory"):
         table.add_column(column, overflow="fold")
-    table.add_row("baseline (PyTorch defaults)", ranged_text(base), "", "1.00x", format_bytes(base.peak_memory_bytes))
+    table.add_row(f"baseline ({o.baseline_label})", ranged_text(base), "", "1.00x", format_bytes(base.peak_memory_bytes))
     for a in o.accepted:
         gain = ratio_text(a.step_gain, a.step_gain_ci_low, a.step_gain_ci_high, a.rounds) \
             + (" (separate runs)" if a.mode == "sequential" else "")
@@ -178,7 +178,7 @@ def _render_not_kept(console, decisions: Sequence[ReportedDecision]) -> None:
     console.print(table)
 
 
-def _render_rejected(console, trials: Sequence[TrialRow]) -> None:
+def _render_rejected(console, trials: Sequence[TrialRow], script: bool = False) -> None:
     rows = [t for t in trials if t.status != "ok" or t.guard == "fail"]
     if not rows:
         return
@@ -186,7 +186,7 @@ def _render_rejected(console, trials: Sequence[TrialRow]) -> None:
     for column in ("#", "config", "status", "reason"):
         table.add_column(column)
     for t in rows:
-        config = ", ".join(f"{k}={v}" for k, v in t.config.items()) or "defaults"
+        config = config_label(t.config, script)
         status = t.status if t.status != "ok" else "guard"
         reason = t.guard_reason if t.status == "ok" else (t.error or "")
         table.add_row(str(t.number), config, status, (reason or "")[:120])

@@ -198,6 +198,7 @@ def _record(trial: TrialRecord, baseline: BaselineGuard) -> Record:
     return Record(trial.slot, dict(trial.assignment.config), state, status, figure, ci_rel, verdict.ok if verdict else None,
                   bench.input_bound_frac if bench else None, trial.verdict,
                   bench.throughput.warmup_converged if bench else None, bench.throughput.windows if bench else None,
+                  script_settings=dict(bench.script.script_settings or {}) if bench and bench.script else {},
                   **_pair_fields(trial.assignment.reference, pair))
 
 

@@ -321,7 +321,10 @@ class Tuner:
             self.study.stop()
             raise optuna.TrialPruned("the search is complete")
         config = {k.name: trial.suggest_categorical(k.name, list(k.values)) for k in self.space}
-        config = {k.name: config[k.name] for k in self.space if config[k.name] != k.default}
+        if self.options.strategy == "greedy":  # the proposal's config as the policy made it: a value equal to a knob's
+            config = dict(assignment.config)   # default there replaces a script's own setting
+        else:
+            config = {k.name: config[k.name] for k in self.space if config[k.name] != k.default}
         assignment = replace(assignment, slot=assignment.slot or f"trial:{trial.number}",
                              kind=assignment.kind or "candidate", config=config, worker=_worker_id(),
                              process=tuner_process())
