@@ -3,6 +3,8 @@
 A pair record holds the candidate (B) and the config it was compared with in alternation (A, the
 incumbent), with each round's ratio B / A."""
 
+from dataclasses import replace
+
 from torchpace.trial.pair import ALTERNATING, PARTNER, PairResult
 from torchpace.protocol import TIMEOUT, TrialResult
 from torchpace.tune.policy import RETRY, RUNNING, Record, plan_greedy
@@ -163,6 +165,19 @@ def test_a_comparison_the_budget_cut_before_the_reference_arm_was_ready_is_cut_n
     assert candidate_result(pair, cut_by_budget=False).status == PARTNER  # the reference's own timeout
     alone = PairResult(ALTERNATING, TrialResult(PARTNER), TrialResult(TIMEOUT))
     assert candidate_result(alone, cut_by_budget=True) is alone.b
+
+
+def test_a_timeout_a_trial_wrote_itself_is_its_verdict_not_the_budgets():
+    """A script's hook ended its arm (a stall, or too few windows by its measurement's own cap) with a minute of
+    budget left: that is the comparison's outcome, not a cut by the budget (which would run it again and again)."""
+    from torchpace.tune.tuner import cut_by_the_budget
+
+    stalled = TrialResult(TIMEOUT, error="the script made no step for 31 s after step 3", returncode=0)
+    killed = TrialResult(TIMEOUT, error="no result after 64 s; the trial's process group was killed")
+    assert cut_by_the_budget(killed, True) and not cut_by_the_budget(killed, False)
+    assert not cut_by_the_budget(stalled, True)
+    pair = PairResult(ALTERNATING, stalled, TrialResult(PARTNER))
+    assert candidate_result(pair, cut_by_budget=True).status == PARTNER  # its partner's failure: not judged
 
 
 def test_a_loss_on_fewer_rounds_than_a_ci_needs_is_compared_again_before_it_is_rejected():
@@ -417,3 +432,16 @@ def test_a_study_tuned_before_the_scripts_own_settings_were_read_resumes_with_it
     # without a script (a Workload) the defaults are what ran: the same candidates in every revision
     state = plan_greedy(SCRIPT_SPACE, [base(), aa()], _conflicts)
     assert state.next.slot == "pair:data.num_workers=1" and state.script_settings == {}
+
+
+
+def test_advice_on_too_few_rounds_names_only_what_can_apply_to_a_script_that_ends():
+    """A clear gain on fewer rounds than a CI needs: a longer --trial-time gives more, but not to a script whose
+    run ends the comparison (a 20-step epoch): its own arguments (more steps or epochs) do."""
+    first = pair("pair:precision.amp=bf16", BF16, [3.5, 2.53, 18.9], ended=True)
+    again = pair("confirm-pair:precision.amp=bf16", BF16, [3.2, 4.1], ended=True)
+    decision = play([base(), aa(), first, again], SPACE[1:]).decisions[0]
+    assert decision.accepted_value is None and "more steps or epochs through its own arguments" in decision.reason
+    assert "--trial-time" not in decision.reason
+    timed = play([base(), aa(), replace(first, ended=False), replace(again, ended=False)], SPACE[1:]).decisions[0]
+    assert "a longer --trial-time gives more" in timed.reason

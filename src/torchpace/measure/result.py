@@ -120,8 +120,9 @@ class ThroughputFigures:
     warmup_steps: int
     warmup_converged: bool
     stopped_by: str = field(metadata=spec(
-        "ci: the CI target was met; time: the time cap; script-ended: the script finished before either; "
-        "script-stalled: the script stopped stepping (no step for 30 s, or past the time cap), its windows so far; "
+        "ci: the CI target was met; time: the time cap (also when a script made no step past it); script-ended: the "
+        "script finished before either; script-stalled: the script stopped stepping (no step for 30 s and 5x its "
+        "longest step, time spent compiling left out), its windows so far; "
         "pair: one arm of a paired comparison (`torchpace compare`, tune), ended by the comparison",
         enum=["ci", "time", "script-ended", "script-stalled", "pair"]))
     steps_per_s: float | None = None

@@ -70,7 +70,7 @@ class ScriptProbe:
         self.finished = False
         self.last_step_at: float | None = None
         self.longest_step_s = 0.0  # the longest gap between two steps after the first
-        self.ended_how = "script-ended"  # or "script-stalled": why the measurement ended before the meter did
+        self.ended_how = "script-ended"  # "script-stalled", or "time" (the cap): why it ended before the meter did
         self.compiles = CompileTime(self.clock)  # time spent inside torch.compile (never a stall)
         self._compiled_at_step = 0.0  # `compiles.total_s()` when the last step ended
         self._steps_fd: int | None = None
@@ -285,8 +285,9 @@ class ScriptProbe:
 
     def check_stall(self) -> None:
         """End the measurement when the script stopped stepping: no step for `_STALL_MIN_S` (and
-        `_STALL_FACTOR` times its longest step), or, past the time cap, none for `_CAP_GRACE_S` (and 3x
-        its longest step). A stall is bounded by the time cap, never by the parent's kill.
+        `_STALL_FACTOR` times its longest step), a stall; or, past the time cap, none for `_CAP_GRACE_S` (and 3x
+        its longest step, once one is known: `past_cap`), the cap's end. A stall is bounded by the time cap,
+        never by the parent's kill.
 
         Time spent compiling is no gap (`CompileTime`, `compiling_for`): a compile is waited for within the
         trial's compile allowance (`compile_limit_s`), and one that runs longer ends the script as stalled while
@@ -300,9 +301,34 @@ class ScriptProbe:
                 self.on_stall(now - self.last_step_at, compiling_s)
             return
         gap = now - self.last_step_at - (self.compiles.total_s() - self._compiled_at_step)
-        past_cap = self.meter is not None and now >= self.meter.deadline and gap >= max(_CAP_GRACE_S, 3 * self.longest_step_s)
-        if past_cap or gap >= max(_STALL_MIN_S, _STALL_FACTOR * self.longest_step_s):
+        if gap >= max(_STALL_MIN_S, _STALL_FACTOR * self.longest_step_s):
             self.on_stall(gap)
+        elif self.past_cap(now, gap):
+            self.on_cap(gap)
+
+    def past_cap(self, now: float, gap_s: float) -> bool:
+        """Past the measurement's time cap, no step for `_CAP_GRACE_S` and 3x the longest step: the cap ends the
+        measurement with its windows (a script past its last step is often ending: evaluating, saving). Not before
+        a step time is known: after the first step a slow step (a short script's, on a busy host) is waited for;
+        nor in a paired comparison, whose turns the parent ends (its own clock runs only in its turns)."""
+        return (self.meter is not None and self.meter.gate is None and self.longest_step_s > 0
+                and now >= self.meter.deadline and gap_s >= max(_CAP_GRACE_S, 3 * self.longest_step_s))
+
+    def on_cap(self, gap_s: float) -> None:
+        """The time cap passed and the script made no step for `gap_s`: the windows measured, as the cap's (a
+        `timeout` saying the steps are slower than the cap allows when there are too few)."""
+        if not self.claim_end():
+            return
+        self.ended_how = "time"
+        result = self.build_result(ended_early=True)
+        if not result.ok:
+            windows = len(self.meter.windows) if self.meter else 0
+            result = TrialResult(TIMEOUT, guard_losses=result.guard_losses, wall_time_s=result.wall_time_s, error=(
+                f"the measurement's time cap passed with {windows} window(s) measured, at least {_MIN_WINDOWS_IF_ENDED} "
+                f"needed, and no step for {gap_s:.0f} s after step {self.steps}: its steps (up to "
+                f"{self.longest_step_s:.1f} s) are too slow for the time measured"))
+        write_result(result, self.spec.result_path)
+        self.end()
 
     def stall_text(self, gap_s: float, compiling_s: float | None) -> str:
         """Why the script is ended as stalled: no step for `gap_s`, or a compile that ran `compiling_s`."""
@@ -343,9 +369,11 @@ class ScriptProbe:
             return TrialResult(INVALID, guard_losses=guard, wall_time_s=wall_s,
                                error="; ".join(f"{knob}: {why}" for knob, why in unreached.items()))
         ended_after = None
-        if ended_early:  # how long the script ran once timing started: a trial can be sized to fit it
+        if ended_early and self.ended_how != "time":  # how long the script ran once timing started: a trial can be sized to fit it
             ran_s = self.clock() - self.meter_started_s if self.meter is not None else 0.0
             ended_after = {"steps": self.steps, "seconds": ran_s, "windows": windows}
+        if ended_early and windows < _MIN_WINDOWS_IF_ENDED and ended_after is None:  # the cap's: `on_cap` says why
+            return TrialResult(CRASH, guard_losses=guard, wall_time_s=wall_s, error="too few windows before the time cap")
         if ended_early and windows < _MIN_WINDOWS_IF_ENDED:
             return TrialResult(CRASH, guard_losses=guard, wall_time_s=wall_s, ended_after=ended_after, error=(
                 f"the script ended after {self.steps} step(s), {ended_after['seconds']:.1f} s after its first one, "
@@ -360,7 +388,8 @@ class ScriptProbe:
         load = other_load_cores(self._cpu_before, probe_cpu_times(owner_pid()))
         real = self.meter.result(self.ended_how if ended_early else None)
         per_step = sorted(n for n in self.backwards_per_step if n)
-        script = {"command": list(self.spec.command), "steps_seen": self.steps, "ended_early": ended_early,
+        script = {"command": list(self.spec.command), "steps_seen": self.steps,
+                  "ended_early": ended_early and self.ended_how != "time",
                   "step_source": "optimizer" if self.optimizer_built else "backward",
                   "samples_source": ("--samples-per-step" if self.spec.samples_per_step else
                                      "dataloader" if self.samples_known else None), **hook}

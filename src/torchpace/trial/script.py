@@ -128,6 +128,32 @@ def fitted_max_time_s(result: TrialResult, max_time_s: float) -> float | None:
     return fitted if (1 - WARMUP_SHARE) * fitted / window_s >= MIN_WINDOWS_FOR_CI else None
 
 
+def steps_after_first(result: TrialResult) -> int | None:
+    """The steps a script that ended before its measurement made after its first one (None: it did not end)."""
+    ended = result.ended_after
+    return max(0, int(ended.get("steps", 1)) - 1) if ended else None
+
+
+def sized_to_steps_s(steps: int, step_s: float | None, max_time_s: float) -> float | None:
+    """The measurement time of a trial of a script that makes `steps` steps after its first one and ends, at
+    `step_s` a step as its latest trials ran: the same share of the time those steps take as a measurement
+    fitted to the script (`fitted_max_time_s`), at most `max_time_s`; None when `step_s` is unknown or the time
+    is too short to measure. A script's run lasts as long as its steps do, so on a host whose speed changes
+    this follows it where the seconds one quiet run took would not."""
+    if not step_s or steps < 1:
+        return None
+    sized = round(steps * step_s * _FIT_SHARE, 1)
+    return min(max_time_s, sized) if sized >= _MIN_FITTED_S else None
+
+
+def rounds_for_steps_s(steps: int, step_s: float, max_time_s: float, limit_s: float) -> float:
+    """The rounds' time of a comparison of a script that makes `steps` steps after its first one and ends (each
+    arm runs the whole script: warm-up and turns come out of its own steps): what both arms' steps take at
+    `step_s`, so that the script's end, not a share of its time, ends the rounds; at least `max_time_s` (a
+    trial's measurement), at most `limit_s` (the tune's trial time)."""
+    return max(max_time_s, min(limit_s, 2 * steps * step_s))
+
+
 def too_short_hint(result: TrialResult, option: str) -> str:
     """What to change when a script ended too early to be measured, naming the verb's time option."""
     ended = result.ended_after or {}

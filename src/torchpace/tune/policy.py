@@ -125,6 +125,7 @@ class Record:
         usable_cores: the cores the host gave torchpace (a paired comparison's; None: unknown).
         script_settings: an unmodified script's own values of the knobs that reach it (what its DataLoader and
             optimizer were given, `ScriptInfo.script_settings`): the baseline's, which ran with them.
+        ended: a paired comparison that an arm's script ended by finishing (its rounds are what its steps gave).
     """
 
     slot: str
@@ -146,6 +147,7 @@ class Record:
     other_load_cores: float | None = None
     usable_cores: int | None = None
     script_settings: dict = field(default_factory=dict)
+    ended: bool = False
 
     @property
     def usable(self) -> bool:
@@ -451,7 +453,9 @@ def _judge_best(knob: KnobSpace, replay: _Replay, best: Record, proposal: Propos
     short = ""
     if accepted and state.revision >= 2 and pooled.n < MIN_WINDOWS_FOR_CI:  # a gain needs a CI's rounds, as a loss does
         accepted = False
-        short = f", fewer rounds than the {MIN_WINDOWS_FOR_CI} a CI needs (a longer --trial-time gives more)"
+        more = ("the script ends first: more steps or epochs through its own arguments give more" if again.ended or best.ended
+                else "a longer --trial-time gives more")
+        short = f", fewer rounds than the {MIN_WINDOWS_FOR_CI} a CI needs ({more})"
     _decide(state, proposal, again, [best, again], accepted,
             f"{'accepted' if accepted else 'rejected'}: {said}: both pooled give {_ratio_text(pooled)}{short}")
 

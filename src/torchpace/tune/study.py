@@ -210,4 +210,5 @@ def _pair_fields(reference: Mapping[str, Any] | None, pair: PairRecord | None) -
     ref = pair.reference_bench
     return {"reference": dict(reference), "ratios": pair.ratios, "reference_figure": pair.reference_value,
             "reference_warmup_converged": ref.throughput.warmup_converged if ref is not None else None,
-            "mode": pair.mode, "other_load_cores": pair.other_load_cores, "usable_cores": pair.usable_cores}
+            "mode": pair.mode, "other_load_cores": pair.other_load_cores, "usable_cores": pair.usable_cores,
+            "ended": pair.stopped_by == "ended"}
