@@ -96,6 +96,14 @@ def test_a_paired_study_shows_each_gain_with_its_ci_the_load_note_and_the_speedu
     assert state.done and state.incumbent == one_thread
     outcome = build_outcome(rows, state, StudyMeta("s", "sqlite://", "greedy", "tabular"), "done")
     text = _render(outcome)
+    # the same study of a script: its baseline's own settings are the outcome's, said with the baseline
+    own = {"data.num_workers": 2}
+    script_state = plan_greedy([KnobSpace("system", "threads.intra_op", "auto", ("auto", 1))],
+                               [replace(records[0], script_settings=own), *records[1:]])
+    script = build_outcome(rows, script_state, StudyMeta("s", "sqlite://", "greedy", "train.py",
+                                                         command=("python", "train.py")), "done")
+    assert script.script_settings == own and script.to_dict()["script_settings"] == own
+    assert "baseline (the script's own settings: num_workers=2)" in _render(script)
     assert "+ threads.intra_op = 1" in text and "3.00x [2.90, 3.10], 6 rounds" in text
     assert ("threads.intra_op = 1 was measured while other processes used 1.4 of 2 cores; gains of threads.intra_op "
             "may not hold on a quiet host") in text

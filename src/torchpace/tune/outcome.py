@@ -423,8 +423,13 @@ def build_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta, stopped
         accepted=tuple(accepted), trials=rows, out_path=None, stopped=stopped, failed_baseline=failed_baseline,
         guard_note=_guard_note(meta, baseline), objective=objective, unit=unit, decisions=decisions,
         figures_note=figures_note(unit) if objective == THROUGHPUT else None, other_load=other_load_summary(rows),
-        command=meta.command, script_settings=(state.script_settings or None) if state is not None and meta.command else None,
+        command=meta.command, script_settings=_script_settings(state, meta),
     )
+
+
+def _script_settings(state: Any, meta: StudyMeta) -> Mapping[str, Any] | None:
+    """A script study's baseline settings, as the policy replayed them (None for a Workload or when not read)."""
+    return (state.script_settings or None) if state is not None and meta.command else None
 
 
 def _guard_note(meta: StudyMeta, baseline: TrialRow | None) -> str:
@@ -504,6 +509,7 @@ def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta,
         guard_note=_guard_note(meta, baseline), objective=meta.objective, unit=unit, decisions=decisions,
         figures_note=paired_figures_note(unit), other_load=other_load_summary(rows), speedup_figure=speedup,
         noise=comparison(noise.pair) if noise else None, command=meta.command,
+        script_settings=_script_settings(state, meta),
     )
 
 
