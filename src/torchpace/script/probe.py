@@ -324,9 +324,9 @@ class ScriptProbe:
         if not result.ok:
             windows = len(self.meter.windows) if self.meter else 0
             result = TrialResult(TIMEOUT, guard_losses=result.guard_losses, wall_time_s=result.wall_time_s, error=(
-                f"the measurement's time cap passed with {windows} window(s) measured, at least {_MIN_WINDOWS_IF_ENDED} "
-                f"needed, and no step for {gap_s:.0f} s after step {self.steps}: its steps (up to "
-                f"{self.longest_step_s:.1f} s) are too slow for the time measured"))
+                f"the script made no step for {gap_s:.0f} s after step {self.steps}, past the measurement's time cap "
+                f"(its longest step took {self.longest_step_s:.2g} s: it stalled, or it was ending, evaluating or "
+                f"saving); {windows} window(s) were measured, at least {_MIN_WINDOWS_IF_ENDED} are needed"))
         write_result(result, self.spec.result_path)
         self.end()
 
