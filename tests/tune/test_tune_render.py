@@ -103,6 +103,7 @@ def test_a_paired_study_shows_each_gain_with_its_ci_the_load_note_and_the_speedu
     script = build_outcome(rows, script_state, StudyMeta("s", "sqlite://", "greedy", "train.py",
                                                          command=("python", "train.py")), "done")
     assert script.script_settings == own and script.to_dict()["script_settings"] == own
+    assert result_table(script)["baseline_settings"] == own and "baseline_settings" not in result_table(outcome)
     assert "baseline (the script's own settings: num_workers=2)" in _render(script)
     assert "+ threads.intra_op = 1" in text and "3.00x [2.90, 3.10], 6 rounds" in text
     assert ("threads.intra_op = 1 was measured while other processes used 1.4 of 2 cores; gains of threads.intra_op "
