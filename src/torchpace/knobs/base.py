@@ -100,6 +100,12 @@ class Reach(str, enum.Enum):
         return _REACH_TEXT[self][1]
 
     @property
+    def sets_arguments(self) -> bool:
+        """True when it gives the script's objects their arguments (DataLoader, optimizer), over the script's own:
+        then every value, the knob's default included, changes what runs where the script chose otherwise."""
+        return self in (Reach.LOADER, Reach.OPTIMIZER)
+
+    @property
     def missed(self) -> str | None:
         """What a script lacked when a knob of this reach never took effect in it; None when the knob
         takes effect without meeting anything (torch's global state, the process's env)."""
@@ -228,6 +234,12 @@ class Knob:
         """None when `value` reaches an unmodified script through the launch hook, else why not."""
         if self.script_reach is None:
             return f"{self.name} changes the model or the training step: it needs torchpace.prepare() in the script"
+        return None
+
+    def script_value(self, arguments: dict[str, Any]) -> KnobValue | None:
+        """The value of this knob that an unmodified script's own `arguments` amount to (a DataLoader's or an
+        optimizer's, the constructor's defaults filled in), before any knob changed them; None when they name
+        none of its values (or it reaches no such arguments): the script's own setting, its baseline's."""
         return None
 
     def apply_in_script(self, value: KnobValue, hook: ScriptHook) -> None:

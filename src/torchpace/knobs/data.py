@@ -44,7 +44,19 @@ class NumWorkersKnob(IntKnob):
 
     def apply(self, value, target, ctx):
         target["num_workers"] = int(value)
+        if not value:  # without workers torch refuses the worker options (a script's own --persistent-workers)
+            if target.get("prefetch_factor") is not None:
+                target["prefetch_factor"] = None
+            if target.get("persistent_workers"):
+                target["persistent_workers"] = False
         return target
+
+    def companions(self, value):
+        # a script's own persistent workers cannot go with none: the candidate 0 says so
+        return {"data.persistent_workers": False} if value == 0 else {}
+
+    def script_value(self, arguments):
+        return int(arguments.get("num_workers") or 0)
 
 
 class PinMemoryKnob(Knob):
@@ -65,6 +77,9 @@ class PinMemoryKnob(Knob):
     def apply(self, value, target, ctx):
         target["pin_memory"] = bool(value)
         return target
+
+    def script_value(self, arguments):
+        return bool(arguments.get("pin_memory", False))
 
     def configure_step(self, value, options, ctx):
         options.non_blocking = bool(value) and ctx.device.type == "cuda"  # a pinned batch's copy need not wait
@@ -102,6 +117,11 @@ class PrefetchFactorKnob(_WorkerOptionKnob, IntKnob):
             target["prefetch_factor"] = int(value)
         return target
 
+    def script_value(self, arguments):
+        if not arguments.get("num_workers"):
+            return None  # no workers: nothing is fetched ahead
+        return int(arguments.get("prefetch_factor") or 2)  # torch's default with workers
+
 
 class PersistentWorkersKnob(_WorkerOptionKnob):
     name = "data.persistent_workers"
@@ -117,6 +137,9 @@ class PersistentWorkersKnob(_WorkerOptionKnob):
         if target.get("num_workers", 0):
             target["persistent_workers"] = bool(value)
         return target
+
+    def script_value(self, arguments):
+        return bool(arguments.get("persistent_workers", False)) if arguments.get("num_workers") else None
 
 
 KNOBS = [NumWorkersKnob(), PinMemoryKnob(), PrefetchFactorKnob(), PersistentWorkersKnob()]

@@ -29,6 +29,9 @@ _RUNNING, _COMPLETE = "RUNNING", "COMPLETE"  # Optuna's TrialState names
 # a study's user attribute: the trial time sized to a script that ended before a trial could measure it
 # (set when its baseline ran; every later trial, also after --resume, measures for that long)
 FITTED_TRIAL_TIME_ATTR = "torchpace.trial_time_s"
+# with it (studies since): the steps such a script makes after its first one; each trial then measures for the
+# share of the time those steps take at the step time the study's latest trials ran (`trial.script.sized_to_steps_s`)
+FITTED_TRIAL_STEPS_ATTR = "torchpace.trial_steps"
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,7 @@ def _record(trial: TrialRecord, baseline: BaselineGuard) -> Record:
     return Record(trial.slot, dict(trial.assignment.config), state, status, figure, ci_rel, verdict.ok if verdict else None,
                   bench.input_bound_frac if bench else None, trial.verdict,
                   bench.throughput.warmup_converged if bench else None, bench.throughput.windows if bench else None,
+                  script_settings=dict(bench.script.script_settings or {}) if bench and bench.script else {},
                   **_pair_fields(trial.assignment.reference, pair))
 
 
@@ -210,4 +211,5 @@ def _pair_fields(reference: Mapping[str, Any] | None, pair: PairRecord | None) -
     ref = pair.reference_bench
     return {"reference": dict(reference), "ratios": pair.ratios, "reference_figure": pair.reference_value,
             "reference_warmup_converged": ref.throughput.warmup_converged if ref is not None else None,
-            "mode": pair.mode, "other_load_cores": pair.other_load_cores, "usable_cores": pair.usable_cores}
+            "mode": pair.mode, "other_load_cores": pair.other_load_cores, "usable_cores": pair.usable_cores,
+            "ended": pair.stopped_by == "ended"}
