@@ -53,7 +53,7 @@ def test_a_later_compile_of_the_same_model_takes_its_graphs_from_the_compilers_c
         assert done.returncode == 0, done.stderr[-3000:]
         figures.append(json.loads(done.stdout)["script"]["compile"])
     first, later = figures
-    assert first["cache_misses"] > 0 and first["cache_hits"] == 0
+    assert first["cache_misses"] > 0  # compiled afresh (a graph compiled twice in it may hit what it just wrote)
     assert later["cache_hits"] > 0 and later["cache_misses"] == 0
     assert first["compile_s"] > 0 and later["compile_s"] > 0
     assert os.listdir(tmp_path / "inductor")

@@ -5,18 +5,21 @@ from __future__ import annotations
 from rich.table import Table
 
 from torchpace.compare.result import Comparison
-from torchpace.measure.render import format_latency
+from torchpace.measure.render import config_label, format_latency
 from torchpace.measure.result import SECONDS
+from torchpace.measure.stats import figure_decimals
 
 
 def render_comparison(console, r: Comparison) -> None:
     latency = r.unit == SECONDS
-    value = format_latency if latency else (lambda v: f"{v:,.2f}")
+    digits = {name: figure_decimals(arm.figure, arm.ci_low, arm.ci_high) if arm.figure else 0
+              for name, arm in (("A", r.a), ("B", r.b))}
     table = Table(title=f"compare {r.target}  ({_mode(r)})", title_justify="left")
     for column in ("arm", "config", ("batch-1 p50" if latency else r.unit) + " (median of its turns)", "95% CI", "other load"):
         table.add_column(column)
     for name, arm in (("A", r.a), ("B", r.b)):
-        config = ", ".join(f"{k}={v}" for k, v in sorted(arm.config.items())) or "PyTorch defaults"
+        config = arm.label or config_label(arm.config)
+        value = format_latency if latency else (lambda v, d=digits[name]: f"{v:,.{d}f}")  # the digits its CI supports
         figure = value(arm.figure) if arm.figure is not None else arm.status
         ci = f"[{value(arm.ci_low)}, {value(arm.ci_high)}]" if arm.ci_low is not None else "-"
         load = f"{arm.other_load_cores:.1f} cores" if arm.other_load_cores is not None else "-"

@@ -179,6 +179,15 @@ class OptimizerImplKnob(Knob):
             return f"{cls.__name__} has no {value!r} implementation"
         return _try_build(cls, value, "cuda" if host.cuda_available else "cpu")
 
+    def script_value(self, arguments):
+        fused, foreach = arguments.get("fused"), arguments.get("foreach")
+        if fused:
+            return "fused"
+        if foreach:
+            return "foreach"
+        # neither given: torch's own choice; `foreach=False` (the per-parameter loop) is none of this knob's values
+        return "default" if fused is None and foreach is None else None
+
     def apply(self, value, target, ctx):
         if value == "default":
             return target

@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from rich.table import Table
 
 from torchpace.measure.contention import contention_note
 from torchpace.measure.result import BenchResult, ScriptInfo
-from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, figure_decimals, figure_text
+
+
+SCRIPT_OWN = "the script's own settings"  # what a script runs with where the config sets nothing
+DEFAULTS = "PyTorch defaults"  # what a Workload runs with where the config sets nothing (prepare() builds it)
+
+
+def config_label(config: Mapping[str, Any], script: bool = False) -> str:
+    """What ran, in words (every output's one label for a config): the knobs set, `k=v` (a value equal to a
+    knob's default too: over a script's own argument it changes what runs), else the script's own settings (an
+    unmodified script: its DataLoader and optimizer as it built them) or, for a Workload, PyTorch's defaults."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(config.items())) or (SCRIPT_OWN if script else DEFAULTS)
+
+
+def settings_text(settings: Mapping[str, Any] | None) -> str:
+    """`num_workers=2, pin_memory=True, optimizer.impl=default`: a script's own settings (empty when unknown)."""
+    return ", ".join(f"{k.removeprefix('data.')}={v}" for k, v in sorted((settings or {}).items()))
 
 
 def format_bytes(n: float | None, missing: str = "-") -> str:
@@ -29,19 +47,31 @@ def _ci_text(low: float, high: float, decimals: int, t) -> str:
 
 
 def throughput_rows(r: BenchResult) -> list[tuple[str, str]]:
-    """The measured figure's rows: samples/s, or steps/s when the samples per step are unknown (script mode)."""
+    """The measured figure's rows: samples/s, or steps/s when the samples per step are unknown (script mode),
+    each with the digits its CI supports (`measure.stats.figure_decimals`)."""
     t = r.throughput
     if not t.samples_known:
-        ci = _ci_text(t.steps_per_s_ci_low, t.steps_per_s_ci_high, 2, t)
-        return [("steps/s (median)", f"{t.steps_per_s:,.2f}  (samples per step unknown: no DataLoader batch seen; "
+        digits = figure_decimals(t.steps_per_s, t.steps_per_s_ci_low, t.steps_per_s_ci_high)
+        ci = _ci_text(t.steps_per_s_ci_low, t.steps_per_s_ci_high, digits, t)
+        return [("steps/s (median)", f"{t.steps_per_s:,.{digits}f}  (samples per step unknown: no DataLoader batch seen; "
                                      "--samples-per-step N gives samples/s)"),
                 ("95% CI of median", ci)]
-    ci = _ci_text(t.samples_per_s_ci_low, t.samples_per_s_ci_high, 1, t)
-    rows = [("samples/s (median)", f"{t.samples_per_s:,.1f}"), ("95% CI of median", ci),
-            ("IQR", f"{t.samples_per_s_iqr:,.1f} ({t.iqr_frac:.1%} of median)")]
+    digits = figure_decimals(t.samples_per_s, t.samples_per_s_ci_low, t.samples_per_s_ci_high)
+    ci = _ci_text(t.samples_per_s_ci_low, t.samples_per_s_ci_high, digits, t)
+    rows = [("samples/s (median)", f"{t.samples_per_s:,.{digits}f}"), ("95% CI of median", ci),
+            ("IQR", f"{t.samples_per_s_iqr:,.{digits}f} ({t.iqr_frac:.1%} of median)")]
     if t.steps_per_s is not None:
-        rows.append(("steps/s", f"{t.steps_per_s:,.2f}"))
+        rows.append(("steps/s", figure_text(t.steps_per_s, t.steps_per_s_ci_low, t.steps_per_s_ci_high)))
     return rows
+
+
+def step_time_text(t) -> str:
+    """`412 ms`: the step time (1 / the windows' median steps/s) with the digits its CI supports (the steps/s
+    CI's bounds, inverted)."""
+    low = 1000 / t.steps_per_s_ci_high if t.steps_per_s_ci_high else None
+    high = 1000 / t.steps_per_s_ci_low if t.steps_per_s_ci_low else None
+    ms = t.step_time_s * 1000
+    return f"{ms:,.{figure_decimals(ms, low, high)}f} ms"
 
 
 def bench_rows(r: BenchResult) -> list[tuple[str, str]]:
@@ -50,7 +80,7 @@ def bench_rows(r: BenchResult) -> list[tuple[str, str]]:
     batch = "batch unknown" if step.batch_size is None else f"batch {step.batch_size}"
     micro = f", {step.grad_accumulation} {'backward() calls' if r.script else 'micro-batches'}"
     rows = throughput_rows(r) + [
-        ("step time", f"{t.step_time_s * 1000:.2f} ms  ({batch}" + (micro if step.grad_accumulation > 1 else "") + ")"),
+        ("step time", f"{step_time_text(t)}  ({batch}" + (micro if step.grad_accumulation > 1 else "") + ")"),
     ]
     if step.world_size > 1:
         rows.append(("processes", f"{step.world_size} ranks x batch {step.batch_size} = global batch {step.global_batch_size}  "
@@ -79,6 +109,9 @@ def script_rows(script: ScriptInfo | None) -> list[tuple[str, str]]:
     step = ("one optimizer step()" if script.step_source == "optimizer"
             else "one backward() (no torch.optim optimizer was built)")
     rows = [("a step is", step)]
+    if script.script_settings:
+        rows.append((SCRIPT_OWN, f"{settings_text(script.script_settings)}  (its DataLoader and optimizer as it built them; "
+                                 "what the knobs set replaced these)"))
     if script.ended_early:
         rows.append(("note", "the script ended before the measurement did: these are the windows it gave"))
     for change in script.overrides:
@@ -123,7 +156,7 @@ def inference_rows(r: BenchResult) -> list[tuple[str, str]]:
 
 
 def render_bench(console, r: BenchResult) -> None:
-    config = ", ".join(f"{k}={v}" for k, v in r.config.items()) or "defaults"
+    config = config_label(r.config, r.script is not None)
     table = Table(title=f"torchpace bench: {r.workload} on {r.device} ({config})", show_header=False)
     table.add_column(style="bold")
     table.add_column()

@@ -42,7 +42,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from torchpace.knobs import REGISTRY, Knob, KnobValue, ScriptSubject, get_knob
+from torchpace.knobs import REGISTRY, Knob, KnobValue, Reach, ScriptSubject, get_knob
 from torchpace.script.autocast import install_outermost_autocast
 from torchpace.script.compile import install_script_compile
 from torchpace.script.layout import install_script_layout
@@ -52,6 +52,9 @@ from torchpace.script.sites import caller_site, library_prefixes
 _log = logging.getLogger(__name__)
 
 _PATCHED = "__torchpace_launch_knobs__"  # marks a constructor once it is wrapped
+# on a DataLoader (and its iterators) or an optimizer the script built: the script's own values of the knobs
+# that reach it, read from its arguments before any knob changed them (`Knob.script_value`)
+OWN_SETTINGS = "__torchpace_script_settings__"
 
 
 @dataclass
@@ -67,6 +70,8 @@ class HookReport:
         not_applied: knob -> why it could not take effect where it was met.
         config: the knob values the hook was given (what `reached` is checked against).
         compiled: the `ScriptCompile` of `compile.mode` when the config asked for one, else None.
+        script_settings: the script's own values of the knobs that reach it (`note_script_settings`): those of
+            the first DataLoader it read a batch from and of the first optimizer that stepped.
     """
 
     overrides: list[dict[str, Any]] = field(default_factory=list)
@@ -74,6 +79,7 @@ class HookReport:
     reached: set[str] = field(default_factory=set)
     not_applied: dict[str, str] = field(default_factory=dict)
     compiled: Any = None
+    script_settings: dict[str, Any] = field(default_factory=dict)
     _announced: set[tuple] = field(default_factory=set)
 
     def record_override(self, where: str, obj: str, argument: str, old: Any, new: Any, knob: str) -> None:
@@ -86,8 +92,16 @@ class HookReport:
         sys.stderr.write(f"torchpace: {obj} at {where}: {argument} {old!r} -> {new!r} ({knob})\n")
         _log.info("%s at %s: %s %r -> %r (%s)", obj, where, argument, old, new, knob)
 
+    def note_script_settings(self, built: Any) -> None:
+        """Keep the script's own settings recorded on `built` (a DataLoader iterator, an optimizer), unless
+        settings of those knobs were kept already (the first DataLoader read, the first optimizer that steps)."""
+        settings = getattr(built, OWN_SETTINGS, None) or {}
+        if settings and not set(settings) & set(self.script_settings):
+            self.script_settings.update(settings)
+
     def to_dict(self) -> dict[str, Any]:
         return {"overrides": list(self.overrides), "reached": sorted(self.reached), "not_applied": dict(self.not_applied),
+                "script_settings": dict(self.script_settings),
                 **({"compile": self.compiled.summary()} if self.compiled is not None else {})}
 
 
@@ -148,6 +162,7 @@ class _InScript:
     def finish(self) -> None:
         apply_global_knobs(self.global_knobs, self.report)
         patch_dataloader(self.loader_knobs, self.report)
+        patch_optimizers(None, None, self.report)  # no optimizer knob: its own settings are still read
 
 
 def apply_global_knobs(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport) -> None:
@@ -190,18 +205,22 @@ def guard_thread_count(knob_name: str, threads: int, report: HookReport) -> None
 
 
 def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport) -> None:
-    """Give every `torch.utils.data.DataLoader` (subclasses included) the LOADER knobs' values."""
+    """Give every `torch.utils.data.DataLoader` (subclasses included) the LOADER knobs' values, and record on
+    each (and on its iterators) the script's own settings of those knobs (`OWN_SETTINGS`), also without any."""
     import torch.utils.data
 
     loader_cls = torch.utils.data.DataLoader
     original = loader_cls.__init__
-    if not knobs or getattr(original, _PATCHED, None) is not None:
+    if getattr(original, _PATCHED, None) is not None:
         return
     signature = inspect.signature(original)
+    loader_knobs = [knob for knob in REGISTRY.values() if knob.script_reach is Reach.LOADER]
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         bound = signature.bind_partial(self, *args, **kwargs)
+        given = {name: bound.arguments.get(name, _default_of(signature, name)) for name in signature.parameters}
+        own = {knob.name: value for knob in loader_knobs if (value := knob.script_value(given)) is not None}
         fitting = _fitting(knobs, bound.arguments.get("dataset"), report)
         changes = loader_overrides(fitting, bound.arguments, signature)
         where = caller_site()
@@ -210,9 +229,21 @@ def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport
             report.record_override(where, type(self).__name__, name, old, new, knob)
         report.reached.update(knob.name for knob, _ in fitting)
         original(*bound.args, **bound.kwargs)
+        with contextlib.suppress(AttributeError):  # a loader class with __slots__: its settings stay unread
+            setattr(self, OWN_SETTINGS, own)
+
+    original_iterator = loader_cls._get_iterator
+
+    @functools.wraps(original_iterator)
+    def _get_iterator(self: Any) -> Any:
+        iterator = original_iterator(self)
+        with contextlib.suppress(AttributeError):
+            setattr(iterator, OWN_SETTINGS, getattr(self, OWN_SETTINGS, None))
+        return iterator
 
     setattr(__init__, _PATCHED, tuple(knobs))
     loader_cls.__init__ = __init__
+    loader_cls._get_iterator = _get_iterator
 
 
 def _fitting(knobs: Sequence[tuple[Knob, KnobValue]], dataset: Any, report: HookReport) -> list[tuple[Knob, KnobValue]]:
@@ -263,27 +294,34 @@ def _default_of(signature: inspect.Signature | None, name: str) -> Any:
     return None if default is inspect.Parameter.empty else default
 
 
-def patch_optimizers(knob_name: str, impl: str, report: HookReport) -> None:
-    """Build every torch.optim optimizer that has an `impl` (foreach/fused) implementation with it."""
+def patch_optimizers(knob_name: str | None, impl: str | None, report: HookReport) -> None:
+    """Build every torch.optim optimizer that has an `impl` (foreach/fused) implementation with it (`default`:
+    torch's own choice, `foreach=None, fused=None`, over the script's arguments), and record on each the script's
+    own `optimizer.impl` (`OWN_SETTINGS`); `impl` None records only."""
     import torch.optim
 
-    if impl == "default":
-        return
     for cls in {c for c in vars(torch.optim).values() if isinstance(c, type) and issubclass(c, torch.optim.Optimizer)}:
         original = cls.__init__
         if getattr(original, _PATCHED, None) is not None or cls is torch.optim.Optimizer:
             continue
         signature = inspect.signature(original)
-        if impl in signature.parameters:
+        if "foreach" in signature.parameters or "fused" in signature.parameters:
             cls.__init__ = _with_impl(original, signature, knob_name, impl, report)
 
 
-def _with_impl(original, signature: inspect.Signature, knob_name: str, impl: str, report: HookReport):
-    flags = {"foreach": impl == "foreach", "fused": impl == "fused"}
+def _with_impl(original, signature: inspect.Signature, knob_name: str | None, impl: str | None, report: HookReport):
+    knob = REGISTRY["optimizer.impl"]
+    flags = {} if impl is None else {"foreach": None, "fused": None} if impl == "default" else \
+        {"foreach": impl == "foreach", "fused": impl == "fused"}
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         bound = signature.bind_partial(self, *args, **kwargs)
+        own = knob.script_value({k: bound.arguments.get(k, _default_of(signature, k)) for k in ("foreach", "fused")})
+        if impl is None or (impl != "default" and impl not in signature.parameters):
+            original(*bound.args, **bound.kwargs)
+            _record_own(self, own)
+            return
         wanted = {k: v for k, v in flags.items() if k in signature.parameters}
         changed = {k: (bound.arguments.get(k, _default_of(signature, k)), v) for k, v in wanted.items()
                    if not _same(bound.arguments.get(k, _default_of(signature, k)), v)}
@@ -295,11 +333,20 @@ def _with_impl(original, signature: inspect.Signature, knob_name: str, impl: str
             report.not_applied.setdefault(knob_name, f"{type(self).__name__}({impl}=True) at {caller_site()}: {err}")
             _log.info("%s not applied: %s(%s=True) at %s failed: %s", knob_name, type(self).__name__, impl, caller_site(), err)
             original(*bound.args, **bound.kwargs)
+            _record_own(self, own)
             return
+        _record_own(self, own)
         report.reached.add(knob_name)
         where = caller_site()
         for name, (old, new) in changed.items():
             report.record_override(where, type(self).__name__, name, old, new, knob_name)
 
-    setattr(__init__, _PATCHED, impl)
+    setattr(__init__, _PATCHED, impl or "recorded")
     return __init__
+
+
+def _record_own(optimizer: Any, impl: KnobValue | None) -> None:
+    """Note the script's own `optimizer.impl` on an optimizer it built (None: its arguments name none)."""
+    if impl is not None:
+        with contextlib.suppress(AttributeError):
+            setattr(optimizer, OWN_SETTINGS, {"optimizer.impl": impl})

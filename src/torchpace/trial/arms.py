@@ -26,10 +26,11 @@ from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.measure.contention import other_load_cores, probe_cpu_times
 from torchpace.measure.gate import READY, REPORT, REPORTED, WINDOW, GateEvent
+from torchpace.measure.render import config_label
 from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
 from torchpace.protocol import TrialResult, TrialSpec
 from torchpace.trial.runner import child_stdout, plan_trial_child, read_trial_result, trial_dir, trial_paths
-from torchpace.trial.schedule import config_text, fits_beside, sequential_reason
+from torchpace.trial.schedule import fits_beside, sequential_reason
 
 _KILL_GRACE_S = 3.0
 _POLL_S = 0.05  # how often a wait for an arm looks at whether it is still running
@@ -331,8 +332,7 @@ class LoadMeter:
 
 
 def arm_label(arm: Arm) -> str:
-    return f"arm {arm.name.upper()} ({config_text(arm.spec.config)})"
-
+    return f"arm {arm.name.upper()} ({config_label(arm.spec.config, bool(arm.spec.command))})"
 
 
 def stderr_tail(path: Path, size: int = 4000) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from torchpace.knobs.distributed import nproc_of
 from torchpace.measure.result import BenchResult, pool_throughput
@@ -234,8 +234,3 @@ def median_load(runs: Sequence[TrialResult]) -> float | None:
     """The median of the other load the separate runs of one arm recorded (None: none recorded)."""
     loads = [r.bench.other_load_cores for r in runs if r.bench and r.bench.other_load_cores is not None]
     return statistics.median(loads) if loads else None
-
-
-def config_text(config: Mapping[str, Any]) -> str:
-    """A config as a comparison's messages name it (`PyTorch defaults` for none)."""
-    return ", ".join(f"{k}={v}" for k, v in sorted(config.items())) or "PyTorch defaults"

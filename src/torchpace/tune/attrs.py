@@ -29,6 +29,9 @@ _RUNNING, _COMPLETE = "RUNNING", "COMPLETE"  # Optuna's TrialState names
 # a study's user attribute: the trial time sized to a script that ended before a trial could measure it
 # (set when its baseline ran; every later trial, also after --resume, measures for that long)
 FITTED_TRIAL_TIME_ATTR = "torchpace.trial_time_s"
+# with it (studies since): the steps such a script makes after its first one; each trial then measures for the
+# share of the time those steps take at the step time the study's latest trials ran (`trial.script.sized_to_steps_s`)
+FITTED_TRIAL_STEPS_ATTR = "torchpace.trial_steps"
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,9 @@ class StudyAttrs:
             a study is replayed, resumed and reported with its own.
         objective: `throughput` or `latency`.
         command: script mode: the command (None for a Workload).
+        defaults: knob name -> the default the search started from, where the workload gave its own
+            (`Workload.loader_options`, e.g. `data.num_workers` 4); a knob not named has its registry
+            default. The report replays the search from these.
     """
 
     kind: str = STUDY_KIND
@@ -57,6 +63,7 @@ class StudyAttrs:
     greedy_revision: int = 1
     objective: str = "throughput"
     command: tuple[str, ...] | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def to_attrs(self) -> dict[str, Any]:
         return to_json(self)

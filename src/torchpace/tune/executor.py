@@ -31,8 +31,9 @@ from torchpace.trial.arms import KeptArms, hold_both_reason
 from torchpace.trial.output import trial_log_path
 from torchpace.trial.pair import run_pair
 from torchpace.trial.schedule import PARTNER, PairOptions, PairResult
-from torchpace.trial.script import fitted_max_time_s, too_short_hint
-from torchpace.tune.attrs import FITTED_TRIAL_TIME_ATTR, PairRecord, TrialRecord, stored_bench
+from torchpace.trial.script import (fitted_max_time_s, rounds_for_steps_s, sized_to_steps_s, steps_after_first,
+                                    too_short_hint)
+from torchpace.tune.attrs import FITTED_TRIAL_STEPS_ATTR, FITTED_TRIAL_TIME_ATTR, PairRecord, TrialRecord, stored_bench
 from torchpace.tune.objective import objective_value
 from torchpace.tune.options import TuneOptions
 from torchpace.tune.policy import ACCEPT_FLOOR
@@ -43,6 +44,7 @@ _log = logging.getLogger(__name__)
 _TRIAL_TIMEOUT_FACTOR = 3.0  # a trial may take this many times its bench cap (guard steps, compile)
 _TRIAL_TIMEOUT_MARGIN_S = 60.0
 _STORED_STDERR_CHARS = 1500
+_RECENT_STEP_TIMES = 3  # a short script's trials are sized at the median step time of the latest three measurements
 
 
 class Budget:
@@ -110,11 +112,19 @@ def pair_options(kind: str, max_time_s: float) -> PairOptions:
                        warmups_count=True)
 
 
+def cut_by_the_budget(result: TrialResult, cap_cut_short: bool) -> bool:
+    """Whether the budget ended `result`'s trial: its cap was cut short by the budget and the trial ran into that
+    cap (killed there, with no result of its own: no exit status). A timeout the trial wrote itself (a script's
+    hook ending a stall, or its measurement's cap with too few windows) is a verdict on its config, whatever the
+    budget, and a script that ended by itself was not cut."""
+    return cap_cut_short and result.status == TIMEOUT and result.returncode is None
+
+
 def candidate_result(pair: PairResult, cut_by_budget: bool) -> TrialResult:
     """The candidate's result of a paired comparison, as stored: when the budget cut the comparison and
     the reference arm ran out of that time (timeout), the candidate was not judged for the budget's sake,
     not its partner's: it is cut too (stored as `budget`, run again on --resume), not `partner`."""
-    if cut_by_budget and pair.b.status == PARTNER and pair.a.status == TIMEOUT:
+    if pair.b.status == PARTNER and cut_by_the_budget(pair.a, cut_by_budget):
         return replace(pair.b, status=TIMEOUT)
     return pair.b
 
@@ -150,6 +160,7 @@ class TrialExecutor:
         self.trial_time_s = options.trial_time_s
         self._kept_arms: KeptArms | None = None  # while trials run: the last comparison's arms, for the next one
         fitted = study.user_attrs.get(FITTED_TRIAL_TIME_ATTR)
+        self.fitted_steps: int | None = study.user_attrs.get(FITTED_TRIAL_STEPS_ATTR)
         if fitted is not None and fitted < options.trial_time_s:  # sized to a short script when its baseline ran
             self.trial_time_s = float(fitted)
             on_event("notice", message=f"the trials of study {study_name!r} measure for {fitted:g} s, sized to the "
@@ -186,13 +197,36 @@ class TrialExecutor:
         Its trial time (`max_time_s`) is the tune's, times the policy's factor for it (a stretched second
         comparison)."""
         factor = assignment.time_factor or 1
-        trial_time_s = self.trial_time_s * factor
+        trial_time_s = self.sized_trial_time_s() * factor
         o = self.options
         spec = TrialSpec(workload=self.spec, config=dict(assignment.config), max_time_s=trial_time_s,
                          guard_steps=o.guard_steps, sys_path=[os.getcwd()],
                          profile=o.profile_baseline and assignment.slot == "baseline" and not o.command,
-                         command=list(o.command), samples_per_step=o.samples_per_step, **self._inference_spec())
+                         command=list(o.command), samples_per_step=o.samples_per_step,
+                         compile_allowance_s=_compile_allowance_s(assignment), **self._inference_spec())
         return (spec, *self.budget.within(self.cap_s(assignment, trial_time_s), self._reserve_s(assignment)))
+
+    def sized_trial_time_s(self) -> float:
+        """The trial time: the tune's, or for a script that ends before a trial could measure it, the share of the
+        time its steps take at the step time of the study's latest trials (`sized_to_steps_s`), so that it follows
+        the host's pace as the tune goes; the time fitted when its baseline ran until a trial measured a step time."""
+        step_s = self._script_step_s()
+        sized = sized_to_steps_s(self.fitted_steps, step_s, self.options.trial_time_s) if step_s else None
+        if sized is not None:
+            _log.info("the trial measures for %g s: %d steps of the script at %.3g s each, its latest trials' pace",
+                      sized, self.fitted_steps, step_s)
+        return sized or self.trial_time_s
+
+    def _script_step_s(self) -> float | None:
+        """A script that ends before a trial could measure it: the median step time of the study's latest trials
+        (each arm of a comparison), None before one measured it or for any other study."""
+        if not self.fitted_steps:
+            return None
+        step_times = [bench.throughput.step_time_s for record in trial_records(self.study.get_trials(deepcopy=False))
+                      if record.status == "ok"
+                      for bench in (record.bench, record.pair.reference_bench if record.pair else None)
+                      if bench is not None and bench.throughput.step_time_s]
+        return statistics.median(step_times[-_RECENT_STEP_TIMES:]) if step_times else None
 
     def _reserve_s(self, assignment) -> float:
         """The budget kept back from `assignment`: the final comparison's time, for a candidate compared with a
@@ -206,8 +240,7 @@ class TrialExecutor:
         given for the tune's trial time (stretched with it), else its time x 3 + 60 s and a compile allowance."""
         if self.options.trial_timeout_s:
             return self.options.trial_timeout_s * (assignment.time_factor or 1)
-        return (max_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
-                + compile_allowance_s({**(assignment.reference or {}), **assignment.config}))
+        return max_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S + _compile_allowance_s(assignment)
 
     def _run_single(self, assignment, log: Path | None) -> tuple[TrialResult, bool]:
         """(result, cut by the budget) of one trial process."""
@@ -222,7 +255,7 @@ class TrialExecutor:
         """The `TrialRecord` of `result` (the candidate's, for a paired comparison), as stored on the trial.
         A trial the budget ended is `budget`, said as such: not a verdict on its config (`--resume` runs it)."""
         status, error = result.status, result.error[-_STORED_STDERR_CHARS:]
-        if status == "timeout" and cut_by_budget:
+        if cut_by_the_budget(result, cut_by_budget):
             status = "budget"
             error = ("cut by the tune's budget before the trial's own cap: not a verdict on its config "
                      "(`--resume` with a larger --budget runs it again)")
@@ -289,6 +322,9 @@ class TrialExecutor:
         """How `assignment`'s comparison runs (`pair_options`), a separate run capped as a trial of its share of
         the time would be."""
         options = pair_options(assignment.kind, max_time_s)
+        if (step_s := self._script_step_s()) is not None:  # a script that ends: its end, not a share of it, ends them
+            options = replace(options, rounds_s=rounds_for_steps_s(self.fitted_steps, step_s, max_time_s,
+                                                                   self.options.trial_time_s * (assignment.time_factor or 1)))
         return replace(options, run_timeout_s=self.cap_s(assignment, options.run_time_s(max_time_s)))
 
     def _hold_both_reason(self, reference: TrialSpec, candidate: TrialSpec) -> str | None:
@@ -311,6 +347,8 @@ class TrialExecutor:
             f"(as `--trial-time {fitted:g}`)"))
         self.trial_time_s = fitted
         self.study.set_user_attr(FITTED_TRIAL_TIME_ATTR, fitted)
+        self.fitted_steps = steps_after_first(result)
+        self.study.set_user_attr(FITTED_TRIAL_STEPS_ATTR, self.fitted_steps)
 
     def _inference_spec(self) -> dict[str, Any]:
         """TrialSpec fields for the objective and, for inference workloads, the accuracy guard (they have no loss curve)."""
@@ -319,6 +357,12 @@ class TrialExecutor:
         o = self.options
         return {"objective": o.objective, "accuracy_batches": o.accuracy_batches,
                 "accuracy_rtol": o.accuracy_rtol, "accuracy_atol": o.accuracy_atol, "min_top1_agreement": o.min_top1_agreement}
+
+
+def _compile_allowance_s(assignment) -> float:
+    """The compile allowance of `assignment`'s trials (both arms of a comparison: the longer one): what its
+    specs carry to the script's stall watchdog and what its caps add."""
+    return compile_allowance_s({**(assignment.reference or {}), **assignment.config})
 
 
 def _free_memory_bytes(kind: str) -> int | None:

@@ -4,10 +4,12 @@ samplers (`tpe`, `random`, `grid`), which serve to compare strategies.
 A strategy owns what differs between them: its Optuna sampler, how the baseline comes to be measured
 (greedy's policy proposes it; Optuna's samplers are handed it as the study's first trial), what a trial
 runs (its `Assignment`: greedy pins one on each trial, and a tuner whose every pending trial is running
-elsewhere waits for one), what a new study records of it (`study_attrs`), and the replay of a study
-into decisions (greedy's `GreedyState`; None for a search that decides nothing step by step). The study
-loop (`torchpace.tune.tuner`) asks its strategy and runs what it says through the one trial executor
-(`torchpace.tune.executor`); nothing outside `make_strategy` looks at a strategy's name.
+elsewhere waits for one) and with which config (greedy's as its policy made it, where a knob set to its
+default replaces a script's own setting; a search's, the values its sampler suggested), what a new study
+records of it (`study_attrs`), and the replay of a study into decisions (greedy's `GreedyState`; None for a
+search that decides nothing step by step). The study loop (`torchpace.tune.tuner`) asks its strategy and
+runs what it says through the one trial executor (`torchpace.tune.executor`); nothing outside
+`make_strategy` looks at a strategy's name.
 """
 
 from __future__ import annotations
@@ -36,12 +38,14 @@ class Strategy:
 
     Attributes:
         name: as `--strategy` names it.
+        space: the knobs it searches (`tune.space.KnobSpace`).
         study_attrs: what a new study of it records besides its name (`StudyAttrs` fields).
         keeps_final_time: the budget keeps the time of a final comparison with the defaults back from the
             candidates compared after a config was kept (`TrialExecutor.keep_final_time`).
     """
 
     name: str = ""
+    space: list[KnobSpace]
     study_attrs: Mapping[str, Any] = {}
     keeps_final_time: bool = False  # the executor keeps the final comparison's time back from candidates
 
@@ -57,6 +61,11 @@ class Strategy:
         """What trial `number` of `study` is to run; `action` `done` when nothing is left (or, waiting, the
         monotonic `deadline` passed). `on_wait` is called each time it waits for another tuner."""
         raise NotImplementedError
+
+    def config(self, assignment: Assignment, suggested: Mapping[str, Any]) -> dict[str, Any]:
+        """The config trial's `assignment` runs, from the values its sampler `suggested` for every knob: the knobs
+        set away from their defaults."""
+        return {k.name: suggested[k.name] for k in self.space if suggested[k.name] != k.default}
 
     def replay(self, trials: list) -> GreedyState | None:
         """The decisions `trials` (Optuna's) replay to; None for a strategy that decides nothing step by step."""
@@ -85,7 +94,7 @@ class GreedyStrategy(Strategy):
         from torchpace.tune.sampler import GreedySampler
 
         paired, revision = (stored.paired, stored.greedy_revision) if stored is not None else (True, GREEDY_REVISION)
-        self.handle = handle
+        self.space, self.handle = space, handle
         self.keeps_final_time = paired and revision >= 5  # since revision 5; a study tuned before goes on as it was
         self._sampler = GreedySampler(space, conflicts, handle, paired=paired, revision=revision,
                                       budget_short=budget_short)
@@ -108,6 +117,11 @@ class GreedyStrategy(Strategy):
             time.sleep(_WAIT_POLL_S)
             fail_stale_trials(study, self.handle)
             self._sampler.assign(study, frozen)
+
+    def config(self, assignment: Assignment, suggested: Mapping[str, Any]) -> dict[str, Any]:
+        """The proposal's config as the policy made it (the suggested values are the same knobs' values): a value
+        equal to a knob's default is kept there where it replaces a script's own setting."""
+        return dict(assignment.config)
 
     def replay(self, trials: list) -> GreedyState:
         return self._sampler.plan(trials)

@@ -28,13 +28,14 @@ from torchpace.tune.storage import default_storage_url, open_storage  # noqa: F4
 _log = logging.getLogger(__name__)
 
 
-
 def study_metadata(workload: str, host, strategy: str, objective: str = "throughput",
-                   command: tuple[str, ...] | None = None, **strategy_attrs: Any) -> StudyAttrs:
+                   command: tuple[str, ...] | None = None, defaults: Mapping[str, Any] | None = None,
+                   **strategy_attrs: Any) -> StudyAttrs:
     """A new study's metadata, with what its strategy records of itself (`Strategy.study_attrs`: greedy's
-    `paired` and `greedy_revision`, with which a study tuned before either is resumed and reported)."""
+    `paired` and `greedy_revision`, with which a study tuned before either is resumed and reported);
+    `defaults`: the workload's own knob defaults (`StudyAttrs.defaults`)."""
     return StudyAttrs(workload=workload, host_fingerprint=host.fingerprint(), host=host.summary(), strategy=strategy,
-                      objective=objective, command=command, **strategy_attrs)
+                      objective=objective, command=command, defaults=dict(defaults or {}), **strategy_attrs)
 
 
 def check_study_metadata(name: str, meta: StudyAttrs | None, expected: StudyAttrs) -> None:
@@ -215,6 +216,7 @@ def _record(trial: TrialRecord, baseline: BaselineGuard) -> Record:
     return Record(trial.slot, dict(trial.assignment.config), state, status, figure, ci_rel, verdict.ok if verdict else None,
                   bench.input_bound_frac if bench else None, trial.verdict,
                   bench.throughput.warmup_converged if bench else None, bench.throughput.windows if bench else None,
+                  script_settings=dict(bench.script.script_settings or {}) if bench and bench.script else {},
                   **_pair_fields(trial.assignment.reference, pair))
 
 
@@ -226,4 +228,5 @@ def _pair_fields(reference: Mapping[str, Any] | None, pair: PairRecord | None) -
     ref = pair.reference_bench
     return {"reference": dict(reference), "ratios": pair.ratios, "reference_figure": pair.reference_value,
             "reference_warmup_converged": ref.throughput.warmup_converged if ref is not None else None,
-            "mode": pair.mode, "other_load_cores": pair.other_load_cores, "usable_cores": pair.usable_cores}
+            "mode": pair.mode, "other_load_cores": pair.other_load_cores, "usable_cores": pair.usable_cores,
+            "ended": pair.stopped_by == "ended"}

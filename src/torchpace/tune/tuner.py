@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import socket
 from dataclasses import replace
 from pathlib import Path
@@ -114,7 +115,8 @@ class Tuner:
         storage = open_storage(self.storage_url)
         self.handle = StudyHandle(storage, self.study_name)
         command = tuple(o.command) if o.command else None
-        meta = study_metadata(self.spec, self.host, o.strategy, o.objective, command)
+        meta = study_metadata(self.spec, self.host, o.strategy, o.objective, command,
+                              defaults={k.name: k.default for k in self.space if k.default != REGISTRY[k.name].default})
         stored = stored_study(storage, self.study_name, meta, o.resume)
         self.strategy = make_strategy(o.strategy, self.space, self.conflicts, o.seed, self.handle, stored,
                                       self.budget.short_of)
@@ -189,11 +191,10 @@ class Tuner:
         if assignment.action == "done":
             self.study.stop()
             raise optuna.TrialPruned("the search is complete")
-        config = {k.name: trial.suggest_categorical(k.name, list(k.values)) for k in self.space}
-        config = {k.name: config[k.name] for k in self.space if config[k.name] != k.default}
+        suggested = {k.name: trial.suggest_categorical(k.name, list(k.values)) for k in self.space}
         assignment = replace(assignment, slot=assignment.slot or f"trial:{trial.number}",
-                             kind=assignment.kind or "candidate", config=config, worker=_worker_id(),
-                             process=tuner_process())
+                             kind=assignment.kind or "candidate", config=self.strategy.config(assignment, suggested),
+                             worker=_worker_id(), process=tuner_process())
         self.handle.pin(trial.number, assignment.to_attrs())
         try:
             result = self._run_one(trial.number, assignment)
@@ -241,7 +242,7 @@ class Tuner:
             return
         why = baseline.error.strip() or baseline.status
         restart = restart_command(self.study_name, self.options.command) if self.options.command else (
-            f"torchpace tune --study {self.study_name}-2 {self.spec}")
+            shlex.join(["torchpace", "tune", "--study", f"{self.study_name}-2", self.spec]))  # a name may hold spaces
         self.on_event("notice", message=f"study {self.study_name!r} cannot go on: its baseline failed "
                                         f"({why.splitlines()[-1]}); after changing what failed, start a new "
                                         f"study: {restart}")
