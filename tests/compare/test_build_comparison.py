@@ -85,7 +85,7 @@ def test_each_arms_config_is_what_it_ran_with_a_workloads_own_loader_arguments_i
     assert label == "tiny_mlp_with_workers"
     assert a.non_default() == {"data.num_workers": 2, "data.persistent_workers": True} and b.non_default() == {}
     comparison = build_comparison(_pair(STEADY, STEADY, 1.5), label, a, b)
-    assert (comparison.a.config, comparison.b.config) == (a.non_default(), {})
+    assert (comparison.a.config, comparison.b.config) == (dict(a.values), dict(b.values))  # what each set, a default too
     assert "data.num_workers" in comparison.other_load_note  # the compared knob whose gain depends on free cores
 def test_each_arm_says_what_it_ran_a_scripts_own_settings_and_a_default_set_over_them():
     """`compare --set data.num_workers=0 -- python train.py --workers 2`: arm A runs the script's own settings (read

@@ -45,3 +45,13 @@ def test_a_bench_of_a_script_without_convolutions_is_invalid_naming_why(cli_run,
                      "python", str(SCRIPTS / "loader_adamw.py"), timeout=240)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "model.channels_last: " in result.stderr and "has no 2-D convolution" in result.stderr
+
+
+def test_a_model_that_fails_in_channels_last_is_its_own_failure_with_torchs_message(cli_run):
+    result = cli_run("bench", "--max-time", "4", "--set", "model.channels_last=true", "--",
+                     "python", str(SCRIPTS / "views_conv_output.py"), timeout=240)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "the script's own failure" in result.stderr and "view size is not compatible" in result.stderr
+    assert "Traceback" in result.stderr and "torchpace's own failure" not in result.stderr
+    plain = cli_run("bench", "--max-time", "4", "--", "python", str(SCRIPTS / "views_conv_output.py"), timeout=240)
+    assert plain.returncode == 0, plain.stderr[-3000:]  # the same script runs in its own layout

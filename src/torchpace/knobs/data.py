@@ -32,7 +32,8 @@ class NumWorkersKnob(IntKnob):
         return [own] + [c for c in counts if c != own and c <= max(2, host.usable_cores)]
 
     def companions(self, value):
-        # no workers: the options of workers back at their defaults (a workload's own may keep workers alive)
+        # no workers: the options of workers back at their defaults (a workload's own, or a script's own
+        # persistent workers, cannot go with none)
         return {PrefetchFactorKnob.name: PrefetchFactorKnob.default,
                 PersistentWorkersKnob.name: PersistentWorkersKnob.default} if value == 0 else {}
 
@@ -50,10 +51,6 @@ class NumWorkersKnob(IntKnob):
             if target.get("persistent_workers"):
                 target["persistent_workers"] = False
         return target
-
-    def companions(self, value):
-        # a script's own persistent workers cannot go with none: the candidate 0 says so
-        return {"data.persistent_workers": False} if value == 0 else {}
 
     def script_value(self, arguments):
         return int(arguments.get("num_workers") or 0)

@@ -29,7 +29,8 @@ from torchpace.process import owner_pid
 from torchpace.protocol import CRASH, INVALID, NONFINITE, OK, TIMEOUT, TrialResult, is_nonfinite
 from torchpace.script.inprocess import HookReport
 from torchpace.script.knobs import unreached_knobs
-from torchpace.script.spec import OWN_FAILURE, OWN_FAILURE_EXIT, OWN_FAILURE_LINE, STEPS_SUFFIX, ScriptMeasure
+from torchpace.script.spec import (NO_STEP_MESSAGE, OWN_FAILURE, OWN_FAILURE_EXIT, OWN_FAILURE_LINE, STEPS_SUFFIX,
+                                   ScriptMeasure)
 
 _MIN_WINDOWS_IF_ENDED = 2  # a script that ends first must leave at least this many measured windows
 # A script that stops stepping (a deadlock, a hung read, waiting on input) is not waited for without bound:
@@ -37,8 +38,6 @@ _STALL_MIN_S = 30.0  # no step for this long (and _STALL_FACTOR times its longes
 _STALL_FACTOR = 5.0
 _CAP_GRACE_S = 2.0  # past the measurement's time cap, a step this late (and 3x its longest) ends the measurement
 _WATCH_S = 0.25  # how often the stall watchdog looks
-NO_STEP_MESSAGE = ("no optimizer step or backward() seen: script mode counts a step at each step() of a torch.optim "
-                   "optimizer, or at each backward() when the script builds no optimizer")
 
 
 class ScriptProbe:

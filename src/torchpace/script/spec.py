@@ -10,6 +10,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+NO_STEP_MESSAGE = ("no optimizer step or backward() seen: script mode counts a step at each step() of a torch.optim "
+                   "optimizer, or at each backward() when the script builds no optimizer")
+
 # the directory of the `sitecustomize` hook (`torchpace.script.site`), put first on the script's PYTHONPATH
 HOOK_DIR = Path(__file__).resolve().parent / "site"
 MEASURE_ENV = "TORCHPACE_SCRIPT_MEASURE"

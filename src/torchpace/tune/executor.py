@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator
 import psutil
 
 from torchpace.protocol import TIMEOUT, TrialResult, compile_allowance_s
+from torchpace.script.spec import NO_STEP_MESSAGE
 from torchpace.trial import TrialSpec, run_trial
 from torchpace.trial.arms import KeptArms, hold_both_reason
 from torchpace.trial.output import trial_log_path
@@ -114,10 +115,14 @@ def pair_options(kind: str, max_time_s: float) -> PairOptions:
 
 def cut_by_the_budget(result: TrialResult, cap_cut_short: bool) -> bool:
     """Whether the budget ended `result`'s trial: its cap was cut short by the budget and the trial ran into that
-    cap (killed there, with no result of its own: no exit status). A timeout the trial wrote itself (a script's
-    hook ending a stall, or its measurement's cap with too few windows) is a verdict on its config, whatever the
-    budget, and a script that ended by itself was not cut."""
-    return cap_cut_short and result.status == TIMEOUT and result.returncode is None
+    cap (killed there, with no result of its own: no exit status), or a script's hook gave up waiting for its
+    first step at that shortened cap (its no-step wait is the cap's, less a margin: which of the two ends first
+    is the host's speed). A timeout the trial wrote itself after steps (a script's hook ending a stall, or its
+    measurement's cap with too few windows) is a verdict on its config, whatever the budget, and a script that
+    ended by itself was not cut."""
+    if not cap_cut_short or result.status != TIMEOUT:
+        return False
+    return result.returncode is None or result.error.startswith(NO_STEP_MESSAGE)
 
 
 def candidate_result(pair: PairResult, cut_by_budget: bool) -> TrialResult:
