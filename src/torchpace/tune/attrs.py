@@ -128,7 +128,7 @@ class PairRecord:
         reference_value: the reference arm's figure as the tuner ranks it (higher is better).
         reference_bench: the reference arm's bench (its figures only, without losses and host).
         reused: the arms (`a`, `b`) whose process an earlier comparison of this tuner had started and kept
-            (`torchpace.trial.pair.KeptArms`): no process was started for them (empty in studies tuned before).
+            (`torchpace.trial.arms.KeptArms`): no process was started for them (empty in studies tuned before).
     """
 
     mode: str | None = None

@@ -133,7 +133,7 @@ class Record:
         windows: how many windows the figure is the median of (None: unknown).
         reference: a paired comparison's other arm (A, the incumbent), None for a trial measured alone;
             `figure` is then the candidate arm's (B) figure over its turns.
-        ratios: each round's B / A (see `torchpace.trial.pair.paired_ratios`).
+        ratios: each round's B / A (see `torchpace.trial.schedule.paired_ratios`).
         reference_figure, reference_warmup_converged: the incumbent arm's figure and warm-up.
         mode: `alternating` or `sequential` (separate runs).
         other_load_cores: the most cores other processes used during either arm's turns.
