@@ -167,8 +167,8 @@ def torchpace(args: list[str], timeout_s: float, cwd: Path) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-m", "torchpace", *args], capture_output=True, text=True,
                           timeout=timeout_s, cwd=cwd)
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [""])[-1]
-        raise RuntimeError(f"`torchpace {shlex.join(args[:3])} ...` exit {done.returncode}: {last}"[:300])
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip() and "output is kept" not in line]
+        raise RuntimeError(f"`torchpace {shlex.join(args[:3])} ...` exit {done.returncode}: " + " / ".join(lines[-3:])[-600:])
     return json.loads(done.stdout)
 
 

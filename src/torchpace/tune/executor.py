@@ -44,6 +44,10 @@ _log = logging.getLogger(__name__)
 
 _TRIAL_TIMEOUT_FACTOR = 3.0  # a trial may take this many times its bench cap (guard steps, compile)
 _TRIAL_TIMEOUT_MARGIN_S = 60.0
+# before its baseline ran, a study knows no step time: a trial may take this share of the budget (30 guard steps
+# of a ResNet-18 at 1.4-2.3 s a step on a 2-core CPU outran the 84 s of an 8 s trial's cap)
+_BASELINE_BUDGET_SHARE = 0.25
+_FITTED_CAP_FACTOR = 2.0  # once the baseline ran, a trial may take this many times its wall time
 _STORED_STDERR_CHARS = 1500
 _RECENT_STEP_TIMES = 3  # a short script's trials are sized at the median step time of the latest three measurements
 
@@ -242,10 +246,24 @@ class TrialExecutor:
 
     def cap_s(self, assignment, max_time_s: float) -> float:
         """The cap of one trial process of `assignment` that measures for `max_time_s`: the --trial-timeout
-        given for the tune's trial time (stretched with it), else its time x 3 + 60 s and a compile allowance."""
+        given for the tune's trial time (stretched with it), else its time x 3 + 60 s and a compile allowance,
+        or more where the study's own baseline says its steps need it: before the baseline has run, a share of
+        the budget (its guard steps at a step of seconds: a ResNet on a CPU), after it, twice the baseline's
+        wall time (start-up, guard steps, warm-up and windows, at this workload's real step time)."""
+        factor = assignment.time_factor or 1
         if self.options.trial_timeout_s:
-            return self.options.trial_timeout_s * (assignment.time_factor or 1)
-        return max_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S + _compile_allowance_s(assignment)
+            return self.options.trial_timeout_s * factor
+        compile_s = _compile_allowance_s(assignment)
+        cap_s = max_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S + compile_s
+        baseline_s = self.baseline_wall_s()
+        if baseline_s is None:
+            return max(cap_s, self.options.budget_s * _BASELINE_BUDGET_SHARE) if assignment.kind == "baseline" else cap_s
+        return max(cap_s, baseline_s * _FITTED_CAP_FACTOR * factor + compile_s)
+
+    def baseline_wall_s(self) -> float | None:
+        """Wall seconds of this study's baseline trial that ran to its result (None before it has)."""
+        records = trial_records(self.study.get_trials(deepcopy=False))
+        return next((r.wall_time_s for r in records if r.slot == "baseline" and r.status == "ok" and r.wall_time_s), None)
 
     def _run_single(self, assignment, log: Path | None) -> tuple[TrialResult, bool]:
         """(result, cut by the budget) of one trial process."""
