@@ -44,3 +44,15 @@ def test_a_set_default_on_a_script_that_builds_no_dataloader_is_invalid_not_igno
                      "python", str(SCRIPTS / "brief_manual.py"), "20", timeout=240)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "data.num_workers: never took effect in the script: it built no torch.utils.data.DataLoader" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_tune_judges_a_worker_option_on_the_workers_the_script_runs_with(cli_run):
+    # the script's loader has 2 workers of its own: prefetching is a change to compare, not a config without workers
+    result = cli_run("tune", "--knob", "data.prefetch_factor", "--budget", "3m", "--trial-time", "3", "--max-trials", "3",
+                     "--json", "--storage", "sqlite:///studies.db", "--out", "tuned.toml", "--",
+                     *COMMAND[:-1], "4096", timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    trials = json.loads(result.stdout)["trials"]
+    prefetch = [t for t in trials if "data.prefetch_factor" in t["config"]]
+    assert prefetch and all(t["status"] != "invalid" for t in prefetch), prefetch

@@ -16,6 +16,7 @@ from torchpace.report import write_report
 from torchpace.report.load import load_report_data
 from torchpace.tune.attrs import Assignment, StudyAttrs
 from torchpace.tune.figures import PAIRED_FIGURES_NOTE, SPEEDUP_FROM_FINAL, config_measurements
+from torchpace.tune.executor import comparison_walls
 from torchpace.tune.policy import GREEDY_REVISION, Proposal
 from torchpace.tune.tuner import TuneOptions, Tuner
 
@@ -134,6 +135,11 @@ def test_a_trials_cap_follows_the_studys_baseline_a_slow_step_needs_more_than_th
     candidate = Proposal("pair:x", "candidate", {}, reference={})
     assert tuner.executor.cap_s(candidate, 1.0) == pytest.approx(max(1.0 * 3 + 60, 2 * baseline_s))
     assert tuner.executor.cap_s(replace(candidate, time_factor=2.0), 2.0) >= 2 * tuner.executor.cap_s(candidate, 1.0) - 60
+    # a comparison (two processes in turns) gets twice the longest of the study's comparisons or of two baselines
+    walls = comparison_walls(tuner.study.get_trials(deepcopy=False))
+    longest = max([2 * baseline_s, *walls["candidate"], *walls["whole"]])
+    assert tuner.executor.cap_s(candidate, 1.0, comparison=True) == pytest.approx(max(1.0 * 3 + 60, 2 * longest))
+    assert tuner.executor.cap_s(candidate, 1.0, comparison=True) >= tuner.executor.cap_s(candidate, 1.0)
 
 
 @pytest.mark.slow

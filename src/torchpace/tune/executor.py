@@ -213,7 +213,8 @@ class TrialExecutor:
                          profile=o.profile_baseline and assignment.slot == "baseline" and not o.command,
                          command=list(o.command), samples_per_step=o.samples_per_step,
                          compile_allowance_s=_compile_allowance_s(assignment), **self._inference_spec())
-        return (spec, *self.budget.within(self.cap_s(assignment, trial_time_s), self._reserve_s(assignment)))
+        cap_s = self.cap_s(assignment, trial_time_s, comparison=assignment.reference is not None)
+        return (spec, *self.budget.within(cap_s, self._reserve_s(assignment)))
 
     def sized_trial_time_s(self) -> float:
         """The trial time: the tune's, or for a script that ends before a trial could measure it, the share of the
@@ -244,12 +245,15 @@ class TrialExecutor:
             return 0.0
         return self.budget.final_reserve_s(self.study.get_trials(deepcopy=False))
 
-    def cap_s(self, assignment, max_time_s: float) -> float:
-        """The cap of one trial process of `assignment` that measures for `max_time_s`: the --trial-timeout
-        given for the tune's trial time (stretched with it), else its time x 3 + 60 s and a compile allowance,
-        or more where the study's own baseline says its steps need it: before the baseline has run, a share of
-        the budget (its guard steps at a step of seconds: a ResNet on a CPU), after it, twice the baseline's
-        wall time (start-up, guard steps, warm-up and windows, at this workload's real step time)."""
+    def cap_s(self, assignment, max_time_s: float, comparison: bool = False) -> float:
+        """The cap of one trial process of `assignment` that measures for `max_time_s` (`comparison`: of its
+        paired comparison, two processes in turns): the --trial-timeout given for the tune's trial time
+        (stretched with it), else its time x 3 + 60 s and a compile allowance, or more where the study's own
+        trials say its steps need it: before the baseline has run, a share of the budget (its guard steps at a
+        step of seconds: a ResNet on a CPU), after it, twice the baseline's wall time (start-up, guard steps,
+        warm-up and windows, at this workload's real step time); for a comparison, twice the longest of the
+        study's comparisons or of two baselines (a ResNet-18's comparisons on a 2-core CPU took 50-60 s, and
+        under other load outran the 84 s of an 8 s trial's cap)."""
         factor = assignment.time_factor or 1
         if self.options.trial_timeout_s:
             return self.options.trial_timeout_s * factor
@@ -258,7 +262,11 @@ class TrialExecutor:
         baseline_s = self.baseline_wall_s()
         if baseline_s is None:
             return max(cap_s, self.options.budget_s * _BASELINE_BUDGET_SHARE) if assignment.kind == "baseline" else cap_s
-        return max(cap_s, baseline_s * _FITTED_CAP_FACTOR * factor + compile_s)
+        fitted_s = baseline_s
+        if comparison:
+            walls = comparison_walls(self.study.get_trials(deepcopy=False))
+            fitted_s = max([2 * baseline_s, *walls["candidate"], *walls["whole"]])
+        return max(cap_s, fitted_s * _FITTED_CAP_FACTOR * factor + compile_s)
 
     def baseline_wall_s(self) -> float | None:
         """Wall seconds of this study's baseline trial that ran to its result (None before it has)."""

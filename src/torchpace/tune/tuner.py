@@ -55,9 +55,12 @@ class _TrialFailed(Exception):
 
 def make_conflicts(space: list[KnobSpace]) -> Callable[[dict], str | None]:
     """A function: config -> why the tuner must not run it (a knob conflict, e.g. prefetch without
-    workers, or a config that cannot gain, e.g. DDP in one process), or None."""
+    workers, or a config that cannot gain, e.g. DDP in one process), or None. Where the config does not set
+    a knob, its value is the space's default: a workload's own (its loader's workers)."""
+    own_defaults = {k.name: k.default for k in space}
+
     def conflicts(config: dict) -> str | None:
-        values = RunConfig(config).full_values()
+        values = RunConfig(config).with_defaults(own_defaults).full_values()
         for knob_space in space:
             knob = REGISTRY[knob_space.name]
             reason = knob.conflicts(values) or knob.pointless(values)
@@ -210,12 +213,20 @@ class Tuner:
         return float(result.objective_value)
 
     def _run_one(self, number: int, assignment) -> TrialRecord:
-        """The record of trial `number`: run by the executor, unless its config conflicts (`invalid`, not run)."""
-        reason = self.conflicts(dict(assignment.config))
+        """The record of trial `number`: run by the executor, unless its config conflicts (`invalid`, not run),
+        judged on what would run: an unmodified script's own settings (its baseline's) under the config's."""
+        reason = self.conflicts({**self._script_settings(), **assignment.config})
         if reason:
             _log.info("trial %d (%s) not run: %s", number, assignment.slot, reason)
             return TrialRecord(number, "RUNNING", assignment=assignment, status="invalid", error=reason)
         return self.executor.run(number, assignment)
+
+    def _script_settings(self) -> dict:
+        """An unmodified script's own values of the knobs that reach it (what its DataLoader and optimizer were
+        given), as its baseline read them; {} before the baseline ran, and for a workload."""
+        records = trial_records(self.study.get_trials(deepcopy=False))
+        bench = next((r.bench for r in records if r.slot == "baseline" and r.status == "ok" and r.bench), None)
+        return dict(bench.script.script_settings or {}) if bench is not None and bench.script is not None else {}
 
     def _finish_after(self, stopped: str) -> TuneOutcome | None:
         """`_finish`, its storage failure as one message; after a storage failure already raised, the best
