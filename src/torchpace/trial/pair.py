@@ -73,6 +73,7 @@ from typing import Any, Callable, Mapping, Sequence, TextIO
 import psutil
 
 from torchpace.errors import UsageError
+from torchpace.files import open_fresh
 from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.measure.contention import other_load_cores, probe_cpu_times
@@ -369,7 +370,7 @@ class _Arm:
     def start(self, host: HostFacts, base_env: Mapping[str, str], timeout_s: float, guard: StoppedGroupGuard) -> None:
         self.spec.save(self.spec_path)
         argv, env, nofile = plan_trial_child(self.spec, host, base_env, self.spec_path, self.result_path, timeout_s)
-        with open(self.err_path, "wb") as err:
+        with open_fresh(self.err_path) as err:
             self.proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env,
                                     stdout=child_stdout(self.spec, err), stderr=err, pass_fds=(self.control_r, self.event_w))
         guard.hold(self.proc.pid)

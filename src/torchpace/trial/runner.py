@@ -22,6 +22,7 @@ import psutil
 
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
+from torchpace.files import open_fresh, own_folder
 from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.launch.command import PythonCommand
@@ -88,7 +89,7 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
         start = time.perf_counter()
         dead: list[int] = []
         said = ""  # what the trial had written to stderr by its cap
-        with open(err_path, "wb") as err_file, follow(err_path, echo if spec.command else None):
+        with open_fresh(err_path) as err_file, follow(err_path, echo if spec.command else None):
             proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env, stderr=err_file,
                                stdout=child_stdout(spec, err_file))
             _log.info("trial process %d started (cap %.0f s) for %s", proc.pid, timeout_s, spec.config or "the defaults")
@@ -123,11 +124,11 @@ def trial_dir(workdir: Path | None = None) -> Iterator[Path]:
 def trial_paths(folder: Path, spec: TrialSpec | None = None, log_path: Path | None = None) -> tuple[Path, Path, Path]:
     """(spec, result, output) paths of the trial in `folder`. The output is the child's stderr, and for a
     script-mode trial the script's whole output (stdout too, `child_stdout`): in `log_path` when given
-    (its folder is made), else in `folder`."""
+    (its folder is made: torchpace's own, never through a symlink, `own_folder`), else in `folder`."""
     output = folder / "stderr.txt"
     if spec is not None and spec.command:
         output = Path(log_path) if log_path is not None else folder / "output.log"
-        output.parent.mkdir(parents=True, exist_ok=True)
+        own_folder(output.parent)
     return folder / "spec.json", folder / "result.json", output
 
 

@@ -30,6 +30,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from torchpace.files import check_not_a_link, open_lock, own_folder
 from torchpace.errors import TorchpaceError, UsageError
 from torchpace.redact import redact, redact_url, remember_secrets
 
@@ -74,9 +75,10 @@ DEFAULT_STUDY_FILE = Path(".torchpace") / "studies.db"  # the default storage, r
 
 
 def default_storage_url(workdir: Path | None = None) -> str:
-    """`sqlite:///WORKDIR/.torchpace/studies.db` (the folder is created)."""
-    path = (workdir or Path.cwd()) / DEFAULT_STUDY_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """`sqlite:///WORKDIR/.torchpace/studies.db` (the folder is created: a real one, and the file not a link,
+    else UsageError naming it: `torchpace.files.own_folder`)."""
+    path = own_folder(DEFAULT_STUDY_FILE.parent, root=workdir or Path.cwd()) / DEFAULT_STUDY_FILE.name
+    check_not_a_link(path, "a file of its own (or give --storage)")
     return f"sqlite:///{path}"
 
 
@@ -433,7 +435,7 @@ def assignment_lock(storage, study_id: int) -> Iterator[None]:
     if database is None:
         yield
         return
-    with open(f"{database}.lock", "a") as handle:
+    with open_lock(f"{database}.lock") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

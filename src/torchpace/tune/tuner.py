@@ -20,7 +20,7 @@ import psutil
 
 from torchpace.config import RunConfig, save_config
 from torchpace.errors import UsageError
-from torchpace.files import OutputWriteFailed
+from torchpace.files import OutputWriteFailed, own_folder
 from torchpace.knobs import REGISTRY
 from torchpace.launch.command import parse_python_command
 from torchpace.protocol import TIMEOUT, TrialResult, check_eval_batches, compile_allowance_s
@@ -171,6 +171,8 @@ class Tuner:
         self.sampler = make_sampler(options.strategy, self.space, self.conflicts, options.seed)
         suffix = "-latency" if options.objective == "latency" else ""
         self.study_name = options.study or f"torchpace-{self.workload_name}{suffix}"
+        if options.command:  # the trials' log folder, before the study exists: one that cannot be made is refused first
+            own_folder(trial_log_path(self.study_name, 0).parent)
         meta = study_metadata(self.spec, host, options.strategy, options.objective,
                               tuple(options.command) if options.command else None)
         with storage_failures(self.storage_url):
