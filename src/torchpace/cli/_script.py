@@ -8,6 +8,7 @@ or a `--` with nothing after it, is a UsageError (exit 2).
 from __future__ import annotations
 
 import os
+import shlex
 
 import click
 
@@ -38,7 +39,7 @@ def script_command(workload: str | None) -> list[str] | None:
         raise UsageError("nothing after `--`: give the training command, e.g. `-- python train.py ARGS`")
     if workload is not None:
         raise UsageError(f"give either a WORKLOAD ({workload!r}) or a command after `--` "
-                         f"({' '.join(command)!r}), not both")
+                         f"({shlex.join(command)!r}), not both")
 
     # lazy: every command, --help included, loads this module; this loads only when used
     from torchpace.launch.command import check_program_exists, parse_python_command

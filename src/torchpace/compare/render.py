@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from torchpace.compare.result import Comparison
@@ -12,7 +13,7 @@ from torchpace.measure.result import SECONDS
 def render_comparison(console, r: Comparison) -> None:
     latency = r.unit == SECONDS
     value = format_latency if latency else (lambda v: f"{v:,.2f}")
-    table = Table(title=f"compare {r.target}  ({_mode(r)})", title_justify="left")
+    table = Table(title=f"compare {escape(r.target)}  ({_mode(r)})", title_justify="left")
     for column in ("arm", "config", ("batch-1 p50" if latency else r.unit) + " (median of its turns)", "95% CI", "other load"):
         table.add_column(column)
     for name, arm in (("A", r.a), ("B", r.b)):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.machinery
 import os
 import re
+import shlex
 import sys
 from dataclasses import dataclass
 from typing import Sequence
@@ -190,7 +191,7 @@ def _parse_interpreter_args(interpreter: str, rest: Sequence[str]) -> PythonComm
         taken = _interpreter_option(interpreter, arg, rest[i + 1] if i + 1 < len(rest) else None)
         options += [arg] if taken == 1 else [arg, rest[i + 1]]
         i += taken
-    raise UsageError(f"`{' '.join([interpreter, *rest])}` runs no program: give a script (`{interpreter} train.py`) "
+    raise UsageError(f"`{shlex.join([interpreter, *rest])}` runs no program: give a script (`{interpreter} train.py`) "
                      f"or a module (`{interpreter} -m pkg.module`)")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from torchpace.measure.contention import contention_note
@@ -120,7 +121,7 @@ def inference_rows(r: BenchResult) -> list[tuple[str, str]]:
 
 def render_bench(console, r: BenchResult) -> None:
     config = ", ".join(f"{k}={v}" for k, v in r.config.items()) or "defaults"
-    table = Table(title=f"torchpace bench: {r.workload} on {r.device} ({config})", show_header=False)
+    table = Table(title=f"torchpace bench: {escape(r.workload)} on {r.device} ({escape(config)})", show_header=False)
     table.add_column(style="bold")
     table.add_column()
     for label, value in bench_rows(r):

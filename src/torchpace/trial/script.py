@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -62,7 +63,7 @@ def plan_script_launch(command: Sequence[str], config: RunConfig, host: HostFact
 
 def read_script_result(spec: TrialSpec, result_path: Path, returncode: int, stderr_tail: str, wall_s: float) -> TrialResult:
     """The trial's result: the hook's file when the script's process ended cleanly, else the script's failure."""
-    label = " ".join(spec.command)
+    label = shlex.join(spec.command)
     if returncode == 0 and result_path.exists():
         result = TrialResult.from_dict(json.loads(result_path.read_text()))
         bench = replace(result.bench, config=RunConfig(spec.config).non_default()) if result.bench else None
@@ -103,7 +104,7 @@ def _steps_seen(result_path: Path) -> int:
 def script_trial_spec(command: Sequence[str], config: RunConfig, max_time_s: float, *, guard_steps: int = 0,
                       samples_per_step: int | None = None, **fields: Any) -> TrialSpec:
     """The TrialSpec of one script-mode run of `command` under `config`."""
-    return TrialSpec(workload=" ".join(command), command=list(command), config=dict(config.values), max_time_s=max_time_s,
+    return TrialSpec(workload=shlex.join(command), command=list(command), config=dict(config.values), max_time_s=max_time_s,
                      guard_steps=guard_steps, samples_per_step=samples_per_step, sys_path=[os.getcwd()], **fields)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shlex
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ def check_study_metadata(name: str, meta: StudyAttrs | None, expected: StudyAttr
         raise UsageError(f"study {name!r} has torchpace study schema {meta.schema_version!r}; this torchpace reads {STUDY_SCHEMA_VERSION}")
     for key, label in (("command", "command"), ("workload", "workload"), ("host_fingerprint", "host fingerprint"),
                        ("strategy", "strategy")):
+        if key == "workload" and meta.command is not None and expected.command is not None:
+            continue  # a script's study is its command (compared above); its workload is how a version spelled it
         if getattr(meta, key) != getattr(expected, key):
             raise UsageError(f"study {name!r} was tuned with {label} {_shown(getattr(meta, key))}, not "
                              f"{_shown(getattr(expected, key))}: its measurements do not transfer; use a new --study name")
@@ -55,8 +58,8 @@ def check_study_metadata(name: str, meta: StudyAttrs | None, expected: StudyAttr
 
 
 def _shown(value: Any) -> str:
-    """A metadata value in a message: a command as the user typed it, anything else as repr."""
-    return repr(" ".join(value)) if isinstance(value, (list, tuple)) else repr(value)
+    """A metadata value in a message: a command as a shell runs it (`shlex.join`, in backticks), anything else as repr."""
+    return f"`{shlex.join(value)}`" if isinstance(value, (list, tuple)) else repr(value)
 
 
 def open_study(storage, name: str, meta: StudyAttrs, resume: bool, sampler):

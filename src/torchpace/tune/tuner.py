@@ -157,7 +157,7 @@ class Tuner:
         self.storage_url = options.storage or default_storage_url()
         # before the workload is built: a storage that cannot be used is refused with nothing started or written
         check_storage(self.storage_url, on_wait=lambda message: self.on_event("notice", message=message))
-        self.spec = " ".join(options.command) if options.command else options.workload or DEFAULT_WORKLOAD
+        self.spec = shlex.join(options.command) if options.command else options.workload or DEFAULT_WORKLOAD
         workload = self._target()
         self.workload_name = workload.name
         self.is_inference = not workload.is_training
@@ -261,7 +261,7 @@ class Tuner:
             return
         why = baseline.error.strip() or baseline.status
         restart = self._restart_command() if self.options.command else (
-            f"torchpace tune --study {self.study_name}-2 {self.spec}")
+            shlex.join(["torchpace", "tune", "--study", f"{self.study_name}-2", self.spec]))
         self.on_event("notice", message=f"study {self.study_name!r} cannot go on: its baseline failed "
                                         f"({why.splitlines()[-1]}); after changing what failed, start a new "
                                         f"study: {restart}")
