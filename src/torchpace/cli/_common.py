@@ -14,20 +14,22 @@ import click
 from torchpace.errors import ScriptFailed, TorchpaceError, UsageError, UserCodeError
 from torchpace.files import write_atomic
 from torchpace.process import stop_exit_code, stop_reason, stop_signals_raise
-from torchpace.redact import redacting_streams
+from torchpace.redact import redacting_streams, remember_command_secrets
 
 PathLike = str | os.PathLike
 
 
 def run_cli(group: click.Group, argv: list[str] | None) -> int:
-    """Run the click group under the one stop-signal policy and with secrets masked in every output;
-    map torchpace errors to a stderr message and their exit code.
+    """Run the click group under the one stop-signal policy and with secrets masked in every output (the
+    secrets on its own command line remembered, in every spelling); map torchpace errors to a stderr message
+    and their exit code.
 
     SIGINT, SIGTERM and SIGHUP unwind the command (every child's tree stopped, temporary folders
     removed: `torchpace.process.stop_signals_raise`) and exit 130, 143 and 129."""
     def say_emergency(line: str) -> None:
         click.echo(f"torchpace: {line}", err=True)
 
+    remember_command_secrets(sys.argv[1:] if argv is None else argv)  # a URL's password, `--token X`: masked wherever they show
     with redacting_streams():
         try:
             with stop_signals_raise(say_emergency):

@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 
 from torchpace.errors import UsageError
+from torchpace.redact import redact_words
 from torchpace.tune.attrs import (ATTR, STUDY_KIND, STUDY_SCHEMA_VERSION, PairRecord, StudyAttrs,  # noqa: F401
                                   TrialRecord)
 from torchpace.tune.guard import check_trial_guard, guard_cannot_judge
@@ -35,6 +36,9 @@ def study_metadata(workload: str, host, strategy: str, objective: str = "through
     """A new study's metadata; `paired`: greedy decides by paired comparisons, `greedy_revision`: with this
     torchpace's revision of that policy (a study tuned before either is resumed and reported with the policy
     it was tuned with)."""
+    if command is not None:  # a study may live in a shared database: no secret of the command is stored
+        command = redact_words(command)
+        workload = shlex.join(command)
     return StudyAttrs(workload=workload, host_fingerprint=host.fingerprint(), host=host.summary(), strategy=strategy,
                       paired=strategy == "greedy", greedy_revision=GREEDY_REVISION, objective=objective, command=command)
 
@@ -49,7 +53,8 @@ def check_study_metadata(name: str, meta: StudyAttrs | None, expected: StudyAttr
                        ("strategy", "strategy")):
         if key == "workload" and meta.command is not None and expected.command is not None:
             continue  # a script's study is its command (compared above); its workload is how a version spelled it
-        if getattr(meta, key) != getattr(expected, key):
+        stored = redact_words(meta.command) if key == "command" and meta.command is not None else getattr(meta, key)
+        if stored != getattr(expected, key):
             raise UsageError(f"study {name!r} was tuned with {label} {_shown(getattr(meta, key))}, not "
                              f"{_shown(getattr(expected, key))}: its measurements do not transfer; use a new --study name")
     if meta.objective != expected.objective:
