@@ -30,7 +30,7 @@ def workload_copy(tmp_path):
     (["tune", "w.py:tiny_mlp", "--out", "hard.py"], "--out 'hard.py' is the workload file"),
     (["tune", "w.py:tiny_mlp", "--export", "link.py"], "--export 'link.py' is the workload file"),
     (["tune", "tabular", "--out", "a.toml", "--report", "./a.toml"], "--out and --report are both"),
-    (["monitor", "--csv", "w.py", "--", "python", "w.py"], "--csv 'w.py' is a file the command names"),
+    (["monitor", "--csv", "w.py", "--", "python", "w.py"], "--csv 'w.py' is the script 'w.py'"),
     (["monitor", "--tensorboard", "hard.py", "--", "python", "--x=w.py"], "is a file the command names"),
     (["report", "w.py", "--out", "link.py"], "--out 'link.py' is the input 'w.py'"),
     (["bench-data", ".", "--out", "sub/r.json"], "inside the folder measured"),
@@ -188,3 +188,46 @@ def test_an_output_in_a_read_only_folder_exits_2_before_anything_runs(cli_run, r
     assert done.returncode == 2, done.stderr
     assert "cannot be written (is the folder there, and writable?)" in done.stderr
     assert list(readonly_dir.iterdir()) == []
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A project as people lay one out: a script with a sibling module and a package beside it, a package
+    run with `-m` (with a `__main__`), and an app folder run as `python app/`. Returns {path: text}."""
+    files = {"train.py": "import helpers\n", "helpers.py": "X = 1\n", "lib/__init__.py": "", "lib/models.py": "M = 1\n",
+             "pkg/__init__.py": "", "pkg/__main__.py": "print('main')\n", "pkg/train.py": "import pkg.util\n",
+             "pkg/util.py": "U = 1\n", "app/__main__.py": "import appmod\n", "app/appmod.py": "A = 1\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return files
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "--out", "pkg/train.py", "--", "python", "-m", "pkg.train"], "is the module 'pkg.train'"),
+    (["bench", "--out", "pkg/__main__.py", "--", "python", "-m", "pkg"], "is the module 'pkg' ('pkg/__main__.py')"),
+    (["profile", "--trace", "app/__main__.py", "--", "python", "app"], "is the script's __main__.py"),
+    (["bench", "--out", "app/appmod.py", "--", "python", "app/"], "Python source the script can import"),
+    (["profile", "--trace", "helpers.py", "--", "python", "train.py"], "Python source the script can import"),
+    (["compare", "--out", "lib/models.py", "--", "python", "train.py"], "Python source the script can import"),
+    (["tune", "--out", "pkg/util.py", "--", "python", "-m", "pkg.train"], "Python source the script can import"),
+    (["tune", "--report", "helpers.py", "--", "python", "-m", "pkg.train"], "Python source the script can import"),
+    (["monitor", "--csv", "helpers.py", "--", "python", "train.py"], "Python source the script can import"),
+    (["bench", "--out", "link.py", "--", "python", "train.py"], "Python source the script can import"),
+])
+def test_an_output_that_is_what_the_command_runs_or_imports_is_refused(cli_run, project, tmp_path, args, message):
+    (tmp_path / "link.py").symlink_to(tmp_path / "lib" / "models.py")
+    done = cli_run(*args)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "choose another path" in done.stderr, done.stderr
+    assert all((tmp_path / name).read_text() == text for name, text in project.items())
+
+
+def test_outputs_beside_the_script_that_are_not_its_source_are_allowed(project, tmp_path, monkeypatch):
+    from torchpace.cli._common import check_outputs
+    from torchpace.cli._script import script_inputs, script_sources
+
+    monkeypatch.chdir(tmp_path)
+    for command in (["python", "train.py"], ["python", "-m", "pkg.train"], ["python", "app"]):
+        check_outputs({"--out": "result.json", "--report": "new_module.py", "--trace": "lib/trace.json.gz"},
+                      script_inputs(command, None), source_dirs=script_sources(command))

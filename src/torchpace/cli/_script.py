@@ -56,13 +56,35 @@ def script_command(workload: str | None) -> list[str] | None:
 
 
 def script_inputs(command: list[str], config_path: str | None) -> list[tuple[str, object]]:
-    """The files a script-mode run reads (the script, every file its command line names, the config),
-    for `check_outputs`."""
+    """The files a script-mode run reads (the script, a folder's `__main__.py` or the module `-m` runs, every
+    file its command line names, the config), for `check_outputs`."""
     # lazy: every command, --help included, loads this module; this loads only when used
     from torchpace.cli._common import command_files
-    from torchpace.launch.command import parse_python_command
+    from torchpace.launch.command import parse_python_command, program_sources
 
-    return [("the script", parse_python_command(command).script), *command_files(command), ("the config", config_path)]
+    program = program_sources(parse_python_command(command), pythonpath=os.environ.get("PYTHONPATH"))[0]
+    return [*program, *command_files(command), ("the config", config_path)]
+
+
+def script_sources(command: list[str]) -> list[tuple[str, object]]:
+    """The folders a script-mode run's program imports its own Python from (`launch.command.program_sources`),
+    for `check_outputs(source_dirs=...)`: no output may overwrite a module the script imports."""
+    # lazy: every command, --help included, loads this module; this loads only when used
+    from torchpace.launch.command import parse_python_command, program_sources
+
+    return program_sources(parse_python_command(command), pythonpath=os.environ.get("PYTHONPATH"))[1]
+
+
+def python_sources(command) -> tuple[list, list]:
+    """(files, folders) of `launch.command.program_sources` when `command` runs a Python program that is
+    there, else nothing: for `monitor`, which runs any command."""
+    # lazy: every command, --help included, loads this module; this loads only when used
+    from torchpace.launch.command import parse_python_command, program_sources
+
+    try:
+        return program_sources(parse_python_command(list(command)), pythonpath=os.environ.get("PYTHONPATH"))
+    except UsageError:  # not Python, or not there: monitor runs it as it is (and says when it is missing)
+        return [], []
 
 
 def samples_per_step_option(func):

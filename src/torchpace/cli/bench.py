@@ -7,7 +7,7 @@ import click
 from torchpace.cli._common import check_outputs, json_option, output_result
 from torchpace.cli._options import SECONDS, build_config, config_options, device_option, workload_argument, workload_inputs
 from torchpace.cli._script import (ScriptVerb, check_show_output, samples_per_step_option, script_command,
-                                     script_inputs, show_output_option)
+                                     script_inputs, script_sources, show_output_option)
 from torchpace.protocol import MAX_EVAL_BATCHES
 
 
@@ -40,7 +40,7 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     command_argv = script_command(workload)
     check_show_output(show_output, command_argv)
     inputs = script_inputs(command_argv, config_path) if command_argv else workload_inputs(workload, config_path)
-    check_outputs({"--out": out_path}, inputs)
+    check_outputs({"--out": out_path}, inputs, source_dirs=script_sources(command_argv) if command_argv else ())
     config = build_config(config_path, assignments)
     host = probe_host()
     if command_argv:

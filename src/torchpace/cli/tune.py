@@ -12,7 +12,7 @@ import click
 from torchpace.cli._common import check_outputs, emit_json, study_file, json_option, make_console
 from torchpace.cli._options import SECONDS, FiniteFloat, objective_option, workload_argument, workload_inputs
 from torchpace.cli._script import (ScriptVerb, check_show_output, samples_per_step_option, script_command,
-                                     script_inputs, show_output_option)
+                                     script_inputs, script_sources, show_output_option)
 from torchpace.errors import UsageError
 from torchpace.process import stop_exit_code, stop_reason
 from torchpace.tune.guard import MAX_GUARD_STEPS
@@ -73,7 +73,8 @@ def command(workload, budget, max_trials, strategy, storage, study_name, resume,
     check_show_output(show_output, command_argv)
     inputs = script_inputs(command_argv, None) if command_argv else workload_inputs(workload)
     check_outputs({"--out": out_path, "--export": export_path, "--report": report_path},
-                  [*inputs, ("the study storage", study_file(storage))])
+                  [*inputs, ("the study storage", study_file(storage))],
+                  source_dirs=script_sources(command_argv) if command_argv else ())
     knobs = frozenset(get_knob(name).name for name in knob_names) or None
     options = TuneOptions(workload=workload, command=tuple(command_argv or ()), samples_per_step=samples_per_step,
                           show_output=show_output, budget_s=budget_s, max_trials=max_trials, strategy=strategy, storage=storage,
