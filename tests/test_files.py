@@ -227,3 +227,49 @@ def test_a_tune_never_follows_a_log_planted_in_the_project_folder(cli_run, tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     assert victim.read_text() == "precious\n"
     assert not (logs / "trial-0.log").is_symlink() and "script output" in (logs / "trial-0.log").read_text()
+
+
+
+# ---- a working folder or temporary folder that cannot take torchpace's own files ---------------------
+
+_JOB = ("import torch\nprint('script output')\nm = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.01)\n"
+        "for _ in range(100000):\n    opt.zero_grad(); m(torch.randn(8, 4)).sum().backward(); opt.step()\n")
+_SCRIPT_VERBS = {
+    "bench": ["bench", "--max-time", "2", "--", "python", "job.py"],
+    "profile": ["profile", "--steps", "2", "--python-steps", "0", "--trace", "TRACE", "--", "python", "job.py"],
+    "tune": ["tune", "--max-trials", "1", "--trial-time", "1", "--guard-steps", "0", "--out", "OUT", "--", "python",
+             "job.py"],
+}
+
+
+def _not_the_scripts_fault(done) -> str:
+    line = _one_error_line(done.stderr)
+    assert "YOUR" not in done.stderr and "the script's own failure" not in done.stderr, done.stderr[-3000:]
+    return line
+
+
+@pytest.mark.parametrize("verb", sorted(_SCRIPT_VERBS))
+def test_a_read_only_working_folder_is_torchpace_s_error_exit_2_before_the_script_runs(verb, read_only_folder, tmp_path,
+                                                                                       cli_run):
+    folder = read_only_folder({"job.py": _JOB + "open('/dev/null', 'w')\n"})
+    argv = [a.replace("TRACE", str(tmp_path / "t.json.gz")).replace("OUT", str(tmp_path / "t.toml"))
+            for a in _SCRIPT_VERBS[verb]]
+    done = cli_run(*argv, cwd=folder)
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = _not_the_scripts_fault(done)
+    assert ".torchpace" in line and "writ" in line, line
+    assert "script output" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("verb", sorted(_SCRIPT_VERBS))
+def test_a_full_working_folder_is_torchpace_s_error_never_the_script_s(verb, small_disk, tmp_path, cli_run):
+    from _support import fill_disk
+
+    (small_disk / "job.py").write_text(_JOB)
+    fill_disk(small_disk)
+    argv = [a.replace("TRACE", str(tmp_path / "t.json.gz")).replace("OUT", str(tmp_path / "t.toml"))
+            for a in _SCRIPT_VERBS[verb]]
+    done = cli_run(*argv, cwd=small_disk)
+    assert done.returncode == 1, done.stderr[-3000:]
+    line = _not_the_scripts_fault(done)
+    assert "no space left on device" in line and (str(small_disk) in line or ".torchpace" in line), line

@@ -23,7 +23,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from torchpace.errors import TorchpaceError, UsageError
 from torchpace.redact import redact
@@ -132,12 +132,50 @@ def own_folder(folder: Path, root: Path | None = None) -> Path:
     here = Path(root) if root is not None else Path()
     for part in folder.parts:
         here = here / part
-        with contextlib.suppress(FileExistsError):
+        try:
             here.mkdir()
+        except FileExistsError:
+            pass
+        except OSError as err:
+            raise cannot_keep_own_files(here, err) from None
         check_not_a_link(here, "a real folder of the working folder")
         if not here.is_dir():
             raise UsageError(f"{str(here)!r} is not a folder: torchpace keeps its own files there; move it away")
+    if not os.access(here, os.W_OK | os.X_OK):
+        raise cannot_keep_own_files(here, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))
     return here
+
+
+def cannot_keep_own_files(folder: Path, err: OSError) -> TorchpaceError:
+    """The error for a folder of torchpace's own (`.torchpace/...`) that cannot be made or written: a full disk
+    (or quota) is `OutputWriteFailed` (exit 1, the space left), a read-only or forbidden one a `UsageError`
+    (exit 2), torchpace's own error either way, never the script's."""
+    if err.errno in _FULL:
+        return OutputWriteFailed(folder, describe_write_error(folder, err))
+    cause = (err.strerror or str(err)).lower()
+    return UsageError(f"cannot write in {str(folder)!r} ({cause}): torchpace keeps its own files there (a script's "
+                      "output log, the default study); run from a folder you can write to")
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike) -> Iterator[None]:
+    """Within the block, an `OSError` (torchpace writing `path`: a full disk, a read-only folder) is one
+    `OutputWriteFailed` naming the path and the cause (exit 1), never a traceback."""
+    try:
+        yield
+    except OSError as err:
+        raise OutputWriteFailed(Path(path), describe_write_error(Path(path), err)) from None
+
+
+def check_disk_left(paths: Iterable[Path], what: str) -> None:
+    """`OutputWriteFailed` (exit 1) when the filesystem of one of `paths` has no space left for this user: what
+    was written there (`what`: a script's output log, a trial's result) was cut short by the disk, not by the
+    program that wrote it; called when a run failed, to say so instead of blaming the run."""
+    for path in paths:
+        if free_bytes(Path(path)) == 0:
+            full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            raise OutputWriteFailed(Path(path), f"{describe_write_error(Path(path), full)} ({what} ended when the disk "
+                                                "filled: the run's failure is the disk's, not the script's)")
 
 
 def check_not_a_link(path: Path, what: str) -> None:
@@ -227,5 +265,6 @@ def format_bytes(count: int) -> str:
 
 
 __all__ = ["OutputWriteFailed", "TMP_MARK", "temp_prefix", "atomic_output", "open_fresh", "own_folder", "check_not_a_link",
+           "cannot_keep_own_files", "writing", "check_disk_left",
            "open_lock", "write_atomic",
            "describe_write_error", "free_bytes", "format_bytes"]

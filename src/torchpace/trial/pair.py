@@ -73,7 +73,6 @@ from typing import Any, Callable, Mapping, Sequence, TextIO
 import psutil
 
 from torchpace.errors import UsageError
-from torchpace.files import open_fresh
 from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.measure.contention import other_load_cores, probe_cpu_times
@@ -84,8 +83,8 @@ from torchpace.measure.timing import WARMUP_SHARE, window_for
 from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
 from torchpace.protocol import INVALID, OOM, TIMEOUT, TrialResult, TrialSpec, classify_timeout
 from torchpace.trial.output import follow
-from torchpace.trial.runner import (child_stdout, plan_trial_child, read_trial_result, remove_orphan_trial_dirs,
-                                    run_trial, trial_dir, trial_paths)
+from torchpace.trial.runner import (child_stdout, open_trial_output, plan_trial_child, read_trial_result,
+                                    remove_orphan_trial_dirs, run_trial, trial_dir, trial_paths)
 
 _log = logging.getLogger(__name__)
 
@@ -370,7 +369,7 @@ class _Arm:
     def start(self, host: HostFacts, base_env: Mapping[str, str], timeout_s: float, guard: StoppedGroupGuard) -> None:
         self.spec.save(self.spec_path)
         argv, env, nofile = plan_trial_child(self.spec, host, base_env, self.spec_path, self.result_path, timeout_s)
-        with open_fresh(self.err_path) as err:
+        with open_trial_output(self.err_path) as err:
             self.proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env,
                                     stdout=child_stdout(self.spec, err), stderr=err, pass_fds=(self.control_r, self.event_w))
         guard.hold(self.proc.pid)

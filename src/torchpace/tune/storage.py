@@ -19,10 +19,12 @@ an open storage:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import importlib.util
 import logging
+import os
 import sqlite3
 import time
 import warnings
@@ -30,7 +32,8 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from torchpace.files import check_not_a_link, open_lock, own_folder
+from torchpace.files import (OutputWriteFailed, cannot_keep_own_files, check_not_a_link, describe_write_error, free_bytes,
+                             open_lock, own_folder)
 from torchpace.errors import TorchpaceError, UsageError
 from torchpace.redact import redact, redact_url, remember_secrets
 
@@ -303,14 +306,29 @@ def open_storage(url: str, read_only: bool = False):
                                     heartbeat_interval=_HEARTBEAT_INTERVAL_S, grace_period=_GRACE_PERIOD_S,
                                     skip_table_creation=read_only)
     except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, ValueError, ImportError) as err:
+        full = _full_disk(resolved, err)
+        if full is not None:
+            raise full from None
         raise UsageError(f"--storage {mask_url(url)} is not a usable Optuna database: {root_cause_line(err, url)}") from None
+
+
+def _full_disk(url: str, err: BaseException) -> OutputWriteFailed | None:
+    """The full-disk error (exit 1, the space left) of an SQLite storage that could not be written for lack
+    of space, else None: the disk's failure, not a storage that is unusable."""
+    database = sqlite_database(url)
+    if database is None or ("disk is full" not in str(err) and free_bytes(Path(database)) != 0):
+        return None
+    return OutputWriteFailed(Path(database), describe_write_error(Path(database), OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
 
 
 def _make_sqlite_parent(url: str) -> None:
     """Create the directory of an SQLite URL's file (the file SQLite creates itself)."""
     database = sqlite_database(url)
     if database:
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise cannot_keep_own_files(Path(database).parent, err) from None
 
 
 @functools.lru_cache(maxsize=None)
