@@ -87,9 +87,14 @@ def python_sources(command) -> tuple[list, list]:
         return [], []
 
 
+# more samples in one optimizer step than any step holds (a billion; LLM steps count a few million tokens):
+# a larger figure is a slip, and every samples/s figure would be scaled by it
+MAX_SAMPLES_PER_STEP = 1 << 30
+
+
 def samples_per_step_option(func):
     """`--samples-per-step N`: samples in one step of a script whose batches do not tell."""
-    return click.option("--samples-per-step", type=click.IntRange(min=1), default=None,
+    return click.option("--samples-per-step", type=click.IntRange(1, MAX_SAMPLES_PER_STEP), default=None,
                         help="Script mode: samples in one optimizer step, when the script's DataLoader batches do not "
                              "tell (default: the leading dimension of each batch; else figures are steps/s).")(func)
 
@@ -102,8 +107,14 @@ def show_output_option(func):
                              "to stderr as it runs; it is kept in a log file under .torchpace/logs/ either way.")(func)
 
 
-def check_show_output(show_output: bool, command: list[str] | None) -> None:
-    """UsageError for `--show-output` without a script: a Workload runs in torchpace's own process."""
-    if show_output and command is None:
-        raise UsageError("--show-output streams the output of a script given after `--` (`-- python train.py ARGS`); "
-                         "there is no script here")
+_SCRIPT_ONLY = {"--show-output": "streams the output of a script", "--samples-per-step": "tells the samples in one step of a script"}
+
+
+def check_script_options(command: list[str] | None, show_output: bool = False, samples_per_step: int | None = None) -> None:
+    """UsageError for a script-mode option (`--show-output`, `--samples-per-step`) without a script: a Workload
+    runs in torchpace's own process, and its batches tell the samples of a step."""
+    given = {"--show-output": show_output, "--samples-per-step": samples_per_step is not None}
+    named = next((name for name, value in given.items() if value), None)
+    if named is not None and command is None:
+        raise UsageError(f"{named} {_SCRIPT_ONLY[named]} given after `--` (`-- python train.py ARGS`); there is no "
+                         "script here (a Workload's own batches tell its samples, and it runs in torchpace's process)")

@@ -28,6 +28,28 @@ from torchpace.tune.policy import COMPLETE, GREEDY_REVISION, RETRY, RUNNING, Rec
 from torchpace.tune.storage import default_storage_url, open_storage  # noqa: F401  (where callers found them)
 
 _log = logging.getLogger(__name__)
+# a study's name is shown in tables and messages and typed again with --resume: longer is a slip (a path or a
+# command pasted); Optuna itself stores up to 512 characters
+MAX_STUDY_NAME = 200
+
+
+def check_study_name(name: str) -> str:
+    """`name` when it can name a study, else UsageError (exit 2) saying why: a name is at most `MAX_STUDY_NAME`
+    printable characters (no control or invisible character: it is shown in a terminal and names a log
+    folder), not only spaces, and not `.` or `..` (which name folders)."""
+    shown = repr(name if len(name) <= 60 else name[:60] + "...")
+    if not name.strip():
+        problem = "is empty"
+    elif len(name) > MAX_STUDY_NAME:
+        problem = f"is {len(name)} characters long"
+    elif not name.isprintable():
+        problem = f"holds a control or invisible character ({next(c for c in name if not c.isprintable())!r})"
+    elif name in (".", ".."):
+        problem = f"is {name!r}, which names a folder"
+    else:
+        return name
+    raise UsageError(f"--study {shown} {problem}; a study name is at most {MAX_STUDY_NAME} printable characters, not "
+                     "empty, and not '.' or '..' (e.g. --study resnet-bf16)")
 
 
 
