@@ -153,6 +153,43 @@ class HostFacts:
         }
 
 
+# what each field of a stored host summary (`HostFacts.summary`) holds: a reader checks a summary read back from a
+# study or a result with `host_summary_problem`; a field an older torchpace did not write is simply absent
+_SUMMARY_FIELDS: dict[str, tuple[str, Any]] = {
+    "fingerprint": ("a string", lambda v: isinstance(v, str)),
+    "cpu_model": ("a string", lambda v: isinstance(v, str)),
+    "logical_cpus": ("a whole number >= 1", lambda v: whole_number_in(v, 1)),
+    "usable_cores": ("a whole number >= 1", lambda v: whole_number_in(v, 1)),
+    "native_bf16": ("true or false", lambda v: isinstance(v, bool)),
+    "numa_nodes": ("a whole number >= 0", lambda v: whole_number_in(v, 0)),
+    "memory_bytes": ("a whole number >= 0 or null", lambda v: v is None or whole_number_in(v, 0)),
+    "distro": ("a string", lambda v: isinstance(v, str)),
+    "torch_version": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "cuda_version": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "gpus": ("a list of GPU names", lambda v: isinstance(v, list) and all(isinstance(g, str) for g in v)),
+    "overridden": ("a list of fact names", lambda v: isinstance(v, list) and all(isinstance(g, str) for g in v)),
+}
+
+
+def host_summary_problem(summary: Any) -> str | None:
+    """Why `summary` is not a host summary as `HostFacts.summary` writes it, naming the field, what it holds
+    and what it should (pure); None when it is one. None and {} (no host recorded) are fine, and so are
+    fields this torchpace does not know (a newer one wrote them)."""
+    if summary is None:
+        return None
+    if not isinstance(summary, Mapping):
+        return f"host: expected an object of the host's facts, found {_shown_value(summary)}"
+    for name, (expected, ok) in _SUMMARY_FIELDS.items():
+        if name in summary and not ok(summary[name]):
+            return f"host.{name}: expected {expected}, found {_shown_value(summary[name])}"
+    return None
+
+
+def _shown_value(value: Any) -> str:
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def read_text(root: Path, rel: str) -> str | None:
     """Contents of `root/rel`, or None when it is missing or unreadable."""
     try:

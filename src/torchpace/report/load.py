@@ -21,19 +21,20 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from torchpace.errors import UsageError
+from torchpace.host import host_summary_problem
 from torchpace.knobs import REGISTRY, knobs_in_stage_order
 from torchpace.measure.result import RESULT_KIND as BENCH_KIND
 from torchpace.measure.result import BenchResult
 from torchpace.profile.result import RESULT_KIND as PROFILE_KIND
 from torchpace.profile.result import ProfileResult
 from torchpace.records import MissingFields
-from torchpace.tune.attrs import STUDY_SCHEMA_VERSION, StudyAttrs
+from torchpace.tune.attrs import StudyAttrs
 from torchpace.tune.outcome import StudyMeta, TrialRow, TuneOutcome, build_guard_note, build_outcome, trial_rows
 from torchpace.tune.policy import plan_greedy
 from torchpace.tune.space import KnobSpace
 from torchpace.tune.storage import mask_url, sqlite_database  # noqa: F401  (mask_url: report/__init__ imports it here)
 from torchpace.tune.storage import STUDY_CORE_TABLES, open_storage, read_table_names
-from torchpace.tune.study import build_records
+from torchpace.tune.study import build_records, check_stored_study
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _SUPPORTED_RESULT_SCHEMA = 1
@@ -151,6 +152,10 @@ def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
     if doc.get("schema_version") != _SUPPORTED_RESULT_SCHEMA:
         raise UsageError(f"{source!r} has {kind} schema_version {doc.get('schema_version')!r}; this torchpace reads "
                          f"{_SUPPORTED_RESULT_SCHEMA} (a newer torchpace wrote it?)")
+    problem = host_summary_problem(doc.get("host"))
+    if problem:
+        raise UsageError(f"{source!r} is a {kind} result whose host record is not one ({problem}): it was changed or "
+                         "damaged outside torchpace; measure again to write it anew")
     if kind == BENCH_KIND:
         bench = read_bench(doc, source)
         command = bench.script.command if bench.script is not None else ()
@@ -229,9 +234,7 @@ def pick_study(candidates: list[tuple[str, StudyAttrs | None, datetime | None, i
         wanted = max(ours, key=lambda c: (c[2] or datetime.min, c[3]))[0]
         if len(ours) > 1:
             note = f"{len(ours)} torchpace studies in {source} ({names}); this report shows {wanted!r} (choose with --study NAME)"
-    version = next(c[1].schema_version for c in ours if c[0] == wanted)
-    if version != STUDY_SCHEMA_VERSION:
-        raise UsageError(f"study {wanted!r} has torchpace study schema {version!r}; this torchpace reads {STUDY_SCHEMA_VERSION}")
+    check_stored_study(wanted, next(c[1] for c in ours if c[0] == wanted))
     return wanted, note
 
 

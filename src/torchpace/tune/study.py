@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from torchpace._version import __version__
 from torchpace.errors import UsageError
 from torchpace.redact import redact_words
 from torchpace.tune.attrs import (ATTR, STUDY_KIND, STUDY_SCHEMA_VERSION, PairRecord, StudyAttrs,  # noqa: F401
@@ -62,15 +63,38 @@ def study_metadata(workload: str, host, strategy: str, objective: str = "through
         command = redact_words(command)
         workload = shlex.join(command)
     return StudyAttrs(workload=workload, host_fingerprint=host.fingerprint(), host=host.summary(), strategy=strategy,
-                      paired=strategy == "greedy", greedy_revision=GREEDY_REVISION, objective=objective, command=command)
+                      paired=strategy == "greedy", greedy_revision=GREEDY_REVISION, objective=objective, command=command,
+                      torchpace_version=__version__)
+
+
+def check_stored_study(name: str, meta: StudyAttrs) -> None:
+    """UsageError (exit 2) when this torchpace cannot read a torchpace study as it was tuned: one written with
+    another study schema, or with a newer revision of the greedy policy than this torchpace knows (a newer
+    torchpace tuned it: resumed or reported here, it would be replayed under an older policy), or one whose
+    stored metadata is not what torchpace writes (`StudyAttrs.problem`: a host record that is not one, a
+    revision that is not a number). Both versions are named."""
+    made_by = f"torchpace {meta.torchpace_version}" if isinstance(meta.torchpace_version, str) else "another torchpace"
+    if meta.schema_version != STUDY_SCHEMA_VERSION:
+        raise UsageError(f"study {name!r} was written by {made_by} with torchpace study schema {meta.schema_version!r}, "
+                         f"and this torchpace {__version__} reads schema {STUDY_SCHEMA_VERSION}: open it with the "
+                         "torchpace that wrote it, or start a new --study")
+    problem = meta.problem()
+    if problem:
+        raise UsageError(f"study {name!r} holds metadata torchpace did not write ({problem}): it was changed or damaged "
+                         "outside torchpace; start a new --study (its trials are in the storage as they were)")
+    if meta.greedy_revision > GREEDY_REVISION:
+        raise UsageError(f"study {name!r} was tuned by {made_by} with revision {meta.greedy_revision} of the greedy "
+                         f"policy, and this torchpace {__version__} knows revisions up to {GREEDY_REVISION}: here it would "
+                         "be resumed and reported under an older policy; upgrade torchpace (pip install -U torchpace) "
+                         "to go on with it, or start a new --study")
 
 
 def check_study_metadata(name: str, meta: StudyAttrs | None, expected: StudyAttrs) -> None:
-    """UsageError when an existing study is not torchpace's, or was tuned elsewhere or on another workload."""
+    """UsageError when an existing study is not torchpace's, cannot be read by this torchpace
+    (`check_stored_study`), or was tuned elsewhere or on another workload."""
     if meta is None:
         raise UsageError(f"study {name!r} exists but is not a torchpace study; choose another --study name")
-    if meta.schema_version != STUDY_SCHEMA_VERSION:
-        raise UsageError(f"study {name!r} has torchpace study schema {meta.schema_version!r}; this torchpace reads {STUDY_SCHEMA_VERSION}")
+    check_stored_study(name, meta)
     for key, label in (("command", "command"), ("workload", "workload"), ("host_fingerprint", "host fingerprint"),
                        ("strategy", "strategy")):
         if key == "workload" and meta.command is not None and expected.command is not None:
