@@ -52,7 +52,7 @@ def test_fewer_rounds_than_a_95_percent_ci_needs_give_no_verdict_and_name_the_ci
 
 
 def test_the_json_holds_each_arms_turns_and_the_rounds_come_from_them():
-    from torchpace.compare.result import Comparison
+    from torchpace.measure.comparison import Comparison
     from torchpace.trial.pair import paired_ratios
 
     comparison = build_comparison(_pair(SWITCHING_A, SWITCHING_B, 1.0), "tabular", DEFAULTS, DEFAULTS)

@@ -6,6 +6,7 @@ import json
 import shutil
 import sqlite3
 from datetime import datetime
+from pathlib import Path
 
 import optuna
 import pytest
@@ -124,6 +125,12 @@ def test_results_are_told_by_kind():
             build_result_data({k: v for k, v in profile.items() if k != lacking}, "p.json")
     with pytest.raises(UsageError, match="cannot read .*'slow-bound' is not a valid VerdictKind"):
         build_result_data({**profile, "verdict": {"kind": "slow-bound"}}, "p.json")
+    compared = json.loads((Path(__file__).parents[1] / "fixtures" / "results" / "compare_tabular.json").read_text())
+    with pytest.raises(UsageError, match=r"is a compare result without the field\(s\) a, b; write it again"):
+        build_result_data({k: v for k, v in compared.items() if k not in ("a", "b")}, "c.json")
+    for kind in ("torchpace.bench-data", "torchpace.shards"):  # another torchpace document: named, with what report reads
+        with pytest.raises(UsageError, match=f"torchpace document of kind '{kind}', which report does not render"):
+            build_result_data({"kind": kind, "schema_version": 1}, "x.json")
 
 
 def test_study_and_json_result_cannot_be_combined(tmp_path):

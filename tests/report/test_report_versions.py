@@ -51,3 +51,20 @@ def test_the_report_of_a_study_measured_in_steps_per_s_never_says_samples_per_s(
     assert "samples/s" not in html
     assert '<div class="label">baseline steps/s</div>' in html and "7.80 [7.64, 7.96] steps/s" in html
     assert "steps/s [95% CI]" in html and "Steps/s of every trial" in html
+
+
+def test_a_recorded_comparison_renders_its_verdict_each_arm_and_config_b(tmp_path, cli_run):
+    import json
+
+    from torchpace.measure.render import comparison_rows
+
+    data = load_report_data(str(RESULTS / "compare_tabular.json"))
+    assert data.kind == "compare" and data.config == {"threads.intra_op": 1} and data.workload == "tabular"
+    html = write_report(data, tmp_path / "compare.html", with_doctor=False).read_text(encoding="utf-8")
+    doc = json.loads((RESULTS / "compare_tabular.json").read_text())
+    assert doc["summary"] in html and "B / A" in html and f"{doc['ratio']:.3f}×" in html
+    for row in comparison_rows(data.compare):  # the cells the terminal's table shows, the same text
+        assert all(cell in html for cell in row), row
+    assert "Config B and how to apply it" in html and "threads.intra_op" in html and "torchpace.load_workload" not in html
+    done = cli_run("report", str(RESULTS / "compare_tabular.json"), "--no-doctor", "-o", "c.html")
+    assert done.returncode == 0 and (tmp_path / "c.html").read_text(encoding="utf-8").count(doc["summary"]) == 1, done.stderr

@@ -1,12 +1,14 @@
-"""Rich rendering of a bench result (`torchpace.measure.result.BenchResult`)."""
+"""Rich rendering of a bench result (`torchpace.measure.result.BenchResult`), and the cells of a comparison
+(`torchpace.measure.comparison.Comparison`) that its terminal table and the report show alike."""
 
 from __future__ import annotations
 
 from rich.markup import escape
 from rich.table import Table
 
+from torchpace.measure.comparison import Comparison
 from torchpace.measure.contention import contention_note
-from torchpace.measure.result import BenchResult, ScriptInfo
+from torchpace.measure.result import SECONDS, BenchResult, ScriptInfo
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
 
 
@@ -149,3 +151,38 @@ def noise_warnings(noisy: bool, iqr_frac: float | None, what: str, remedy: str, 
     if note:
         warnings.append(note + ".")
     return warnings
+
+
+# ---- a comparison's cells ---------------------------------------------------------------------------
+
+
+def comparison_columns(r: Comparison) -> tuple[str, ...]:
+    """The heads of a comparison's table: arm, config, its figure (median of its turns), the CI, other load."""
+    figure = ("batch-1 p50" if r.unit == SECONDS else r.unit) + " (median of its turns)"
+    return ("arm", "config", figure, "95% CI", "other load")
+
+
+def comparison_rows(r: Comparison) -> list[tuple[str, str, str, str, str]]:
+    """One row of cells per arm (A, then B), as `comparison_columns` names them."""
+    value = format_latency if r.unit == SECONDS else (lambda v: f"{v:,.2f}")
+    rows = []
+    for name, arm in (("A", r.a), ("B", r.b)):
+        config = ", ".join(f"{k}={v}" for k, v in sorted(arm.config.items())) or "PyTorch defaults"
+        figure = value(arm.figure) if arm.figure is not None else arm.status
+        ci = f"[{value(arm.ci_low)}, {value(arm.ci_high)}]" if arm.ci_low is not None else "-"
+        load = f"{arm.other_load_cores:.1f} cores" if arm.other_load_cores is not None else "-"
+        rows.append((name, config, figure, ci, load))
+    return rows
+
+
+def comparison_mode(r: Comparison) -> str:
+    """How the arms were measured: in alternation (and what stopped it), or in separate runs and why."""
+    if r.mode == "alternating":
+        return (f"in alternation: turns of one length, A B A then B A B to a round, the other arm stopped; "
+                f"stopped by {r.stopped_by}")
+    return f"separate runs A B A B A B, because {r.mode_reason}"
+
+
+def comparison_failures(r: Comparison) -> list[str]:
+    """A line per arm that failed, with its status and error."""
+    return [f"arm {name} {arm.status}: {arm.error}" for name, arm in (("A", r.a), ("B", r.b)) if not arm.ok and arm.error]

@@ -1,8 +1,8 @@
 """Reading what a report shows: a torchpace study, or a saved bench or profile result.
 
 The kind of input is told by its content, never by its file name: an SQLite file holding Optuna's
-tables is a study storage; a JSON object whose `kind` is `torchpace.bench` or `torchpace.profile`
-is a result. Anything else is a usage error that says what was expected.
+tables is a study storage; a JSON object whose `kind` is `torchpace.bench`, `torchpace.compare` or
+`torchpace.profile` is a result. Anything else is a usage error that says what was expected.
 
 A stored study is turned into the same `TuneOutcome` a live tune returns, by the tuner's own
 code (`torchpace.tune.outcome.build_outcome`): the greedy policy is replayed over the stored
@@ -22,6 +22,8 @@ from typing import Any, Mapping, Sequence
 
 from torchpace.errors import UsageError
 from torchpace.host import host_summary_problem
+from torchpace.measure.comparison import RESULT_KIND as COMPARE_KIND
+from torchpace.measure.comparison import Comparison
 from torchpace.knobs import REGISTRY, knobs_in_stage_order
 from torchpace.measure.result import RESULT_KIND as BENCH_KIND
 from torchpace.measure.result import BenchResult
@@ -39,8 +41,10 @@ from torchpace.tune.study import build_records, check_stored_study
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _SUPPORTED_RESULT_SCHEMA = 1
 EXPECTED = ("a torchpace study (the SQLite file `torchpace tune` writes, e.g. .torchpace/studies.db; or "
-            "--storage URL), or a JSON result: `torchpace bench --out FILE` (kind torchpace.bench) or "
-            "`torchpace profile --json > FILE` (kind torchpace.profile)")
+            "--storage URL), or a JSON result: `torchpace bench --out FILE` (kind torchpace.bench), "
+            "`torchpace compare --out FILE` (kind torchpace.compare) or `torchpace profile --json > FILE` "
+            "(kind torchpace.profile)")
+_RESULT_KINDS = (BENCH_KIND, COMPARE_KIND, PROFILE_KIND)
 
 
 @dataclass(frozen=True)
@@ -62,16 +66,17 @@ class DoctorSummary:
 
 @dataclass(frozen=True)
 class ReportData:
-    """Everything one report shows. Exactly one of `tune`, `bench` and `profile` is set.
+    """Everything one report shows. Exactly one of `tune`, `bench`, `compare` and `profile` is set.
 
     Attributes:
-        kind: ``study``, ``bench`` or ``profile``.
+        kind: ``study``, ``bench``, ``compare`` or ``profile``.
         source: what was read (a file, or a storage URL without its password, and the study name).
         workload: the workload spec that was measured.
         config: the final config (tuned, benched or profiled): knob name -> value, defaults left out.
         host: the measured host's summary (`HostFacts.summary()`), None when the input has none.
         tune: the outcome of a study.
         bench: a bench result.
+        compare: a comparison of two configs (its `config` is B's, the one compared with A).
         profile: a profile result.
         config_path: where the config was saved as TOML, when known.
         note: a line about how the input was read (e.g. which of several studies).
@@ -91,6 +96,7 @@ class ReportData:
     note: str | None = None
     doctor: DoctorSummary | None = None
     command: tuple[str, ...] | None = None
+    compare: Comparison | None = None
 
 
 # ---- dispatch --------------------------------------------------------------------------------------
@@ -145,9 +151,13 @@ def read_result_json(path: str | Path) -> dict[str, Any]:
 
 
 def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
-    """ReportData of a bench or profile result document (pure; UsageError for other documents)."""
+    """ReportData of a bench, compare or profile result document (pure; UsageError for other documents,
+    naming what the document is when it is another torchpace document)."""
     kind = doc.get("kind") if isinstance(doc, Mapping) else None
-    if kind not in (BENCH_KIND, PROFILE_KIND):
+    if isinstance(kind, str) and kind.startswith("torchpace.") and kind not in _RESULT_KINDS:
+        raise UsageError(f"{source!r} is a torchpace document of kind {kind!r}, which report does not render; "
+                         f"report reads {EXPECTED}")
+    if kind not in _RESULT_KINDS:
         raise UsageError(f"{source!r} is JSON but not a torchpace result (kind {kind!r}); expected {EXPECTED}")
     if doc.get("schema_version") != _SUPPORTED_RESULT_SCHEMA:
         raise UsageError(f"{source!r} has {kind} schema_version {doc.get('schema_version')!r}; this torchpace reads "
@@ -161,6 +171,9 @@ def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
         command = bench.script.command if bench.script is not None else ()
         return ReportData("bench", source, bench.workload, dict(bench.config), host=bench.host or None, bench=bench,
                           command=tuple(command) or None)
+    if kind == COMPARE_KIND:
+        comparison = read_comparison(doc, source)
+        return ReportData("compare", source, comparison.target, dict(comparison.b.config), compare=comparison)
     profile = read_profile(doc, source)
     return ReportData("profile", source, profile.workload, dict(profile.config), profile=profile, command=profile.command)
 
@@ -175,6 +188,15 @@ def read_profile(doc: Mapping[str, Any], source: str) -> ProfileResult:
     except (TypeError, ValueError) as err:
         raise UsageError(f"{source!r} is a profile result this torchpace cannot read ({err}); write it again with "
                          "`torchpace profile --json > FILE`") from None
+
+
+def read_comparison(doc: Mapping[str, Any], source: str) -> Comparison:
+    """The comparison of a document (UsageError naming the fields it lacks)."""
+    try:
+        return Comparison.from_dict(doc)
+    except MissingFields as err:
+        raise UsageError(f"{source!r} is a compare result without the field(s) {', '.join(err.names)}; write it again "
+                         "with `torchpace compare --out FILE`") from None
 
 
 def read_bench(doc: Mapping[str, Any], source: str) -> BenchResult:
