@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.torchpace-installed
 
-.PHONY: install demo test docs bench bench-compare bench-tune bench-script bench-frameworks bench-data bench-inference bench-distributed bench-fleet gpu-check clean
+.PHONY: install demo test docs bench bench-compare bench-tune bench-script bench-frameworks bench-data bench-inference bench-distributed bench-fleet bench-speedup gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,12 +66,18 @@ bench-inference: $(STAMP)
 bench-distributed: $(STAMP)
 	$(BIN)/python benchmarks/bench_distributed.py
 
+# resnet and gpt as unmodified scripts: tuned, then compared with their defaults and an expert's config
+bench-speedup: $(STAMP)  # make bench-speedup ARGS="--workloads resnet --budget 900"
+	$(BIN)/python benchmarks/bench_speedup.py $(ARGS)
+
 # one study tuned by 1, 2, 3 tuner processes on a throw-away PostgreSQL server, and 2 on SQLite
 bench-fleet: $(STAMP)
 	$(BIN)/python benchmarks/bench_fleet.py $(ARGS)
 
 # On a CUDA host: doctor, bench, a short tune of language and vision, profile, monitor (NVML), in
-# under 9 minutes, one table at the end. Exit 77 (skipped) on a host without CUDA.
+# under 9 minutes, one table at the end; ARGS="--part speedup": resnet and gpt at full size tuned and
+# compared with their defaults and an expert's config, with MFU, in 10 minutes. Exit 77 (skipped) on a
+# host without CUDA.
 gpu-check: $(STAMP)
 	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
 

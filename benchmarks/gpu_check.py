@@ -11,6 +11,14 @@ What it runs (each step is the real `torchpace` command line in its own process,
 6. `compare` of `language` with bf16 against the defaults: two processes on one GPU taking turns
    (the tunes above decide this way too).
 
+`--part speedup` is the proof on real-sized jobs, in a box of its own (10 minutes): the `resnet`
+(ResNet-50, 224 px, batch 256) and `gpt` (GPT-2 124M, 16 x 1024 tokens) scripts at full size, unmodified,
+each tuned for a few minutes over the GPU's levers (bf16/fp16 with its GradScaler, TF32, cuDNN autotune,
+channels_last, compile and its modes, the fused optimizer, loader workers), then the tuned config compared
+in turns with the defaults and with an expert's config (`bench_speedup.expert_config`): tuned/default and
+tuned/expert with their 95% CIs, the tuned samples/s and its MFU (the step's FLOPs, counted with
+`torch.utils.flop_counter`, over the GPU's dense bf16 peak). `--part all` runs both boxes, one after the other.
+
 Each row of the table is one step: its headline figure, `ok` or `FAIL` with the reason, and its
 seconds. A step that would start after the time box is `skipped`, never silently dropped.
 
@@ -19,7 +27,7 @@ Exit codes: 0 every step ok; 1 a step failed; 2 bad arguments; 77 no CUDA device
 `make gpu-check` reads it as "not applicable here", distinct from a pass (0) and a failure (1).
 
 Usage:
-    python benchmarks/gpu_check.py [--minutes 9] [--keep DIR] [--dry-run]
+    python benchmarks/gpu_check.py [--part verbs|speedup|all] [--minutes 9] [--keep DIR] [--dry-run]
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from _args import seconds
+from bench_speedup import expert_config, flops_per_sample, gpu_peak_flops, mfu, script_command, write_config
 
 EXIT_NO_CUDA = 77  # automake/meson "skipped": see the module docstring
 _BENCH_TIME_S = "20"
@@ -43,6 +52,14 @@ _TUNE_BUDGET = "90s"
 _TRIAL_TIME_S = "4"
 _COMPARE_TIME_S = "10"
 _GPU_KNOBS = ("precision.amp", "precision.matmul", "backends.cudnn_benchmark", "compile.mode", "data.pin_memory")
+# the speedup part: each full-size script tuned for a few minutes over the levers a GPU step moves, then compared
+_SPEEDUP_MINUTES = 10.0
+_SPEEDUP_BUDGET = "140s"
+_SPEEDUP_TUNE_CAP_S = 170
+_SPEEDUP_COMPARE_TIME_S = "8"
+_SPEEDUP_COMPARE_CAP_S = 55
+_SPEEDUP_KNOBS = ("precision.amp", "precision.matmul", "backends.cudnn_benchmark", "model.channels_last",
+                  "compile.mode", "optimizer.impl", "data.num_workers")
 _MONITOR_LOAD = ("import time, torch\n"
                  "x = torch.randn(4096, 4096, device='cuda')\n"
                  "end = time.monotonic() + 6\n"
@@ -150,6 +167,56 @@ def plan_steps(workdir: Path) -> list[Step]:
     return steps
 
 
+def plan_speedup_steps(workdir: Path) -> list[Step]:
+    """The speedup part (pure): for each full-size script, a tune, then tuned/default and tuned/expert in turns.
+    Its caps add up to under 10 minutes. The defaults' and the expert's configs are written by
+    `write_speedup_configs` before it runs; the tuned one by the tune."""
+    steps = []
+    knobs = [arg for knob in _SPEEDUP_KNOBS for arg in ("--knob", knob)]
+    for workload in ("resnet", "gpt"):
+        command = ("--", *script_command(workload, "full"))
+        tuned = str(workdir / f"{workload}-tuned.toml")
+        steps.append(Step(f"tune {workload} (full)", ("tune", "--budget", _SPEEDUP_BUDGET, "--trial-time", "4",
+                                                      "--guard-steps", "10", *knobs, "--storage",
+                                                      f"sqlite:///{workdir / 'studies.db'}", "--study",
+                                                      f"gpu-speedup-{workload}", "--out", tuned, "--json", *command),
+                          _SPEEDUP_TUNE_CAP_S, read_tune))
+        for against in ("default", "expert"):
+            steps.append(Step(f"{workload} tuned/{against}", (
+                "compare", "--config", str(workdir / f"{workload}-{against}.toml"), "--config", tuned, "--max-time",
+                _SPEEDUP_COMPARE_TIME_S, "--json", *command), _SPEEDUP_COMPARE_CAP_S, speedup_reader(workload)))
+    return steps
+
+
+def write_speedup_configs(workdir: Path, host) -> None:
+    """The defaults' config (no knob set) and the expert's, for each workload of the speedup part."""
+    for workload in ("resnet", "gpt"):
+        write_config(workdir / f"{workload}-default.toml", {})
+        write_config(workdir / f"{workload}-expert.toml", expert_config(workload, host))
+
+
+def speedup_reader(workload: str, peak_flops: Callable[[], float | None] | None = None,
+                   flops: Callable[[], float] | None = None) -> Callable[[dict[str, Any], Path], str]:
+    """Reads a tuned/... comparison: the ratio B / A with its CI, the tuned arm's samples/s and its MFU."""
+
+    def read(doc: dict[str, Any], _: Path) -> str:
+        if doc.get("verdict") == "failed" or doc.get("ratio") is None:
+            raise ValueError(doc.get("summary", "an arm failed"))
+        rate = doc["b"]["figure"] if doc.get("unit") == "samples/s" else None
+        util = mfu(rate, (flops or (lambda: flops_per_sample(workload, "full")))(),
+                   (peak_flops or _this_gpu_peak)())
+        return (f"{doc['ratio']:.2f}x [{doc['ratio_ci_low']:.2f}, {doc['ratio_ci_high']:.2f}], tuned "
+                f"{rate or 0:,.0f} samples/s, MFU {f'{util:.1%}' if util is not None else '- (GPU not in the table)'}")
+
+    return read
+
+
+def _this_gpu_peak() -> float | None:
+    import torch
+
+    return gpu_peak_flops(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
+
+
 Runner = Callable[[list[str], float, Path], subprocess.CompletedProcess]
 
 
@@ -211,6 +278,9 @@ def cuda_absent_reason() -> str | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("verbs", "speedup", "all"), default="verbs",
+                        help="verbs: every verb once (the --minutes box); speedup: resnet and gpt at full size tuned "
+                             "and compared (a 10-minute box); all: both, one box after the other")
     parser.add_argument("--minutes", type=seconds, default=9.0, help="time box for every step together (default 9)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the studies, configs, trace and CSV in DIR")
     parser.add_argument("--dry-run", action="store_true", help="print the commands and exit")
@@ -225,16 +295,21 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="torchpace-gpu-check-") as tmp:
         workdir = args.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        steps = plan_steps(workdir.resolve())
+        boxes = ([(plan_steps(workdir.resolve()), args.minutes * 60)] if args.part in ("verbs", "all") else []) + \
+                ([(plan_speedup_steps(workdir.resolve()), _SPEEDUP_MINUTES * 60)] if args.part in ("speedup", "all") else [])
         if args.dry_run:
             print("\n".join(f"{s.name}: torchpace {shlex.join(s.args)}  (cap {s.cap_s:.0f} s)".replace("\n", "\\n")
-                            for s in steps))
+                            for steps, _ in boxes for s in steps))
             return 0
         reason = cuda_absent_reason()
         if reason:
             print(f"gpu-check: {reason} (exit {EXIT_NO_CUDA}: skipped)", file=sys.stderr)
             return EXIT_NO_CUDA
-        outcomes = run_check(steps, workdir.resolve(), args.minutes * 60)
+        if args.part in ("speedup", "all"):
+            from torchpace.host import probe_host
+
+            write_speedup_configs(workdir.resolve(), probe_host())
+        outcomes = [o for steps, box_s in boxes for o in run_check(steps, workdir.resolve(), box_s)]
     print(render_table(outcomes))
     return 0 if all(o.status == "ok" for o in outcomes) else 1
 

@@ -97,3 +97,12 @@ def test_knobs_table_shows_every_knob_name_whole_at_80_columns(cli_run):
     assert done.returncode == 0, done.stderr
     assert max(map(len, done.stdout.splitlines())) <= 80
     assert [name for name in REGISTRY if name not in done.stdout] == []
+
+
+def test_knobs_shows_a_workloads_own_loader_arguments_as_its_defaults(cli_run):
+    done = cli_run("knobs", fixture_workload("tiny_mlp_with_workers"), "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {r["name"]: r for r in json.loads(done.stdout)["knobs"]}
+    workers = rows["data.num_workers"]
+    assert workers["default"] == 2 and workers["candidates"][0] == 2 and 0 in workers["candidates"]
+    assert rows["data.persistent_workers"]["default"] is True and rows["data.prefetch_factor"]["default"] == 2

@@ -93,3 +93,30 @@ def test_a_comparison_on_one_gpu_reads_its_verdict_and_fails_on_a_failed_arm(tmp
     assert gpu_check.read_compare(doc, tmp_path) == "B is faster: 1.412x A (95% CI 1.390-1.430, 9 rounds) (alternating)"
     with pytest.raises(ValueError, match="arm B"):
         gpu_check.read_compare({"verdict": "failed", "summary": "no ratio: arm B did not finish a measurement"}, tmp_path)
+
+
+def test_the_speedup_part_fits_its_box_and_compares_the_tuned_config_with_the_defaults_and_the_experts(tmp_path):
+    steps = gpu_check.plan_speedup_steps(tmp_path)
+    assert [s.name for s in steps] == ["tune resnet (full)", "resnet tuned/default", "resnet tuned/expert",
+                                       "tune gpt (full)", "gpt tuned/default", "gpt tuned/expert"]
+    assert sum(s.cap_s for s in steps) <= 10 * 60
+    compare = steps[1].args
+    assert compare[compare.index("--config") + 1] == str(tmp_path / "resnet-default.toml")
+    assert compare[-2:] == ("--size", "full") and compare[-3].endswith("resnet_train.py")
+    assert str(tmp_path / "resnet-tuned.toml") in steps[0].args and str(tmp_path / "resnet-tuned.toml") in compare
+    from _support import faked_host
+
+    gpu_check.write_speedup_configs(tmp_path, faked_host("native bf16"))
+    assert "[knobs]" in (tmp_path / "gpt-default.toml").read_text()
+    assert '"model.channels_last" = true' in (tmp_path / "resnet-expert.toml").read_text()
+
+
+def test_a_speedup_row_reads_the_ratio_its_ci_the_tuned_rate_and_its_mfu(tmp_path):
+    read = gpu_check.speedup_reader("resnet", peak_flops=lambda: 989.4e12, flops=lambda: 24.3e9)
+    doc = {"verdict": "faster", "ratio": 2.71, "ratio_ci_low": 2.65, "ratio_ci_high": 2.8, "unit": "samples/s",
+           "b": {"figure": 3000.0}}
+    assert read(doc, tmp_path) == "2.71x [2.65, 2.80], tuned 3,000 samples/s, MFU 7.4%"
+    unknown = gpu_check.speedup_reader("resnet", peak_flops=lambda: None, flops=lambda: 24.3e9)
+    assert unknown(doc, tmp_path).endswith("MFU - (GPU not in the table)")
+    with pytest.raises(ValueError, match="an arm failed"):
+        read({"verdict": "failed", "ratio": None, "summary": "an arm failed"}, tmp_path)

@@ -76,6 +76,11 @@ class RunConfig(Mapping[str, Any]):
         """A copy with `changes` (knob name -> value) applied; pass names via a dict: **{'a.b': 1}."""
         return RunConfig({**self.values, **changes}, self.host, self.result)
 
+    def with_defaults(self, defaults: Mapping[str, Any]) -> "RunConfig":
+        """This config where it sets a knob, `defaults` (knob name -> value: a workload's own, see
+        `torchpace.knobs.workload_defaults`) where it does not: the values a run of that workload has."""
+        return RunConfig({**defaults, **self.values}, self.host, self.result)
+
     def non_default(self) -> dict[str, Any]:
         """Only the knobs whose value differs from their default."""
         return {k: v for k, v in self.values.items() if v != _knobs().get_knob(k).default}
@@ -89,11 +94,12 @@ class RunConfig(Mapping[str, Any]):
         return doc
 
 
-def check_on_host(config: RunConfig, host: Any) -> None:
+def check_on_host(config: RunConfig, host: Any, defaults: Mapping[str, Any] | None = None) -> None:
     """UsageError naming knob, value and reason for a set knob this host cannot run, whatever the
     workload: beyond the host's limits (e.g. more DataLoader workers than its cores allow), hardware
-    it lacks (fp16 without CUDA), or values that conflict. `prepare()` checks the workload on top."""
-    values = config.full_values()
+    it lacks (fp16 without CUDA), or values that conflict (with `defaults` where the config does not
+    set a knob: a workload's own values). `prepare()` checks the workload on top."""
+    values = config.with_defaults(defaults or {}).full_values()
     for name, value in config.values.items():
         knob = _knobs().get_knob(name)
         if value != knob.default:

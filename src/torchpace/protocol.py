@@ -67,6 +67,10 @@ class TrialSpec:
         gate: `"CONTROL_FD,EVENT_FD"` of the pipes to a parent that alternates this trial with another
             (`torchpace.trial.pair`): the real step is measured one window per turn
             (`torchpace.measure.gate`); None for a trial that runs alone.
+        compile_allowance_s: seconds the trial may spend compiling (torch.compile) beyond its time cap, its
+            measurement starting once compiling is over: the parent's cap holds it, and a script's stall
+            watchdog waits that long for one compile (`ScriptMeasure.compile_allowance_s`). Whoever builds the
+            spec sets it from `compile_allowance_s(config)`, the one rule.
     """
 
     workload: str
@@ -89,6 +93,7 @@ class TrialSpec:
     script_mode: str = "bench"
     script_profile: dict[str, Any] = field(default_factory=dict)
     gate: str | None = None
+    compile_allowance_s: float = 0.0
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -167,7 +172,8 @@ _COMPILE_ALLOWANCE_S = 300.0
 
 
 def compile_allowance_s(config: dict[str, Any]) -> float:
-    """Seconds a trial of `config` may spend compiling before its measurement starts (0 without compile)."""
+    """Seconds a trial of `config` may spend compiling before its measurement starts (0 without compile): the
+    value its `TrialSpec.compile_allowance_s` carries."""
     return _COMPILE_ALLOWANCE_S if config.get("compile.mode", "off") != "off" else 0.0
 
 

@@ -1,8 +1,9 @@
 """Workload: the unit torchpace measures, and `load_workload(spec)` that finds one.
 
 A workload spec is `pkg.module:function`, `path/to/file.py:function`, or a built-in name
-(`vision`, `language`, `tabular`, `inference`). The function is called afresh wherever a workload
-is needed (each trial process calls it), so it may build its model and data directly.
+(`resnet`, `gpt`, each sized for the device, and by size `resnet-small`, `resnet-full`, `gpt-small`,
+`gpt-full`; `vision`, `language`, `tabular`, `inference`). The function is called afresh wherever a
+workload is needed (each trial process calls it), so it may build its model and data directly.
 """
 
 from __future__ import annotations
@@ -14,15 +15,21 @@ import os
 import sys
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from torchpace.errors import UsageError, UserCodeError, whole_number_in
 
 _log = logging.getLogger(__name__)
 
 BUILTIN_WORKLOADS = {
+    "resnet": "torchpace.examples.resnet:workload",
+    "resnet-small": "torchpace.examples.resnet:small",
+    "resnet-full": "torchpace.examples.resnet:full",
+    "gpt": "torchpace.examples.gpt:workload",
+    "gpt-small": "torchpace.examples.gpt:small",
+    "gpt-full": "torchpace.examples.gpt:full",
     "vision": "torchpace.examples.vision:workload",
     "language": "torchpace.examples.language:workload",
     "tabular": "torchpace.examples.tabular:workload",
@@ -50,6 +57,9 @@ class Workload:
         shuffle: shuffle map-style datasets (with a seeded generator, so orders repeat).
         seed: seeds model init order-independent parts and the data order.
         name: shown in reports; set by `load_workload` from the spec when empty.
+        loader_options: the workload's own DataLoader arguments (`num_workers`, `pin_memory`,
+            `prefetch_factor`, `persistent_workers`): what it runs with where a config does not set the
+            knob of that argument (`data.num_workers`, ...), and so the defaults a tune starts from.
     """
 
     model: Any
@@ -65,6 +75,7 @@ class Workload:
     shuffle: bool = True
     seed: int = 0
     name: str = ""
+    loader_options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def is_training(self) -> bool:
@@ -88,6 +99,9 @@ def check_workload(workload: Any, spec: str = "") -> None:
         if getattr(workload, name) is not None and not callable(getattr(workload, name)):
             raise UsageError(f"{where}Workload.{name} is a {type(getattr(workload, name)).__name__}; expected a "
                              "function or None")
+    if not isinstance(workload.loader_options, Mapping):
+        raise UsageError(f"{where}Workload.loader_options is a {type(workload.loader_options).__name__}; expected "
+                         "a dict of DataLoader arguments, e.g. {'num_workers': 4}")
 
 
 def _model_problem(workload: Workload) -> str | None:

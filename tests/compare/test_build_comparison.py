@@ -73,3 +73,30 @@ def test_under_the_latency_objective_each_arm_is_the_median_of_its_turns_p50s_in
     # B over A as for throughput: A's p50 over B's, above 1 when B answers sooner
     assert comparison.ratio == pytest.approx(1.25) and comparison.verdict == "faster"
     assert build_comparison(_pair((500.0,) * 10, (625.0,) * 9, 0.0), "inference", DEFAULTS, DEFAULTS).unit == "samples/s"
+
+
+def test_each_arms_config_is_what_it_ran_with_a_workloads_own_loader_arguments_included(host):
+    from torchpace.compare.run import _check_configs
+
+    from _support import fixture_workload
+
+    label, a, b = _check_configs(fixture_workload("tiny_mlp_with_workers"), None, DEFAULTS,
+                                 RunConfig({"data.num_workers": 0, "data.persistent_workers": False}), host)
+    assert label == "tiny_mlp_with_workers"
+    assert a.non_default() == {"data.num_workers": 2, "data.persistent_workers": True} and b.non_default() == {}
+    comparison = build_comparison(_pair(STEADY, STEADY, 1.5), label, a, b)
+    assert (comparison.a.config, comparison.b.config) == (dict(a.values), dict(b.values))  # what each set, a default too
+    assert "data.num_workers" in comparison.other_load_note  # the compared knob whose gain depends on free cores
+def test_each_arm_says_what_it_ran_a_scripts_own_settings_and_a_default_set_over_them():
+    """`compare --set data.num_workers=0 -- python train.py --workers 2`: arm A runs the script's own settings (read
+    from its DataLoader), arm B the default set over them; neither is "PyTorch defaults", and B's config keeps the
+    value it set, so the comparison is not an A/A one labelled as a change."""
+    from torchpace.measure.render import config_label
+
+    zero = RunConfig({"data.num_workers": 0})
+    comparison = build_comparison(_pair(STEADY, STEADY[:-1], 0.0), "train.py", DEFAULTS, zero, script=True)
+    assert comparison.a.config == {} and comparison.b.config == {"data.num_workers": 0}
+    assert comparison.a.label == "the script's own settings" and comparison.b.label == "data.num_workers=0"
+    assert comparison.to_dict()["b"]["label"] == "data.num_workers=0"
+    workload = build_comparison(_pair(STEADY, STEADY[:-1], 0.0), "tabular", DEFAULTS, zero)
+    assert workload.a.label == config_label({}) == "PyTorch defaults"

@@ -13,7 +13,7 @@ from torchpace.knobs.base import ApplyContext, Knob
 from torchpace.runtime import prepare
 from torchpace.runtime.prepare import StepOptions
 
-from fixtures.workloads import tiny_mlp
+from fixtures.workloads import tiny_mlp, tiny_mlp_with_workers
 
 
 class _MarkModelKnob(Knob):
@@ -92,12 +92,15 @@ class _RecordingHook:
     def autocast_forward(self, knob, value):
         self.calls.append(("autocast_forward", knob.name))
 
+    def layout_forward(self, knob, value):
+        self.calls.append(("layout_forward", knob.name))
+
     def compile_forward(self, knob, value):
         self.calls.append(("compile_forward", knob.name))
 
 
 _ACTION_OF_REACH = {Reach.GLOBAL: "enter_global", Reach.LOADER: "give_loaders", Reach.OPTIMIZER: "give_optimizers",
-                    Reach.AUTOCAST: "autocast_forward", Reach.COMPILE: "compile_forward"}
+                    Reach.AUTOCAST: "autocast_forward", Reach.LAYOUT: "layout_forward", Reach.COMPILE: "compile_forward"}
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -115,4 +118,25 @@ def test_every_in_process_reach_says_how_and_what_of_the_script_it_reaches():
         assert reach.reaches and str(reach) == reach.value
         assert bool(reach.how) == reach.in_process
     # knobs that must meet something in the script say what a script they never met lacked
-    assert {r for r in Reach if r.missed} == {Reach.LOADER, Reach.OPTIMIZER, Reach.AUTOCAST, Reach.COMPILE}
+    assert {r for r in Reach if r.missed} == {Reach.LOADER, Reach.OPTIMIZER, Reach.AUTOCAST, Reach.LAYOUT, Reach.COMPILE}
+
+
+def test_a_workloads_own_loader_arguments_are_the_defaults_its_tune_starts_from(host):
+    from torchpace.knobs import workload_defaults
+    from torchpace.tune.space import build_space
+    from torchpace.tune.tuner import make_conflicts
+
+    own = tiny_mlp_with_workers()
+    assert workload_defaults(own) == {"data.num_workers": 2, "data.persistent_workers": True}
+    assert workload_defaults(tiny_mlp()) == {}
+    space = {k.name: k for k in build_space(host, own, stages=("data",))}
+    workers = space["data.num_workers"]
+    assert workers.default == 2 and workers.values[0] == 2 and 0 in workers.alternatives  # the baseline runs 2
+    assert REGISTRY["data.num_workers"].candidates(host, tiny_mlp())[0] == 0
+    # prefetching goes with the workload's own workers, and not with none
+    conflicts = make_conflicts(list(space.values()))
+    assert conflicts({"data.prefetch_factor": 4}) is None
+    assert "needs data.num_workers > 0" in conflicts({"data.prefetch_factor": 4, "data.num_workers": 0})
+    # no workers: tried with the workload's persistent workers turned off
+    assert conflicts({"data.num_workers": 0}) is not None
+    assert conflicts({"data.num_workers": 0, **workers.companions[0]}) is None

@@ -79,3 +79,16 @@ def test_a_config_runs_what_it_says_and_auto_only_when_asked(tmp_path, child_env
     asked = json.loads(run_launch(["--dry-run", "--json", "--config", str(config), "--allocator", "auto", "--", SCRIPT, "0"],
                                   child_env).stdout)
     assert next(s for s in asked["settings"] if s["name"] == "allocator")["source"] == "auto"
+
+
+def test_a_toml_setting_a_knob_to_its_default_is_in_the_dry_run_and_the_hooks_config(tmp_path, capsys):
+    """`"data.num_workers" = 0` for a script that passes `--workers 2`: the value reaches the script over its own
+    argument, so the plan carries it to the hook, and the dry run lists it."""
+    config = tmp_path / "torchpace.toml"
+    config.write_text('schema_version = 1\n[knobs]\n"data.num_workers" = 0\n"data.persistent_workers" = false\n')
+    assert main(["launch", "--config", str(config), "--dry-run", "--json", "--", SCRIPT, "0"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    settings = {s["name"]: s for s in plan["settings"]}
+    assert settings["data.num_workers"]["value"] == "0" and settings["data.num_workers"]["source"] == "config"
+    assert json.loads(plan["env_changes"]["TORCHPACE_LAUNCH_CONFIG"]) == {"data.num_workers": 0,
+                                                                         "data.persistent_workers": False}

@@ -325,19 +325,31 @@ def test_nofile_already_high_or_unlimited():
 def test_hook_gets_global_and_loader_knobs_and_names_what_needs_prepare():
     config = RunConfig({"precision.matmul": "high", "data.num_workers": 2, "threads.intra_op": 2,
                         "precision.amp": "bf16", "compile.mode": "default", "data.pin_memory": False,
-                        "model.channels_last": True})
+                        "model.channels_last": True, "model.activation_checkpointing": True})
     result = plan(config=config, env={"PYTHONPATH": "/mine"})
     assert result.env["PYTHONPATH"] == "/hook:/mine"
+    # threads: kept over the script's own call; pin_memory's default too, over the script's own pin_memory=True
     assert json.loads(result.env[CONFIG_ENV]) == {"compile.mode": "default", "data.num_workers": 2, "precision.amp": "bf16",
-                                                  "precision.matmul": "high", "threads.intra_op": 2}  # threads: kept over the script's own call
-    assert result.needs_prepare == ("model.channels_last",)
+                                                  "precision.matmul": "high", "threads.intra_op": 2, "data.pin_memory": False,
+                                                  "model.channels_last": True}  # threads: kept over the script's own call
+    assert result.needs_prepare == ("model.activation_checkpointing",)
     assert any("torchpace.prepare" in note for note in result.notes)
     assert picked(result, "precision.matmul") == {"precision.matmul": ("high", "config")}
 
 
 def test_no_hook_without_hook_knobs():
-    result = plan(config=RunConfig({"threads.intra_op": "auto", "data.pin_memory": False}))  # defaults only
+    # defaults that change nothing in a script: the planner's own threads, no compile, no autocast
+    result = plan(config=RunConfig({"threads.intra_op": "auto", "compile.mode": "off", "precision.amp": "off"}))
     assert CONFIG_ENV not in result.env and "PYTHONPATH" not in result.env and result.needs_prepare == ()
+
+
+def test_a_default_value_set_over_a_scripts_own_argument_reaches_the_hook_and_the_dry_run():
+    """`"data.num_workers" = 0` in a toml (or `--set`) for a script that passes `--workers 2`: the value replaces the
+    script's own argument, so it goes to the hook like any other, and the plan shows it."""
+    result = plan(config=RunConfig({"data.num_workers": 0, "data.persistent_workers": False, "optimizer.impl": "default"}))
+    assert json.loads(result.env[CONFIG_ENV]) == {"data.num_workers": 0, "data.persistent_workers": False,
+                                                  "optimizer.impl": "default"}
+    assert result.setting("data.num_workers").value == "0" and result.setting("optimizer.impl").value == "default"
 
 
 def test_a_thread_count_reaches_the_env_and_holds_over_the_scripts_own_call():

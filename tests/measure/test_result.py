@@ -96,3 +96,33 @@ def test_a_ci_of_fewer_windows_than_a_95_percent_ci_needs_says_what_the_range_is
     ten = replace(result, throughput=replace(result.throughput, windows=10))
     assert dict(throughput_rows(one))["95% CI of median"].endswith("(the range of 1 window(s): a 95% CI needs 6)")
     assert "(±" in dict(throughput_rows(ten))["95% CI of median"]
+
+
+def test_steps_per_s_and_step_time_are_one_window_median_whatever_the_number_of_windows():
+    """Steps/s and step time are the same median of the same windows, one the other's reciprocal: with an
+    even number of windows the median falls between two of them (a script's 0.5 and 0.68 steps/s windows
+    are 0.59 steps/s), and the step time is that median's, not the slower window's 2000 ms."""
+    from torchpace.measure.bench import throughput_figures
+    from torchpace.measure.stats import summarize
+    from torchpace.measure.timing import Throughput, Window
+
+    for windows in ([Window(1, 8, 2.0), Window(1, 8, 1 / 0.68)],  # two windows of one step (a slow script)
+                    [Window(3, 24, 0.30), Window(2, 16, 0.25), Window(4, 32, 0.36), Window(3, 24, 0.33)],
+                    [Window(3, 24, 0.30), Window(2, 16, 0.25), Window(4, 32, 0.36)]):
+        rates = [w.samples_per_s for w in windows]
+        real = Throughput(tuple(windows), summarize(rates), 1.0, 2, True, "time")
+        figures = throughput_figures(real)
+        assert figures.step_time_s * figures.steps_per_s == pytest.approx(1.0)
+        assert real.step_time_s == pytest.approx(figures.step_time_s)
+    # separate runs pooled: the same definition over every run's windows
+    steps_only = BenchResult.from_dict(recorded("bench_script_steps_only.json")).throughput
+    pooled = pool_throughput([steps_only, replace_windows(steps_only, 2.0)])
+    assert pooled.step_time_s * pooled.steps_per_s == pytest.approx(1.0)
+
+
+def replace_windows(figures, factor: float):
+    """`figures` with every window `factor` times as fast."""
+    from dataclasses import replace
+
+    return replace(figures, window_steps_per_s=tuple(r * factor for r in figures.window_steps_per_s),
+                   window_samples_per_s=tuple(r * factor for r in figures.window_samples_per_s))

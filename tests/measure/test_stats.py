@@ -47,3 +47,31 @@ def test_one_slow_outlier_window_does_not_move_the_median():
 def test_windows_agree_is_relative_and_symmetric():
     assert windows_agree(100, 104, 0.05) and windows_agree(104, 100, 0.05)
     assert not windows_agree(100, 120, 0.05)
+
+
+def test_a_figure_shows_the_digits_its_ci_supports_and_never_fewer_than_two_significant_ones():
+    from torchpace.measure.stats import figure_text
+
+    assert figure_text(9.5, 9.1, 9.9) == "9.5 [9.1, 9.9]"  # not "10"
+    assert figure_text(1.3, 1.0, 13.0) == "1.3 [1.0, 13.0]"  # not "1 [1, 13]": a wide CI still keeps two digits
+    assert figure_text(12345.6, 12001.0, 12700.2) == "12,346 [12,001, 12,700]"
+    assert figure_text(812.44, 812.31, 812.52) == "812.4 [812.3, 812.5]"  # a narrow CI supports a decimal
+    assert figure_text(1.0132, 1.0041, 1.0213) == "1.013 [1.004, 1.021]"
+    assert figure_text(3.512, 2.527, 18.9) == "3.5 [2.5, 18.9]"
+    assert figure_text(0.0512, 0.049, 0.053) == "0.051 [0.049, 0.053]"
+    # no CI (or one of a single sample): three significant digits, no bounds
+    assert figure_text(0.5912) == "0.591" and figure_text(2.527, 2.527, 2.527) == "2.53"
+    assert figure_text(812.4) == "812" and figure_text(12345.6, None, None) == "12,346"
+
+
+def test_a_ratio_says_its_ci_with_the_digits_it_supports_and_a_single_round_has_none():
+    from torchpace.measure.stats import ratio_text, summary_ratio_text
+
+    assert ratio_text(2.37, 0.39, 4.35, 2) == "2.37x [0.39, 4.35], 2 rounds (50% CI)"  # three digits: 1% decides
+    assert ratio_text(1.32, 1.25, 1.40, 6) == "1.32x [1.25, 1.40], 6 rounds"
+    assert ratio_text(1.32, None, None, 2) == "1.32x, 2 rounds" and ratio_text(None, None, None) == "-"
+    assert ratio_text(2.527, 2.527, 2.527, 1) == "2.53x, 1 round (no CI)"  # not "0% CI 2.527-2.527"
+    assert summary_ratio_text(summarize([2.527])) == ("2.53x", "1 round, no CI")
+    ratio, said = summary_ratio_text(summarize([3.2, 2.527, 18.9, 3.512, 4.1]))
+    assert ratio == "3.51x" and said == "93% CI 2.53-18.90, 5 rounds"
+    assert summary_ratio_text(summarize([1.0132, 1.0041, 1.0213, 1.012, 1.015, 1.011]))[0] == "1.013x"

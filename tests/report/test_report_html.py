@@ -101,6 +101,8 @@ def test_toml_json_and_report_show_the_same_figures_by_one_stated_definition(stu
     figure inside its own CI, by the paired definition each states."""
     from markupsafe import escape
 
+    from torchpace.measure.stats import figure_text, ratio_text
+
     from torchpace.tune.figures import PAIRED_FIGURES_NOTE, SPEEDUP_FROM_FINAL
 
     toml = load_config(tuned_study.db.parent / "torchpace.toml").result
@@ -128,13 +130,16 @@ def test_toml_json_and_report_show_the_same_figures_by_one_stated_definition(stu
             [(d["knob"], d["ratio"], d["ratio_ci_low"], d["ratio_ci_high"], d["rounds"]) for d in toml["decisions"]]
         assert all(d["ratio_ci_low"] <= d["ratio"] <= d["ratio_ci_high"] for d in judged)
     html = study_report.read_text()
+    # each figure with the digits its CI supports, by the one rule the terminal follows too
     for row in (live["baseline"], live["best"]):
-        shown = f"{row['samples_per_s']:,.0f} [{row['samples_per_s_ci_low']:,.0f}, {row['samples_per_s_ci_high']:,.0f}]"
-        assert shown in html
-    assert f"{live['speedup']:.2f}×" in html and escape(PAIRED_FIGURES_NOTE) in html
+        assert figure_text(row["samples_per_s"], row["samples_per_s_ci_low"], row["samples_per_s_ci_high"]) in html
+    speedup = live["extras"]["speedup"]
+    shown = ratio_text(live["speedup"], speedup.get("speedup_ci_low"), speedup.get("speedup_ci_high")).partition(" ")[0]
+    assert shown.replace("x", "×") in html and escape(PAIRED_FIGURES_NOTE) in html
     for decision in live["extras"]["decisions"]:
         if decision["ratio"] is not None:
-            assert f"{decision['ratio']:.2f}× [{decision['ratio_ci_low']:.2f}, {decision['ratio_ci_high']:.2f}]" in html
+            said = ratio_text(decision["ratio"], decision["ratio_ci_low"], decision["ratio_ci_high"])
+            assert said.replace("x", "×", 1) in html
 
 
 def test_the_study_report_shows_host_doctor_decisions_and_the_guard(study_report, tuned_study):
@@ -191,12 +196,14 @@ def test_a_profile_result_renders_the_split_and_the_verdict_with_evidence(tmp_pa
 
 
 def test_the_config_snippets_run_as_printed(tmp_path):
-    data = ReportData("study", "s.db", fixture_workload("tiny_mlp"), {"data.num_workers": 1, "model.channels_last": True})
+    data = ReportData("study", "s.db", fixture_workload("tiny_mlp"), {"data.num_workers": 1,
+                                                                       "model.activation_checkpointing": True})
     view = config_view(data)
-    assert view["needs_prepare"] == ["model.channels_last"]
+    assert view["needs_prepare"] == ["model.activation_checkpointing"]
     assert view["launch"] == "torchpace launch --config torchpace.toml -- train.py"
     (tmp_path / "torchpace.toml").write_text(view["toml"])
-    assert dict(load_config(tmp_path / "torchpace.toml").values) == {"data.num_workers": 1, "model.channels_last": True}
+    assert dict(load_config(tmp_path / "torchpace.toml").values) == {"data.num_workers": 1,
+                                                                     "model.activation_checkpointing": True}
     assert tomllib.loads(view["toml"])["schema_version"] == 1
     snippet = config_view(ReportData("study", "s.db", fixture_workload("tiny_mlp"), {"data.num_workers": 1}))["python"]
     namespace: dict = {}

@@ -37,6 +37,9 @@ def test_the_space_rebuilt_from_rows_is_each_tried_knob_with_its_default_first(t
     assert [k.name for k in space] == ["data.num_workers"]
     tried = {t.value for t in rows if t.kind == "candidate"}
     assert space[0].values[0] == 0 and set(space[0].values[1:]) == tried
+    # a workload that gives its own workers started its search from them (StudyAttrs.defaults)
+    own = rebuild_space(rows, {"data.num_workers": 4})
+    assert own[0].default == 4 and own[0].values == (4, *space[0].values[1:])
 
 
 @pytest.mark.parametrize("content, message", [

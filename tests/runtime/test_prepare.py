@@ -4,10 +4,11 @@ import pytest
 import torch
 from torch import nn
 
+from torchpace.errors import UsageError
 from torchpace.runtime import prepare
 from torchpace.workload import Workload
 
-from fixtures.workloads import tiny_inference, tiny_mlp
+from fixtures.workloads import tiny_inference, tiny_mlp, tiny_mlp_with_workers
 
 
 def test_prepare_from_parts_runs_a_users_own_loop(host):
@@ -86,7 +87,6 @@ def test_step_after_the_with_block_is_refused_with_a_reason(host):
     with prepare(tiny_mlp(), host=host) as run:
         batch = next(iter(run.loader))
         run.step(batch)
-    from torchpace.errors import UsageError
 
     with pytest.raises(UsageError, match="after the `with prepare"):
         run.step(batch)
@@ -105,3 +105,44 @@ def test_prepare_misuse_is_a_usage_error_that_says_what_to_pass(host, call, mess
     with pytest.raises(UsageError) as err:
         call(host)
     assert message in str(err.value)
+
+
+# ---- a workload's own DataLoader arguments (Workload.loader_options) -----------------------------------
+
+
+def test_a_workloads_own_loader_arguments_run_where_the_config_sets_none(host):
+    with prepare(tiny_mlp_with_workers(), host=host) as run:
+        assert (run.loader.num_workers, run.loader.persistent_workers) == (2, True)
+        # what the run had, as its record shows it: the workload's own values beside the knobs' defaults
+        assert run.config.non_default() == {"data.num_workers": 2, "data.persistent_workers": True}
+    with prepare(tiny_mlp_with_workers(), {"data.num_workers": 0, "data.persistent_workers": False}, host=host) as run:
+        assert (run.loader.num_workers, run.loader.persistent_workers) == (0, False)  # the config's, over its own
+        assert run.config.non_default() == {}
+
+
+def test_a_knob_that_needs_workers_goes_with_the_workloads_own(host):
+    with prepare(tiny_mlp_with_workers(), {"data.prefetch_factor": 4}, host=host) as run:
+        assert (run.loader.num_workers, run.loader.prefetch_factor) == (2, 4)
+    with pytest.raises(UsageError, match="needs data.num_workers > 0"):
+        prepare(tiny_mlp(), {"data.prefetch_factor": 4}, host=host)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"shuffle": False}, "'shuffle' cannot be given there; the DataLoader arguments a workload may set itself are "
+                         "num_workers, pin_memory, prefetch_factor, persistent_workers"),
+    ({"num_workers": -1}, "Workload.loader_options['num_workers']: knob 'data.num_workers': -1 is not valid"),
+    ({"pin_memory": "yes"}, "Workload.loader_options['pin_memory']: knob 'data.pin_memory': 'yes' is not valid"),
+])
+def test_loader_options_no_knob_owns_or_its_knob_refuses_are_usage_errors(host, options, message):
+    workload = tiny_mlp()
+    workload.loader_options = options
+    with pytest.raises(UsageError) as err:
+        prepare(workload, host=host)
+    assert message in str(err.value)
+
+
+def test_loader_options_that_are_not_a_mapping_are_named(host):
+    workload = tiny_mlp()
+    workload.loader_options = [("num_workers", 2)]
+    with pytest.raises(UsageError, match="Workload.loader_options is a list; expected a dict of DataLoader arguments"):
+        prepare(workload, host=host)

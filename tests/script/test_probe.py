@@ -147,7 +147,9 @@ def test_past_the_time_cap_a_short_pause_ends_the_measurement(tmp_path):
     assert not script.probe.finished and script.clock() > script.probe.meter.deadline
     script.clock.now += 1.0
     script.probe.check_stall()
-    assert script.exits == [0] and script.result().bench.throughput.stopped_by == "script-stalled"
+    # the time cap ended the measurement with the windows it had: not a stall (a script past its last step is
+    # often just ending: evaluating, saving a checkpoint)
+    assert script.exits == [0] and script.result().bench.throughput.stopped_by == "time"
 
 
 def test_no_step_in_time_is_a_timeout_saying_what_a_step_is(tmp_path):
@@ -273,3 +275,152 @@ def test_a_warm_up_of_its_own_cap_runs_past_its_share_of_a_short_measurement(tmp
         assert WARMUP_SHARE * 1.0 < throughput.warmup_s < warmup_s  # past its share of the 1 s
         assert throughput.samples_per_s == pytest.approx(BATCH / (WAIT_S + COMPUTE_S), rel=0.05)
         assert throughput.windows >= 6 and 0.5 < measured_s < 0.7
+
+
+# ---- compile time is never a stall ---------------------------------------------------------------------
+
+
+def _compile_mode_report(knob="compile.mode") -> HookReport:
+    """What the hook reports once `compile.mode` compiled the model in place after the first backward(), with
+    the first compiled forward and backward still to come (`ScriptCompile` fields, no torch.compile run)."""
+    from torchpace.script.compile import ScriptCompile
+
+    report = HookReport(config={knob: "default"})
+    compiled = report.compiled = ScriptCompile("default", report, knob)
+    compiled.triggered, compiled.modules = True, ["ResNet"]
+    report.reached.add(knob)
+    return report
+
+
+def test_a_first_compiled_step_longer_than_the_stall_floor_is_waited_for_within_the_compile_allowance(tmp_path):
+    """`compile.mode`: the step after the first one compiles (64 s for a ResNet on a CPU host): not a stall, the
+    meter starts once it is over, and that step's time does not stretch what counts as a stall afterwards."""
+    report = _compile_mode_report()
+    script = Script(tmp_path, report, max_time_s=10.0, target_ci_rel=0.05, compile_allowance_s=300.0)
+    script.step()  # eager; its backward() compiled the model in place
+    script.probe.on_compile_start()  # the first compiled forward: dynamo traces and inductor compiles
+    for _ in range(int(64 / 0.25)):
+        script.clock.now += 0.25
+        script.probe.check_stall()
+        assert not script.probe.finished, f"cut as a stall {script.clock.now - 100:.0f} s into the compile"
+    script.probe.on_compile_end()
+    report.compiled.compiled_calls, report.compiled.warm = 1, True  # the backward after it: compiling is over
+    script.step()
+    assert script.probe.meter is not None  # the measurement starts after the compiled step
+    assert script.probe.longest_step_s < 1.0  # the compile is not a step time
+    script.run_until_it_ends()
+    result = script.result()
+    assert result.status == OK and result.bench.throughput.stopped_by == "ci"
+    assert result.bench.throughput.samples_per_s == pytest.approx(BATCH / (WAIT_S + COMPUTE_S))
+
+
+def test_torchpaces_compile_is_waited_for_even_where_torch_reports_no_compile_events(tmp_path):
+    """Between the first backward() (the model compiled in place) and the backward() after the first compiled
+    forward, the script is compiling whatever torch's compile callbacks say (older torch has none for a
+    lazily compiled backward)."""
+    report = _compile_mode_report()
+    script = Script(tmp_path, report, max_time_s=10.0, target_ci_rel=0.05, compile_allowance_s=300.0)
+    script.step()
+    script.clock.now += 120.0
+    script.probe.check_stall()
+    assert not script.probe.finished
+    script.clock.now += 181.0  # past the allowance: a compile that hangs is still ended, saying so
+    script.probe.check_stall()
+    result = script.result()
+    assert script.exits == [0] and result.status == TIMEOUT
+    assert "compiling" in result.error and "compile allowance of 300 s" in result.error
+
+
+def test_a_compile_that_hangs_is_ended_past_the_allowance_with_a_message_that_says_it_was_compiling(tmp_path):
+    # a script that compiles itself recompiles after its first steps (a new input shape)
+    script = Script(tmp_path, max_time_s=60.0, target_ci_rel=0.0, compile_allowance_s=120.0)
+    for _ in range(3):
+        script.step()
+    script.probe.on_compile_start()
+    script.clock.now += 119.0
+    script.probe.check_stall()
+    assert not script.probe.finished
+    script.clock.now += 2.0
+    script.probe.check_stall()
+    result = script.result()
+    assert result.status == TIMEOUT and "compiling" in result.error and "121 s" in result.error
+
+
+def test_time_spent_compiling_is_left_out_of_a_gap_but_a_stall_after_it_is_still_one(tmp_path):
+    script = Script(tmp_path, max_time_s=600.0, target_ci_rel=0.0, compile_allowance_s=300.0)  # far from its cap
+    while len(script.probe.meter.windows if script.probe.meter else ()) < 3:
+        script.step()
+    script.probe.on_compile_start()  # a recompile inside the windows
+    script.clock.now += 50.0
+    script.probe.on_compile_end()
+    script.clock.now += 20.0  # 70 s since the last step, 20 s of them not compiling: not a stall yet
+    script.probe.check_stall()
+    assert not script.probe.finished
+    script.clock.now += 11.0  # 31 s not compiling: the script stopped stepping
+    script.probe.check_stall()
+    result = script.result()
+    assert result.status == OK and result.bench.throughput.stopped_by == "script-stalled"
+
+
+def test_torch_tells_the_probe_while_it_compiles_a_forward_and_a_backward_compiled_when_first_called(tmp_path):
+    """Real torch.compile (an eager-running backend, to be quick): while the compiler runs, for the forward and
+    for the backward torch compiles when it is first called, the probe knows it is compiling; after it, that it
+    is not, and the seconds spent are counted out of the gaps."""
+    import time
+
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    from torchpace.script.hook import watch_compiles
+
+    spec = ScriptMeasure(result_path=str(tmp_path / "r.json"), compile_allowance_s=300.0)
+    probe = ScriptProbe(spec, HookReport(), exit=lambda status: None)
+    seen = []
+
+    def compiler(name):
+        def compile_graph(gm, example_inputs):
+            seen.append((name, probe.compiling_for(time.perf_counter())))
+            return make_boxed_func(gm.forward)
+        return compile_graph
+
+    torch._dynamo.reset()  # (which also drops every compile callback)
+    unwatch = watch_compiles(probe)
+    assert unwatch is not None  # this torch reports its compiles
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        model.forward = torch.compile(model.forward, backend=aot_autograd(fw_compiler=compiler("forward"),
+                                                                          bw_compiler=compiler("backward")))
+        model(torch.randn(4, 8)).sum().backward()
+        assert probe.compiles.since is None and probe.compiling_for(time.perf_counter()) is None
+        spent = probe.compiles.total_s()
+        model(torch.randn(4, 8)).sum().backward()  # compiled already: no compile
+        assert probe.compiles.total_s() == spent > 0
+    finally:
+        unwatch()
+        torch._dynamo.reset()
+    assert [name for name, _ in seen] == ["forward", "backward"]
+    assert all(compiling is not None and compiling >= 0 for _, compiling in seen)
+
+
+
+# ---- a short script's slow steps and its end are no stall ----------------------------------------------
+
+
+def test_past_the_time_cap_a_slow_step_before_any_step_time_is_known_is_no_stall(tmp_path):
+    """A measurement sized to a short script in a quiet moment (1.5 s) while its steps now take 2-6 s: after its
+    first step nothing tells how long one takes, so a step that outlasts the cap is waited for, not called stalled
+    ("no step for 2 s after step 1")."""
+    script = Script(tmp_path, max_time_s=1.5, target_ci_rel=0.0, guard_steps=0)
+    script.step()  # the meter starts
+    for _ in range(int(6.0 / 0.25)):  # the second step takes 6 s
+        script.clock.now += 0.25
+        script.probe.check_stall()
+        assert not script.probe.finished, f"ended {script.clock.now - 100:.2f} s in"
+    script.step(compute_s=0.0)
+    n = 0
+    while not script.probe.finished and n < 40:
+        script.step(compute_s=2.0 + (n % 3))  # slow steps: the cap ends the measurement at a window's end
+        n += 1
+    result = script.result()
+    assert "made no step" not in result.error and result.bench is None or \
+        result.bench.throughput.stopped_by not in ("script-stalled",)

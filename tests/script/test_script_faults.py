@@ -55,8 +55,8 @@ def test_script_mode_bounds_knob_values_as_every_mode_does(assignment, cli_run, 
 @pytest.mark.slow
 def test_a_stalled_script_ends_the_bench_by_the_measurement_not_the_parents_kill(cli_run):
     done = cli_run("bench", "--max-time", "3", "--json", "--", "python", str(SCRIPTS / "stalls.py"), "400", timeout=400)
-    if done.returncode == 0:  # enough windows before the stall: they are the figures, marked
-        assert json.loads(done.stdout)["stopped_by"] == "script-stalled"
+    if done.returncode == 0:  # enough windows before the stall: they are the figures, marked (by the cap when it passed)
+        assert json.loads(done.stdout)["stopped_by"] in ("script-stalled", "time")
     else:
         assert done.returncode == 1 and "made no step for" in done.stderr and "stalled" in done.stderr, done.stderr[-3000:]
     assert "no result after" not in done.stderr  # not the parent's timeout

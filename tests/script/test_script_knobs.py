@@ -32,6 +32,8 @@ CLAIMS = {
     # bf16 inside the outermost forward only: the loss gets float32, the optimizer step runs outside autocast
     "precision.amp": ({"precision.amp": "bf16"}, {"autocast": True, "inner_dtype": "torch.bfloat16",
                                                   "output_dtype": "torch.float32", "autocast_in_step": False}),
+    # the outermost conv model converted in place, and its 4-D inputs at every call
+    "model.channels_last": ({"model.channels_last": True}, {"conv_channels_last": True, "input_channels_last": True}),
     # compiled in place after the first backward(): the script's own forward is traced by torch.compile
     "compile.mode": ({"compile.mode": "default"}, {"compiled": True}),
 }
@@ -88,6 +90,7 @@ def test_script_knob_changes_what_it_claims_under_launch(name, host_name, tmp_pa
 def test_defaults_leave_the_script_as_it_is(host, tmp_path, child_env):
     seen = _launch({}, tmp_path, child_env)
     assert (seen["num_workers"], seen["fused"], seen["autocast"], seen["output_dtype"]) == (0, False, False, "torch.float32")
+    assert (seen["conv_channels_last"], seen["input_channels_last"]) == (False, False)
     assert seen["compiled"] is False
 
 

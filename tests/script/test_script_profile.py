@@ -41,5 +41,30 @@ def test_knobs_for_a_script_say_how_each_reaches_it_or_the_prepare_change(cli_ru
     rows = {row["name"]: row for row in json.loads(result.stdout)["knobs"]}
     assert rows["data.num_workers"]["applies"] and "DataLoader" in rows["data.num_workers"]["reaches"]
     assert rows["model.activation_checkpointing"]["needs_prepare"] and "torchpace.prepare(" in rows["model.activation_checkpointing"]["prepare_change"]
-    assert rows["precision.amp"]["prepare_values"] == ["fp16"]  # bf16 reaches the script, fp16 needs a GradScaler
-    assert "fp16" not in rows["precision.amp"]["candidates"]
+    # fp16 reaches the script too (a GradScaler placed from outside), where the host runs it: CUDA only
+    assert rows["precision.amp"]["prepare_values"] == [] and not rows["model.channels_last"]["needs_prepare"]
+    assert "fp16" not in rows["precision.amp"]["candidates"]  # no CUDA here: refused by the host, not the script
+
+
+@pytest.mark.slow
+def test_profile_of_a_script_reads_the_other_load_as_a_workloads_profile_does(cli_run, tmp_path):
+    """A process outside torchpace's tree keeps a core busy while the script's steps are traced: the profile
+    reads it (`other_load_cores`) and says so beside its figures, as the Workload profile does."""
+    import subprocess
+    import sys
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        result = cli_run("profile", "--steps", "3", "--python-steps", "0", "--trace", str(tmp_path / "t.json.gz"),
+                         "--json", "--", "python", str(SCRIPTS / "loader_adamw.py"), "--work", "2", timeout=300)
+        plain = cli_run("profile", "--steps", "3", "--python-steps", "0", "--trace", str(tmp_path / "t.json.gz"),
+                        "--", "python", str(SCRIPTS / "loader_adamw.py"), "--work", "2", timeout=300)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert result.returncode == 0 and plain.returncode == 0, (result.stderr[-3000:], plain.stderr[-3000:])
+    payload = json.loads(result.stdout)
+    # the busy loop (and whatever else runs on this host) held at least half a core over the traced steps
+    assert payload["other_load_cores"] is not None and payload["other_load_cores"] >= 0.5
+    assert payload["usable_cores"] >= 1
+    assert "while other processes used" in plain.stdout

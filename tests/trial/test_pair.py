@@ -164,12 +164,14 @@ def test_separate_runs_give_the_rounds_a_ci_needs_each_run_measuring_its_share()
 
 @pytest.mark.slow
 def test_a_separate_run_that_hangs_is_ended_at_its_own_cap_not_the_comparisons():
+    # the hanging arm runs first: whether the other arm's run would fit in 10 s depends on the host's load (beside
+    # a dozen busy processes on 2 cores its start-up alone did not), which is not what this test is about
     hangs = TrialSpec(workload=f"{FIXTURES / 'workloads.py'}:hangs", config={}, max_time_s=2.0)
     started = time.monotonic()
-    result = run_pair(_spec("logged", max_time_s=2.0), hangs, probe_host(), timeout_s=900,
+    result = run_pair(hangs, _spec("logged", max_time_s=2.0), probe_host(), timeout_s=900,
                       options=PairOptions(sequential_rounds=1, run_timeout_s=10), sequential="testing the fallback")
-    assert result.mode == SEQUENTIAL and result.b.status == "timeout" and result.a.status == PARTNER
-    assert time.monotonic() - started < 120  # its own cap (10 s) after A's run, not a third of the comparison's 900 s
+    assert result.mode == SEQUENTIAL and result.a.status == "timeout" and result.b.status == PARTNER
+    assert time.monotonic() - started < 120  # its own cap (10 s), not a third of the comparison's 900 s
 
 
 @pytest.mark.slow
@@ -198,13 +200,17 @@ def test_under_the_latency_objective_the_turns_time_batch1_calls_and_the_through
     result = run_pair(spec({}), spec({"threads.intra_op": 1}), probe_host(), timeout_s=120,
                       options=PairOptions(rounds_s=6.0, min_rounds=MIN_WINDOWS_FOR_CI, max_rounds=8, target_ci_rel=0.0))
     assert result.mode == ALTERNATING and result.mode_reason is None and result.ok, (result.a.error, result.b.error)
-    assert result.stopped_by == "rounds" and len(result.ratios) == 8
+    # the rounds end at 8, or when their 6 s are spent, whichever comes first: which one depends on the host's
+    # load (on 2 cores beside 5 busy processes the time did), so only what holds either way is asserted
+    rounds = len(result.ratios)
+    assert result.stopped_by in ("rounds", "time") and 1 <= rounds <= 8
+    assert (result.stopped_by == "rounds") == (rounds == 8)
     for arm, rates in ((result.a, result.a_rates), (result.b, result.b_rates)):
         latency, throughput = arm.bench.latency, arm.bench.throughput
         assert latency.stopped_by == "pair" and latency.calls >= len(rates)
         assert min(rates) <= 1 / latency.p50_s <= max(rates)  # the turns' medians bracket the median of all calls
         assert throughput.stopped_by in ("ci", "time") and throughput.samples_per_s > 0  # measured after, alone
-    assert len(result.a_rates) + len(result.b_rates) == 3 * 8  # three turns to each of the 8 rounds
+    assert len(result.a_rates) + len(result.b_rates) == 3 * rounds  # three turns to each round, checked at its end
 
 
 def test_arms_that_cannot_be_held_together_are_compared_in_separate_runs():

@@ -3,6 +3,8 @@
 A pair record holds the candidate (B) and the config it was compared with in alternation (A, the
 incumbent), with each round's ratio B / A."""
 
+from dataclasses import replace
+
 from torchpace.trial.pair import ALTERNATING, PARTNER, PairResult
 from torchpace.protocol import TIMEOUT, TrialResult
 from torchpace.tune.policy import RETRY, RUNNING, Record, plan_greedy
@@ -165,6 +167,19 @@ def test_a_comparison_the_budget_cut_before_the_reference_arm_was_ready_is_cut_n
     assert candidate_result(alone, cut_by_budget=True) is alone.b
 
 
+def test_a_timeout_a_trial_wrote_itself_is_its_verdict_not_the_budgets():
+    """A script's hook ended its arm (a stall, or too few windows by its measurement's own cap) with a minute of
+    budget left: that is the comparison's outcome, not a cut by the budget (which would run it again and again)."""
+    from torchpace.tune.tuner import cut_by_the_budget
+
+    stalled = TrialResult(TIMEOUT, error="the script made no step for 31 s after step 3", returncode=0)
+    killed = TrialResult(TIMEOUT, error="no result after 64 s; the trial's process group was killed")
+    assert cut_by_the_budget(killed, True) and not cut_by_the_budget(killed, False)
+    assert not cut_by_the_budget(stalled, True)
+    pair = PairResult(ALTERNATING, stalled, TrialResult(PARTNER))
+    assert candidate_result(pair, cut_by_budget=True).status == PARTNER  # its partner's failure: not judged
+
+
 def test_a_loss_on_fewer_rounds_than_a_ci_needs_is_compared_again_before_it_is_rejected():
     first = pair("pair:precision.amp=bf16", BF16, [0.95, 0.96])  # the time cap ended it after two rounds
     state = play([base(), aa(), first], SPACE[1:])
@@ -323,7 +338,7 @@ def test_a_second_best_that_could_be_as_fast_is_compared_with_the_value_kept():
     assert state.incumbent == WORKERS_2 and [d.accepted_value for d in state.decisions] == [1, 2]
     decision = state.decisions[1]
     assert abs(decision.ratio - 1.105) < 1e-9 and decision.rounds == 6 and decision.knob == "data.num_workers"
-    assert decision.reason.startswith("accepted: data.num_workers=2 (second best, 1.010x) compared with it head to head")
+    assert decision.reason.startswith("accepted: data.num_workers=2 (second best, 1.01x) compared with it head to head")
     assert state.next.slot == "pair:precision.amp=bf16" and state.next.reference == WORKERS_2
     # not clearly faster (or failed): the value kept stays, and its reason says how the second best fared
     for duel, said in ((pair("duel:data.num_workers=2", WORKERS_2, [1.0, 0.99, 1.01, 1.0, 0.98, 1.005], reference=WORKERS_1),
@@ -362,3 +377,71 @@ def test_a_gain_under_the_floor_whose_ci_reaches_over_it_is_not_accepted_at_once
     again = pair("confirm-pair:precision.amp=bf16", BF16, [1.002, 1.006, 1.004, 1.003, 1.007, 1.005])
     decision = play([base(), aa(), under, again], SPACE[1:]).decisions[0]
     assert decision.accepted_value is None and decision.ratio_ci_low > 1
+
+
+# ---- a script's own settings are the baseline's ---------------------------------------------------------
+
+SCRIPT_SPACE = [
+    KnobSpace("data", "data.num_workers", 0, (0, 1, 2), {0: {"data.persistent_workers": False}}),
+    KnobSpace("data", "data.persistent_workers", False, (False, True)),
+    KnobSpace("compute", "optimizer.impl", "default", ("default", "foreach", "fused")),
+]
+OWN = {"data.num_workers": 2, "data.persistent_workers": True, "data.prefetch_factor": 2, "optimizer.impl": "fused"}
+
+
+def _conflicts(config):
+    """`tune.tuner.make_conflicts`' rule for the worker options: persistent workers need workers."""
+    return "needs workers" if config.get("data.persistent_workers") and not config.get("data.num_workers") else None
+
+
+def test_a_scripts_own_settings_are_the_baseline_its_own_value_is_no_candidate_and_the_default_is_one():
+    """A script passing `--workers 2`, persistent workers and fused=True: the baseline ran with those, so 2 workers is
+    no change (no A/A comparison labelled as one), 0 (the knob's default) is one, set explicitly in the config so
+    that it reaches the script over its own argument, with the option 0 workers cannot take; the other values of
+    the knobs the script set are compared with its own."""
+    table = [base(script_settings=OWN), aa()]
+    state = plan_greedy(SCRIPT_SPACE, table, _conflicts)
+    assert state.script_settings == OWN
+    assert state.next.slot == "pair:data.num_workers=0"
+    assert state.next.config == {"data.num_workers": 0, "data.persistent_workers": False} and state.next.reference == {}
+    table.append(pair("pair:data.num_workers=0", state.next.config, [0.5] * 6))
+    state = plan_greedy(SCRIPT_SPACE, table, _conflicts)
+    assert state.next.slot == "pair:data.num_workers=1" and state.next.config == {"data.num_workers": 1}
+    table.append(pair("pair:data.num_workers=1", {"data.num_workers": 1}, [0.7] * 6))
+    state = plan_greedy(SCRIPT_SPACE, table, _conflicts)
+    assert [d.accepted_value for d in state.decisions] == [None]  # the script's own 2 workers stay
+    # persistent workers: the script's True is its own, False (the default) the candidate, with its 2 workers
+    assert state.next.slot == "pair:data.persistent_workers=False"
+    assert state.next.config == {"data.persistent_workers": False}
+    table.append(pair("pair:data.persistent_workers=False", {"data.persistent_workers": False}, [0.9] * 6))
+    state = plan_greedy(SCRIPT_SPACE, table, _conflicts)
+    assert state.next.slot == "pair:optimizer.impl=default" and state.next.config == {"optimizer.impl": "default"}
+    table.append(pair("pair:optimizer.impl=default", {"optimizer.impl": "default"}, [1.3] * 7))
+    assert plan_greedy(SCRIPT_SPACE, table, _conflicts).next.slot == "pair:optimizer.impl=foreach"
+    table.append(pair("pair:optimizer.impl=foreach", {"optimizer.impl": "foreach"}, [1.0] * 6))
+    state = plan_greedy(SCRIPT_SPACE, table, _conflicts)
+    assert state.incumbent == {"optimizer.impl": "default"}  # kept: the config says so, and it reaches the script
+    assert state.next.slot == "final" and state.next.config == {"optimizer.impl": "default"} and state.next.reference == {}
+
+
+def test_a_study_tuned_before_the_scripts_own_settings_were_read_resumes_with_its_own_decisions():
+    """Revision 4 (a study tuned before): the candidates are the knob's values other than its default, as it
+    was tuned, whatever the baseline recorded."""
+    state = plan_greedy(SCRIPT_SPACE, [base(script_settings=OWN), aa()], _conflicts, revision=4)
+    assert state.next.slot == "pair:data.num_workers=1" and state.next.config == {"data.num_workers": 1}
+    # without a script (a Workload) the defaults are what ran: the same candidates in every revision
+    state = plan_greedy(SCRIPT_SPACE, [base(), aa()], _conflicts)
+    assert state.next.slot == "pair:data.num_workers=1" and state.script_settings == {}
+
+
+
+def test_advice_on_too_few_rounds_names_only_what_can_apply_to_a_script_that_ends():
+    """A clear gain on fewer rounds than a CI needs: a longer --trial-time gives more, but not to a script whose
+    run ends the comparison (a 20-step epoch): its own arguments (more steps or epochs) do."""
+    first = pair("pair:precision.amp=bf16", BF16, [3.5, 2.53, 18.9], ended=True)
+    again = pair("confirm-pair:precision.amp=bf16", BF16, [3.2, 4.1], ended=True)
+    decision = play([base(), aa(), first, again], SPACE[1:]).decisions[0]
+    assert decision.accepted_value is None and "more steps or epochs through its own arguments" in decision.reason
+    assert "--trial-time" not in decision.reason
+    timed = play([base(), aa(), replace(first, ended=False), replace(again, ended=False)], SPACE[1:]).decisions[0]
+    assert "a longer --trial-time gives more" in timed.reason

@@ -119,6 +119,23 @@ def test_a_separate_run_is_capped_as_a_trial_of_its_share_of_the_time(tmp_path, 
     assert options.run_timeout_s == tuner._cap_s(ranks, 1.0) < tuner._cap_s(ranks, 6.0)
 
 
+def test_a_trials_cap_follows_the_studys_baseline_a_slow_step_needs_more_than_the_trial_time_gives(recorded_db,
+                                                                                                   tmp_path, host):
+    fresh = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{tmp_path / 'new.db'}", out=tmp_path / "t.toml",
+                              budget_s=900.0, trial_time_s=8.0), host)
+    baseline = Proposal("baseline", "baseline", {})
+    assert fresh._cap_s(baseline, 8.0) == pytest.approx(900.0 * 0.25)  # no step time known: a share of the budget
+    assert fresh._cap_s(Proposal("pair:x", "candidate", {}, reference={}), 8.0) == pytest.approx(8.0 * 3 + 60)
+    tuner = Tuner(TuneOptions(workload=WORKLOAD, storage=f"sqlite:///{recorded_db}", study="paired-sleepy", resume=True,
+                              out=tmp_path / "r.toml",
+                              budget_s=900.0, trial_time_s=1.0), host)
+    baseline_s = tuner._baseline_wall_s()
+    assert baseline_s is not None and baseline_s > 0
+    candidate = Proposal("pair:x", "candidate", {}, reference={})
+    assert tuner._cap_s(candidate, 1.0) == pytest.approx(max(1.0 * 3 + 60, 2 * baseline_s))
+    assert tuner._cap_s(replace(candidate, time_factor=2.0), 2.0) >= 2 * tuner._cap_s(candidate, 1.0) - 60
+
+
 @pytest.mark.slow
 def test_a_comparison_out_of_memory_held_together_gets_the_separate_runs_cap_within_the_budget(tmp_path, host,
                                                                                                 monkeypatch):

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -196,3 +197,16 @@ def test_a_budget_short_of_the_next_comparison_and_the_final_one_runs_the_final_
     assert "a" in final.pair.reused and "b" not in final.pair.reused
     assert sum(t.pair.processes_started for t in pairs) <= 3 + len({json.dumps(t.config, sort_keys=True) for t in pairs[1:]})
     assert outcome.best.measurements >= 2 and outcome.best.throughput.ci_low <= final.throughput.ci_low
+
+
+def test_a_study_whose_baseline_failed_says_how_to_start_again_in_a_command_that_runs(tmp_path, host):
+    import shlex
+
+    options = _options(tmp_path, "raises_in_loss_named_with_spaces", {"data.num_workers"}, max_trials=1)
+    first = Tuner(options, host).run()
+    assert first.trials[0].slot == "baseline" and first.trials[0].status != "ok"
+    notices = []
+    Tuner(replace(options, resume=True), host, on_event=lambda kind, **data: notices.append(data.get("message"))).run()
+    restart = shlex.join(["torchpace", "tune", "--study", "torchpace-raises (in its loss)-2", options.workload])
+    assert any(f"start a new study: {restart}" in (notice or "") for notice in notices), notices
+    assert "--study 'torchpace-raises (in its loss)-2'" in restart  # the name with spaces is one argument

@@ -47,7 +47,7 @@ def test_a_study_measured_in_steps_per_s_never_says_samples_per_s():
     text = _render(_outcome(strategy="random", baseline=baseline, best=best, best_config={"data.num_workers": 2},
                             speedup=9.9 / 7.8, trials=(baseline, best), unit="steps/s", figures_note="F"))
     assert "steps/s [95% CI]" in text and "samples" not in text
-    assert "9.90 / 7.80 steps/s" in text and "7.80 [7.64, 7.96]" in text  # a few steps/s keep two decimals
+    assert "9.9 / 7.8 steps/s" in text and "7.8 [7.6, 8.0]" in text  # the digits the CI supports
 
 
 def _row(number, slot, config, figure, *, pair=None, reference=None, knob=None, value=None, stage=None, status="ok"):
@@ -96,12 +96,21 @@ def test_a_paired_study_shows_each_gain_with_its_ci_the_load_note_and_the_speedu
     assert state.done and state.incumbent == one_thread
     outcome = build_outcome(rows, state, StudyMeta("s", "sqlite://", "greedy", "tabular"), "done")
     text = _render(outcome)
+    # the same study of a script: its baseline's own settings are the outcome's, said with the baseline
+    own = {"data.num_workers": 2}
+    script_state = plan_greedy([KnobSpace("system", "threads.intra_op", "auto", ("auto", 1))],
+                               [replace(records[0], script_settings=own), *records[1:]])
+    script = build_outcome(rows, script_state, StudyMeta("s", "sqlite://", "greedy", "train.py",
+                                                         command=("python", "train.py")), "done")
+    assert script.script_settings == own and script.to_dict()["script_settings"] == own
+    assert result_table(script)["baseline_settings"] == own and "baseline_settings" not in result_table(outcome)
+    assert "baseline (the script's own settings: num_workers=2)" in _render(script)
     assert "+ threads.intra_op = 1" in text and "3.00x [2.90, 3.10], 6 rounds" in text
     assert ("threads.intra_op = 1 was measured while other processes used 1.4 of 2 cores; gains of threads.intra_op "
             "may not hold on a quiet host") in text
     assert "threads.intra_op=1  ->  2.90x [2.80, 3.00], 6 rounds the defaults" in text
     assert "the tuned config compared with the defaults in alternation" in text
-    assert "noise: the defaults compared with themselves gave 1.000x (75% CI 0.990-1.010, 3 rounds)" in text
+    assert "noise: the defaults compared with themselves gave 1.00x [0.99, 1.01], 3 rounds (75% CI)" in text
     assert outcome.speedup == 2.9 and outcome.baseline.throughput.value == 1000.0  # the final comparison's arms
     assert outcome.best.throughput.value == 2900.0
     assert outcome.to_dict()["baseline"]["samples_per_s"] == 1000.0 and outcome.to_dict()["best"]["samples_per_s"] == 2900.0
@@ -110,8 +119,8 @@ def test_a_paired_study_shows_each_gain_with_its_ci_the_load_note_and_the_speedu
     base, best = outcome.baseline, outcome.best
     assert (base.measurements, base.throughput.ci_low, base.throughput.ci_high) == pytest.approx((5, 970.0, 1010.0 * 1.02))
     assert (best.measurements, best.throughput.ci_low, best.throughput.ci_high) == pytest.approx((2, 2900.0 * 0.98, 3000.0 * 1.02))
-    assert "1,000.0 [970.0, 1,030.2] (range of 5 measurements)" in text
-    assert "tuned, compared with the defaults │ 2,900.0 [2,842.0, 3,060.0] (range of 2 measurements)" in text
+    assert "1,000 [970, 1,030] (range of 5 measurements)" in text
+    assert "tuned, compared with the defaults │ 2,900 [2,842, 3,060] (range of 2 measurements)" in text
     table = result_table(outcome)
     assert (table["baseline_measurements"], table["tuned_measurements"]) == (5, 2)
     assert (table["tuned_ci_low"], table["tuned_ci_high"]) == (best.throughput.ci_low, best.throughput.ci_high)
@@ -142,3 +151,21 @@ def test_a_ratio_on_fewer_rounds_than_a_95_percent_ci_needs_names_the_coverage_i
     assert ratio_text(2.37, 0.39, 4.35, 2) == "2.37x [0.39, 4.35], 2 rounds (50% CI)"
     assert ratio_text(1.32, 1.25, 1.40, 6) == "1.32x [1.25, 1.40], 6 rounds"
     assert ratio_text(1.32, None, None, 2) == "1.32x, 2 rounds" and ratio_text(None, None, None) == "-"
+
+
+def test_a_script_tunes_baseline_is_said_to_be_its_own_settings_not_pytorch_defaults():
+    """A tune of `train.py --workers 2`: its baseline ran the script's own loader and optimizer settings, and says
+    them; a tune that kept nothing leaves the script's own settings, not "PyTorch defaults"."""
+    figure = Objective("throughput", "samples/s", 100.0, 98.0, 102.0, 0.02)
+    baseline = TrialRow(number=0, slot="baseline", kind="baseline", throughput=figure, objective=figure)
+    own = {"data.num_workers": 2, "data.persistent_workers": False, "optimizer.impl": "default"}
+    outcome = _outcome(strategy="random", baseline=baseline, best=baseline, speedup=1.0, trials=(baseline,),
+                       command=("python", "train.py", "--workers", "2"), script_settings=own)
+    text = _render(outcome)
+    assert outcome.baseline_label == ("the script's own settings: num_workers=2, persistent_workers=False, "
+                                      "optimizer.impl=default")
+    assert "baseline (the script's own settings: num_workers=2" in text
+    assert "the script's own settings (nothing beat the noise)" in text and "PyTorch defaults" not in text
+    assert outcome.to_dict()["script_settings"] == own
+    workload = _render(replace(outcome, command=None, script_settings=None))
+    assert "baseline (PyTorch defaults)" in workload

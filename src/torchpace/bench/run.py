@@ -22,7 +22,7 @@ from torchpace.host import HostFacts
 from torchpace.knobs.system import fix_glibc_thresholds
 from torchpace.measure.bench import BenchOptions
 from torchpace.measure.result import BenchResult
-from torchpace.protocol import check_eval_batches, is_nonfinite
+from torchpace.protocol import check_eval_batches, compile_allowance_s, is_nonfinite
 from torchpace.runtime import pending_env_knobs
 from torchpace.trial import TrialSpec, run_trial
 from torchpace.trial.bench import run_bench
@@ -95,8 +95,9 @@ def _accuracy_report(workload, batches: int):
 def _bench_in_trial(spec, config: RunConfig, options: BenchOptions, host: HostFacts, device, accuracy_batches: int = 0) -> BenchResult:
     trial = TrialSpec(workload=spec or "tabular", config=dict(config.values), max_time_s=options.max_time_s,
                       compute_only=options.compute_only, device=device, sys_path=[os.getcwd()],
-                      accuracy_batches=accuracy_batches, accuracy_enforce=False)
-    result = run_trial(trial, host, timeout_s=options.max_time_s + _TRIAL_TIMEOUT_MARGIN_S)
+                      accuracy_batches=accuracy_batches, accuracy_enforce=False,
+                      compile_allowance_s=compile_allowance_s(config.values))
+    result = run_trial(trial, host, timeout_s=options.max_time_s + _TRIAL_TIMEOUT_MARGIN_S + trial.compile_allowance_s)
     _log.info("the bench's trial ended %s, wall time %.1f s", result.status, result.wall_time_s)
     if result.status == "invalid":
         raise UsageError(result.error)

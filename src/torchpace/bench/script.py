@@ -25,7 +25,7 @@ from torchpace.profile.effect import settings_in_effect
 from torchpace.profile.result import build_profile_result
 from torchpace.profile.trace import METADATA_KEY, parse_trace
 from torchpace.profile.verdict import build_offer
-from torchpace.protocol import INVALID, compile_allowance_s
+from torchpace.protocol import INVALID
 from torchpace.script.knobs import check_script_config, script_target
 from torchpace.script.spec import OWN_FAILURE, OWN_FAILURE_LINE
 from torchpace.trial import run_trial
@@ -54,7 +54,7 @@ def bench_script(command: Sequence[str], config: RunConfig, max_time_s: float, h
     def measure(cap_s: float):
         spec = script_trial_spec(command, config, cap_s, samples_per_step=samples_per_step)
         with waiting_bar(show_progress and not show_output, f"bench {label}", cap_s):
-            return run_trial(spec, host, timeout_s=cap_s + _BENCH_TIMEOUT_MARGIN_S + compile_allowance_s(config.values),
+            return run_trial(spec, host, timeout_s=cap_s + _BENCH_TIMEOUT_MARGIN_S + spec.compile_allowance_s,
                              log_path=log, echo=sys.stderr if show_output else None)
 
     result = measure(max_time_s)
@@ -141,7 +141,7 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
         spec = script_trial_spec(command, config, 60.0, script_mode="profile", script_profile=schedule)
         log = plan_log_path("profile", command)
         with waiting_bar(show_progress and not show_output, f"profile {label}", 0):
-            result = run_trial(spec, host, timeout_s=_BENCH_TIMEOUT_MARGIN_S * 3 + compile_allowance_s(config.values),
+            result = run_trial(spec, host, timeout_s=_BENCH_TIMEOUT_MARGIN_S * 3 + spec.compile_allowance_s,
                                log_path=log, echo=sys.stderr if show_output else None)
         say_output_log(log)
         if result.status == INVALID:
@@ -162,7 +162,8 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
                         in_effect=settings_in_effect(trace))
     result = build_profile_result(trace, workload_spec=shlex.join(command), knobs_by_stage=knobs_by_stage,
                                   offer=offer, command=command, trace_path=written,
-                                  wall_time_s=time.perf_counter() - start, usable_cores=host.usable_cores)
+                                  wall_time_s=time.perf_counter() - start, usable_cores=host.usable_cores,
+                                  other_load_cores=document[METADATA_KEY].get("other_load_cores"))
     if failure is not None:  # the figures go with the error: the CLI prints them, then the one line
         failure.figures = result
         raise failure

@@ -28,8 +28,9 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     """Measure WORKLOAD's real training step (default: the built-in `tabular`), or an unmodified
     training script given after `--` (`torchpace bench -- python train.py ARGS`).
 
-    WORKLOAD is `pkg.module:function`, `path/to/file.py:function`, or one of
-    vision, language, tabular, inference. A script is measured inside its own process: a step is
+    WORKLOAD is `pkg.module:function`, `path/to/file.py:function`, or one of resnet, gpt (sized for
+    the device; resnet-small, resnet-full, gpt-small, gpt-full by name), vision, language, tabular,
+    inference. A script is measured inside its own process: a step is
     one optimizer step (or one backward() without an optimizer), samples come from its DataLoader.
     """
     # lazy: `torchpace bench --help` loads this module; the verb's work loads only when it runs

@@ -23,6 +23,7 @@ def plan_knob_table(host, workload) -> list[dict]:
     for knob in knobs_in_stage_order():
         reason = knob.applies(host, workload)
         row = knob.describe()
+        row["default"] = knob.default_for(workload)  # the workload's own DataLoader argument, where it gives one
         row["applies"] = reason is None
         row["reason"] = reason
         row["candidates"] = knob.candidates(host, workload) if reason is None else []

@@ -40,7 +40,8 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
     Runs a few real steps under torch.profiler and reports a verdict (input-bound,
     host-sync-bound, compute-bound, memory-bound or communication-bound), the evidence, what to
     do, and the knobs `torchpace tune` would try first. WORKLOAD is `pkg.module:function`,
-    `path/to/file.py:function`, or one of vision, language, tabular, inference. An unmodified
+    `path/to/file.py:function`, or one of resnet, gpt (sized for the device; resnet-small,
+    resnet-full, gpt-small, gpt-full by name), vision, language, tabular, inference. An unmodified
     training script runs after `--` (`torchpace profile -- python train.py ARGS`): its own steps are
     traced, labelled by torchpace's hook (input wait, forward, backward, optimizer).
     """

@@ -185,14 +185,18 @@ class _progress:
             self.best = figure
         if kind == "trial_start":
             self.what = what
+        # lazy: `torchpace tune --help` loads this module; the verb's work loads only when it runs
+        from torchpace.measure.stats import figure_text, ratio_text
+
         if kind == "round" and data.get("summary") is not None:
             summary = data["summary"]
-            desc = (f"trial {data.get('number')}: {self.what}, round {data['rounds']}: {summary.median:.2f}x the incumbent "
-                    f"[{summary.ci_low:.2f}, {summary.ci_high:.2f}]")
+            desc = (f"trial {data.get('number')}: {self.what}, round {data['rounds']}: "
+                    f"{ratio_text(summary.median, summary.ci_low, summary.ci_high)} the incumbent")
         else:
             desc = {"trial_start": f"trial {data.get('number')}: {what}", "trial_done": f"trial {data.get('number')} done",
                     "waiting": "waiting for trials running elsewhere"}.get(kind, f"trial {data.get('number')}: {self.what}")
-        best = f"best {self.best.value:,.{0 if self.best.value >= 100 else 2}f} {self.best.unit}" if self.best else ""
+        best = (f"best {figure_text(self.best.value, self.best.ci_low, self.best.ci_high).partition(' ')[0]} {self.best.unit}"
+                if self.best else "")
         self.progress.update(self.task, description=desc, best=best, completed=min(self.budget_s, time.monotonic() - self.start))
 
     def __exit__(self, *exc):

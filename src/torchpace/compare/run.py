@@ -31,13 +31,14 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts
-from torchpace.knobs import REGISTRY
+from torchpace.knobs import REGISTRY, workload_defaults
 from torchpace.launch.command import parse_python_command
 from torchpace.measure.comparison import RESULT_KIND, RESULT_SCHEMA_VERSION, Comparison, ComparisonArm
 from torchpace.measure.contention import decision_note
+from torchpace.measure.render import config_label, settings_text
 from torchpace.measure.result import LATENCY, SAMPLES_PER_S, SECONDS, STEPS_PER_S, THROUGHPUT
-from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
-from torchpace.protocol import INVALID, TrialSpec
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, ratio_text, summarize, summary_ratio_text
+from torchpace.protocol import INVALID, TrialSpec, compile_allowance_s
 from torchpace.script.knobs import check_script_config
 from torchpace.trial.pair import SEQUENTIAL, PairOptions, PairResult, run_pair, sequential_reason
 from torchpace.trial.script import script_trial_spec
@@ -73,7 +74,8 @@ def arm_specs(target: str | None, command: Sequence[str] | None, config_a: RunCo
                      for config in (config_a, config_b))
 
     return tuple(TrialSpec(workload=target or DEFAULT_WORKLOAD, config=dict(config.values), max_time_s=options.max_time_s,
-                           device=options.device, sys_path=[os.getcwd()], objective=options.objective)
+                           device=options.device, sys_path=[os.getcwd()], objective=options.objective,
+                           compile_allowance_s=compile_allowance_s(config.values))
                  for config in (config_a, config_b))
 
 
@@ -84,26 +86,28 @@ def compare(target: str | None, command: Sequence[str] | None, config_a: RunConf
     Raises:
         UsageError: a knob of either config does not apply here (before anything starts).
     """
-    label = _check_configs(target, command, config_a, config_b, host, options.objective)
+    label, config_a, config_b = _check_configs(target, command, config_a, config_b, host, options.objective)
     spec_a, spec_b = arm_specs(target, command, config_a, config_b, options)
     pair_options = PairOptions(rounds_s=options.max_time_s)
-    pair_options = replace(pair_options, run_timeout_s=options.timeout_s(pair_options.run_time_s(options.max_time_s)))
+    compiling_s = max(spec_a.compile_allowance_s, spec_b.compile_allowance_s)  # an arm that compiles may take that longer
+    pair_options = replace(pair_options, run_timeout_s=options.timeout_s(pair_options.run_time_s(options.max_time_s)) + compiling_s)
     sequential = "asked for (--sequential)" if options.sequential else sequential_reason(spec_a, spec_b)
     # separate runs: each capped as one of its share of the time would be
-    timeout_s = pair_options.separate_runs_timeout_s if sequential else options.timeout_s()
+    timeout_s = pair_options.separate_runs_timeout_s if sequential else options.timeout_s() + compiling_s
     with round_progress(show_progress, f"compare {label}") as on_round:
         pair = run_pair(spec_a, spec_b, host, timeout_s, pair_options, sequential=sequential, on_round=on_round,
                         figure=lambda bench: objective_value(bench, options.objective)[0])
     for arm in (pair.a, pair.b):
         if arm.status == INVALID:
             raise UsageError(arm.error)
-    return build_comparison(pair, label, config_a, config_b, options.objective)
+    return build_comparison(pair, label, config_a, config_b, options.objective, script=bool(command))
 
 
 def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, host: HostFacts,
-                   objective: str = THROUGHPUT) -> str:
-    """The compared thing's label, after checking that every knob of both configs can run here, and that the
-    objective can be measured on it (latency: an inference workload)."""
+                   objective: str = THROUGHPUT) -> tuple[str, RunConfig, RunConfig]:
+    """The compared thing's label and the two configs as its runs have them (a workload's own DataLoader
+    arguments where a config sets none), after checking that every knob of both configs can run here, and
+    that the objective can be measured on it (latency: an inference workload)."""
     if command:
         label = parse_python_command(command).label
         if objective == LATENCY:
@@ -111,24 +115,26 @@ def _check_configs(target, command, config_a: RunConfig, config_b: RunConfig, ho
                              "is a script, measured by its own steps: compare it with --objective throughput")
         for config in (config_a, config_b):
             check_script_config(config, host, label)
-        return label
+        return label, config_a, config_b
     from torchpace.runtime.prepare import check_config
 
     workload = load_workload(target)
     check_objective(objective, workload.is_training, workload.name)
     for config in (config_a, config_b):
         check_config(config, host, workload)
-    return workload.name
+    own = workload_defaults(workload)
+    return workload.name, config_a.with_defaults(own), config_b.with_defaults(own)
 
 
 def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b: RunConfig,
-                     objective: str = THROUGHPUT) -> Comparison:
-    """The comparison's figures (see the module docstring) from a `PairResult` (pure)."""
+                     objective: str = THROUGHPUT, script: bool = False) -> Comparison:
+    """The comparison's figures (see the module docstring) from a `PairResult` (pure); `script`: the arms ran an
+    unmodified script, whose own settings are what a config that sets nothing runs with."""
     summary = pair.summary
     latency = objective == LATENCY
     unit = SECONDS if latency else STEPS_PER_S if any(
         arm.bench and not arm.bench.throughput.samples_known for arm in (pair.a, pair.b)) else SAMPLES_PER_S
-    changed = sorted(set(config_a.non_default().items()) ^ set(config_b.non_default().items()))
+    changed = sorted(set(config_a.values.items()) ^ set(config_b.values.items()))
     core_knobs = sorted({name for name, _ in changed if REGISTRY[name].shares_cores})
     loads = [load for load in (pair.other_load_a, pair.other_load_b) if load is not None]
     note = decision_note(max(loads), pair.usable_cores or 1, core_knobs) if loads else None
@@ -138,8 +144,8 @@ def build_comparison(pair: PairResult, label: str, config_a: RunConfig, config_b
     return Comparison(
         kind=RESULT_KIND, schema_version=RESULT_SCHEMA_VERSION, target=label,
         mode=pair.mode, mode_reason=pair.mode_reason, unit=unit, stopped_by=pair.stopped_by,
-        a=_arm(pair.a, config_a, pair.a_rates, pair.other_load_a, latency),
-        b=_arm(pair.b, config_b, pair.b_rates, pair.other_load_b, latency),
+        a=_arm(pair.a, config_a, pair.a_rates, pair.other_load_a, latency, script),
+        b=_arm(pair.b, config_b, pair.b_rates, pair.other_load_b, latency, script),
         ratio=summary.median if summary else None, ratio_ci_low=summary.ci_low if summary else None,
         ratio_ci_high=summary.ci_high if summary else None, ratio_ci_coverage=summary.ci_coverage if summary else None,
         rounds=summary.n if summary else 0, ratios=tuple(pair.ratios),
@@ -185,28 +191,32 @@ def _sentence(verdict: str, summary: Summary | None, pair: PairResult) -> str:
         failed = next(name for name, arm in (("B", pair.b), ("A", pair.a)) if not arm.ok) if not (pair.a.ok and pair.b.ok) \
             else "neither"
         return f"no ratio: arm {failed} did not finish a measurement" if failed != "neither" else "no ratio: no round completed"
-    ci = f"{summary.ci_name} {summary.ci_low:.3f}-{summary.ci_high:.3f}, {summary.n} rounds"
+    ratio, ci = summary_ratio_text(summary)
     if verdict == "too few rounds":
         more = ("a separate run that measured nothing leaves its round out" if pair.mode == SEQUENTIAL
-                else "a longer --max-time gives more")
-        return (f"too few rounds to tell: B is {summary.median:.3f}x A ({ci}; a 95% CI needs {MIN_WINDOWS_FOR_CI} "
+                else "a script's run ends it: more steps or epochs through the script's own arguments give more"
+                if pair.stopped_by == "ended" else "a longer --max-time gives more")
+        return (f"too few rounds to tell: B is {ratio} A ({ci}; a 95% CI needs {MIN_WINDOWS_FOR_CI} "
                 f"rounds, {more})")
     if verdict == "faster":
-        return f"B is faster: {summary.median:.3f}x A ({ci})"
+        return f"B is faster: {ratio} A ({ci})"
     if verdict == "slower":
-        return f"B is slower: {summary.median:.3f}x A ({ci})"
-    return f"no difference this comparison can tell: B is {summary.median:.3f}x A ({ci}, which contains 1)"
+        return f"B is slower: {ratio} A ({ci})"
+    return f"no difference this comparison can tell: B is {ratio} A ({ci}, which contains 1)"
 
 
 def _arm(result, config: RunConfig, rates: Sequence[float], other_load: float | None,
-         latency: bool = False) -> ComparisonArm:
-    """One arm in the comparison: its config, status, and the median of its turns with the CI (`latency`: the
-    turns' rates are 1 / p50, shown as the p50s, in seconds)."""
+         latency: bool = False, script: bool = False) -> ComparisonArm:
+    """One arm in the comparison: its config (every value it set: a default too replaces a script's own
+    argument), what that ran in words, status, and the median of its turns with the CI (`latency`: the turns'
+    rates are 1 / p50, shown as the p50s, in seconds)."""
     if latency:
         rates = [1.0 / rate if rate > 0 else 0.0 for rate in rates]
     figure = summarize(list(rates)) if rates else None
+    settings = result.bench.script.script_settings if result.bench and result.bench.script else None
+    ran = config_label(config.values, script) + (f" ({settings_text(settings)})" if settings and not config.values else "")
     return ComparisonArm(
-        config=config.non_default(), status=result.status, figure=figure.median if figure else None,
+        config=dict(config.values), label=ran, status=result.status, figure=figure.median if figure else None,
         ci_low=figure.ci_low if figure else None, ci_high=figure.ci_high if figure else None, rounds=len(rates),
         other_load_cores=other_load, error=result.error or None, stderr_tail=result.stderr_tail or None,
         warmup_converged=result.bench.throughput.warmup_converged if result.bench else None, turns=tuple(rates))
@@ -226,7 +236,7 @@ def round_progress(enabled: bool, label: str) -> Iterator:
 
         def on_round(rounds: int, summary: Summary | None) -> None:
             if summary is not None:
-                progress.update(task, status=f"round {rounds}: B/A {summary.median:.3f} "
-                                f"[{summary.ci_low:.3f}, {summary.ci_high:.3f}]  ({time.perf_counter() - started:.0f} s)")
+                progress.update(task, status=f"round {rounds}: B/A {ratio_text(summary.median, summary.ci_low, summary.ci_high)}"
+                                f"  ({time.perf_counter() - started:.0f} s)")
 
         yield on_round

@@ -4,7 +4,9 @@
 - `ShardDataset(shard_dir, ...)`: the same samples from WebDataset-compatible tar shards
   (`torchpace shard` writes them; `ImageFolderDataset.as_shards()` makes them in the cache);
 - decoders `pillow`, `simplejpeg`, `turbojpeg`, `torchvision`, `torchvision-cuda` (optional extras);
-- `CropFlipNormalize`: the random crop + flip + normalise the `vision` example trains with.
+- `CropFlipNormalize`: the random crop + flip + normalise the `vision` example trains with;
+- `RandomResizedCropFlipNormalize`: torchvision's ImageNet training transform (random resized crop + flip
+  + normalise), the `resnet` example's.
 
 The `data.decoder` and `data.format` knobs swap these for a workload built on them, so `torchpace
 tune` measures decoders and shards against the real step; `torchpace bench-data` measures the input
@@ -24,7 +26,7 @@ _SOURCES = {  # name -> the module that defines it
     "get_decoder": "decoders", "ImageFolderDataset": "folder", "CorruptImageError": "loading",
     "SkippedImageWarning": "loading", "FolderError": "scan", "scan_folder": "scan", "ShardDataset": "shard_dataset",
     "ShardError": "shards", "ShardManifest": "shards", "load_manifest": "shards", "write_shards": "shards",
-    "CropFlipNormalize": "transforms",
+    "CropFlipNormalize": "transforms", "RandomResizedCropFlipNormalize": "transforms",
 }
 __all__ = list(_SOURCES)
 

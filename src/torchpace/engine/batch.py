@@ -50,8 +50,13 @@ def to_device(batch: Any, device: torch.device, non_blocking: bool = False, chan
 
     def move(t: torch.Tensor) -> torch.Tensor:
         t = t.to(device, non_blocking=non_blocking)
-        if channels_last and t.dim() == 4 and t.is_floating_point():
-            t = t.contiguous(memory_format=torch.channels_last)
-        return t
+        return as_channels_last(t) if channels_last else t
 
     return map_tensors(batch, move)
+
+
+def as_channels_last(t: torch.Tensor) -> torch.Tensor:
+    """`t` in channels_last when it is a 4-D floating tensor (an image batch), else `t` as it is."""
+    if t.dim() == 4 and t.is_floating_point():
+        return t.contiguous(memory_format=torch.channels_last)
+    return t

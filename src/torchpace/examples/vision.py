@@ -8,6 +8,8 @@ and `data.format` (files or shards) included.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -30,35 +32,67 @@ _MEAN = (0.5, 0.5, 0.5)
 _STD = (0.25, 0.25, 0.25)
 
 
-def _synthetic_image(label: int, index: int) -> Image.Image:
+def _synthetic_image(label: int, index: int, classes: int = N_CLASSES, height: int = IMAGE_SIZE,
+                     width: int = IMAGE_SIZE) -> Image.Image:
     """A class-dependent pattern (oriented stripes in a class colour) with per-image noise."""
     rng = np.random.default_rng(label * 100_003 + index)
-    yy, xx = np.mgrid[0:IMAGE_SIZE, 0:IMAGE_SIZE].astype(np.float32)
-    angle = np.pi * label / N_CLASSES
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    angle = np.pi * label / classes
     phase = rng.uniform(0, 2 * np.pi)
     stripes = np.sin((xx * np.cos(angle) + yy * np.sin(angle)) / 4.0 + phase)
     colour = np.array([(label * 37) % 256, (label * 91) % 256, (label * 53) % 256], dtype=np.float32) / 255
-    pixels = 0.5 + 0.35 * stripes[..., None] * colour + rng.normal(0, 0.08, (IMAGE_SIZE, IMAGE_SIZE, 3))
+    pixels = 0.5 + 0.35 * stripes[..., None] * colour + rng.normal(0, 0.08, (height, width, 3))
     return Image.fromarray((np.clip(pixels, 0, 1) * 255).astype(np.uint8))
 
 
-def write_jpeg_folder(root: Path, classes: int = N_CLASSES, per_class: int = IMAGES_PER_CLASS) -> Path:
+def _image_shape(label: int, index: int, sides: tuple[int, int]) -> tuple[int, int]:
+    """(height, width) of one image: each side drawn from `sides` (inclusive), fixed per image."""
+    if sides[0] == sides[1]:
+        return sides[0], sides[0]
+    rng = np.random.default_rng((label, index, 1))  # not the pattern's stream: same-size folders stay as they were
+    height, width = rng.integers(sides[0], sides[1] + 1, size=2)
+    return int(height), int(width)
+
+
+def write_jpeg_folder(root: Path, classes: int = N_CLASSES, per_class: int = IMAGES_PER_CLASS,
+                      sides: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE)) -> Path:
     """Write `root/<class>/<i>.jpg` once; a complete folder is reused. Written to a temp dir and
-    renamed into place, so an interrupted write never leaves a half folder under the final name."""
+    renamed into place, so an interrupted write never leaves a half folder under the final name.
+    Classes are written in parallel, one process per usable core (a few ms per image).
+
+    Args:
+        root: the folder to write.
+        classes: class sub-folders (`class_00`, `class_01`, ...).
+        per_class: images in each.
+        sides: (smallest, largest) side in pixels; each image's height and width are drawn from it,
+            as photos come in many sizes (equal: every image is square, of that side).
+    """
     if (root / ".complete").exists():
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
-    for label in range(classes):
-        (tmp / f"class_{label:02d}").mkdir()
-        for index in range(per_class):
-            _synthetic_image(label, index).save(tmp / f"class_{label:02d}" / f"{index:04d}.jpg", quality=90)
+    digits = max(2, len(str(classes - 1)))
+    jobs = [(tmp / f"class_{label:0{digits}d}", label, classes, per_class, sides) for label in range(classes)]
+    processes = min(len(jobs), len(os.sched_getaffinity(0)))
+    if processes > 1:
+        with multiprocessing.get_context("fork").Pool(processes) as pool:  # numpy + Pillow only: fork is safe
+            pool.starmap(_write_class, jobs)
+    else:
+        for job in jobs:
+            _write_class(*job)
     (tmp / ".complete").touch()
     try:
         tmp.rename(root)
     except OSError:  # another process finished first: keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
     return root
+
+
+def _write_class(folder: Path, label: int, classes: int, per_class: int, sides: tuple[int, int]) -> None:
+    folder.mkdir()
+    for index in range(per_class):
+        image = _synthetic_image(label, index, classes, *_image_shape(label, index, sides))
+        image.save(folder / f"{index:04d}.jpg", quality=90)
 
 
 def image_dataset(train: bool = True) -> ImageFolderDataset:

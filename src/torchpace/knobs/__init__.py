@@ -36,9 +36,33 @@ def get_knob(name: str) -> Knob:
     return REGISTRY[name]
 
 
+def workload_defaults(workload: KnobSubject) -> dict[str, KnobValue]:
+    """Knob name -> value for every knob whose default the workload sets itself (`Knob.default_for`: its
+    own DataLoader arguments, `Workload.loader_options`), validated by the knob.
+
+    Raises:
+        UsageError: an argument that no knob sets (naming the ones that can be given), or a value the
+            knob refuses.
+    """
+    options = getattr(workload, "loader_options", None) or {}
+    owners = {knob.loader_argument: knob for knob in REGISTRY.values() if knob.loader_argument}
+    unknown = sorted(str(name) for name in options if name not in owners)
+    if unknown:
+        raise UsageError(f"Workload.loader_options: {', '.join(map(repr, unknown))} cannot be given there; the "
+                         f"DataLoader arguments a workload may set itself are {', '.join(owners)}")
+    defaults = {}
+    for argument in options:
+        knob = owners[argument]
+        try:
+            defaults[knob.name] = knob.default_for(workload)
+        except UsageError as err:
+            raise UsageError(f"Workload.loader_options[{argument!r}]: {err}") from None
+    return defaults
+
+
 def knobs_in_stage_order() -> list[Knob]:
     return sorted(REGISTRY.values(), key=lambda k: STAGES.index(k.stage))
 
 
-__all__ = ["REGISTRY", "register", "get_knob", "knobs_in_stage_order", "Knob", "KnobValue", "Point", "Reach", "ApplyContext",
-           "KnobSubject", "ScriptSubject", "ScriptHook", "STAGES"]
+__all__ = ["REGISTRY", "register", "get_knob", "knobs_in_stage_order", "workload_defaults", "Knob", "KnobValue", "Point",
+           "Reach", "ApplyContext", "KnobSubject", "ScriptSubject", "ScriptHook", "STAGES"]

@@ -23,7 +23,8 @@ Lifecycle, in the order torchpace calls it:
 Script mode (an unmodified `train.py`, see `torchpace.script`): `script_reach` (a `Reach`) says how a
 knob reaches a script it cannot edit — `process` (the child's env/argv), `global` (torch state set at
 import), `loader` (DataLoader arguments), `optimizer` (optimizer constructor arguments), `autocast`
-(around the outermost module's forward), `compile` (the outermost module compiled in place after the
+(around the outermost module's forward), `layout` (the outermost module with 2-D convolutions and
+its 4-D inputs in channels_last), `compile` (the outermost module compiled in place after the
 first backward()) — or None when only `prepare()` can apply it;
 `script_reason(value)` says why a particular value cannot reach a script (e.g. fp16 needs a GradScaler
 in the loop); `apply_in_script(value, hook)` is its action inside the script's process, through what
@@ -77,6 +78,7 @@ class Reach(str, enum.Enum):
     LOADER = "loader"
     OPTIMIZER = "optimizer"
     AUTOCAST = "autocast"
+    LAYOUT = "layout"
     COMPILE = "compile"
 
     def __str__(self) -> str:
@@ -98,6 +100,12 @@ class Reach(str, enum.Enum):
         return _REACH_TEXT[self][1]
 
     @property
+    def sets_arguments(self) -> bool:
+        """True when it gives the script's objects their arguments (DataLoader, optimizer), over the script's own:
+        then every value, the knob's default included, changes what runs where the script chose otherwise."""
+        return self in (Reach.LOADER, Reach.OPTIMIZER)
+
+    @property
     def missed(self) -> str | None:
         """What a script lacked when a knob of this reach never took effect in it; None when the knob
         takes effect without meeting anything (torch's global state, the process's env)."""
@@ -117,6 +125,10 @@ _REACH_TEXT: dict[Reach, tuple[str, str, str | None]] = {
     Reach.AUTOCAST: ("autocast around the forward of the outermost module with parameters",
                      "bf16 autocast around the forward of the outermost module with parameters",
                      "it called no module with parameters"),
+    Reach.LAYOUT: ("the outermost module with 2-D convolutions and its 4-D inputs, in channels_last",
+                   "the outermost module with 2-D convolutions converted to channels_last before its first forward, "
+                   "its 4-D inputs at every call",
+                   "it called no module with parameters"),
     Reach.COMPILE: ("the outermost module with parameters, compiled in place after the first backward()",
                     "the outermost module with parameters compiled in place after the script's first backward()",
                     "it called no module with trainable parameters before its first backward()"),
@@ -175,6 +187,9 @@ class ScriptHook(Protocol):
         """Keep the intra-op thread count the child's env set over the script's own
         `torch.set_num_threads()` calls (each change reported)."""
 
+    def layout_forward(self, knob: "Knob", value: "KnobValue") -> None:
+        """Put the outermost module with 2-D convolutions, and its 4-D inputs, in channels_last."""
+
     def compile_forward(self, knob: "Knob", value: "KnobValue") -> None:
         """Compile the outermost module in place, with the mode `value` names, after the script's first
         backward()."""
@@ -205,6 +220,9 @@ class Knob:
     # a `process` knob the script could still undo itself: how the launch hook keeps the value over the
     # script's own call (`apply_in_script` through the hook); None: nothing to keep
     script_guard: ClassVar[str | None] = None
+    # the DataLoader argument a LOADER knob sets: a workload that gives it in `Workload.loader_options`
+    # runs with its own value where a config does not set the knob (`default_for`)
+    loader_argument: ClassVar[str | None] = None
     apply_order: ClassVar[int] = 50  # among the knobs of one point, lower applies first
     plan_order: ClassVar[int] = 50  # among the knobs planning a child process, lower plans first
     cli_option: ClassVar[str | None] = None  # the ChildOptions field (a launch option) that sets its value
@@ -216,6 +234,12 @@ class Knob:
         """None when `value` reaches an unmodified script through the launch hook, else why not."""
         if self.script_reach is None:
             return f"{self.name} changes the model or the training step: it needs torchpace.prepare() in the script"
+        return None
+
+    def script_value(self, arguments: dict[str, Any]) -> KnobValue | None:
+        """The value of this knob that an unmodified script's own `arguments` amount to (a DataLoader's or an
+        optimizer's, the constructor's defaults filled in), before any knob changed them; None when they name
+        none of its values (or it reaches no such arguments): the script's own setting, its baseline's."""
         return None
 
     def apply_in_script(self, value: KnobValue, hook: ScriptHook) -> None:
@@ -230,6 +254,8 @@ class Knob:
             hook.give_optimizers(self, value)
         elif reach is Reach.AUTOCAST:
             hook.autocast_forward(self, value)
+        elif reach is Reach.LAYOUT:
+            hook.layout_forward(self, value)
         elif reach is Reach.COMPILE:
             hook.compile_forward(self, value)
 
@@ -251,11 +277,20 @@ class Knob:
             return "only for training workloads (this workload has no loss)"
         return None
 
+    def default_for(self, workload: KnobSubject) -> KnobValue:
+        """This knob's value on `workload` where a config does not set it: the workload's own DataLoader
+        argument (`loader_argument` in `Workload.loader_options`) when it gives one, else `default`."""
+        options = getattr(workload, "loader_options", None) or {}
+        if self.loader_argument is not None and self.loader_argument in options:
+            return self.validate(options[self.loader_argument])
+        return self.default
+
     def candidates(self, host: "HostFacts", workload: KnobSubject) -> list[KnobValue]:
-        """Values worth trying here, the default first."""
-        values = list(self.choices or [self.default])
-        return [self.default] + [v for v in values if v != self.default and self.host_reason(v, host) is None
-                                 and self.value_applies(v, host, workload) is None]
+        """Values worth trying here, the default first (`default_for`: the workload's own, where it has one)."""
+        default = self.default_for(workload)
+        values = list(self.choices or [default])
+        return [default] + [v for v in values if v != default and self.host_reason(v, host) is None
+                            and self.value_applies(v, host, workload) is None]
 
     def value_applies(self, value: KnobValue, host: "HostFacts", workload: KnobSubject) -> str | None:
         """None when this particular value can run here, else why not (e.g. fp16 needs CUDA)."""

@@ -27,12 +27,6 @@ class AmpKnob(Knob):
     choices = ("off", "bf16", "fp16")
     help = "autocast forward and loss in bf16 or fp16 (fp16 with a GradScaler)."
 
-    def script_reason(self, value):
-        if value == "fp16":
-            return ("fp16 autocast needs a GradScaler around backward() and step(), which only the training loop can "
-                    "place: use torchpace.prepare() in the script (bf16 needs no scaler and reaches a script unchanged)")
-        return None
-
     def host_reason(self, value, host):
         if value == "fp16" and not host.cuda_available:
             return "fp16 autocast with GradScaler needs CUDA; this host has no CUDA device"
@@ -103,6 +97,7 @@ class CudnnBenchmarkKnob(Knob):
 
 class ChannelsLastKnob(Knob):
     name = "model.channels_last"
+    script_reach = Reach.LAYOUT
     stage = "compute"
     point = Point.MODEL
     default = False
@@ -110,7 +105,8 @@ class ChannelsLastKnob(Knob):
     help = "NHWC memory format for conv weights and 4-D inputs."
 
     def applies(self, host, workload):
-        if not _has_module(workload.model, ("Conv2d",)):
+        # a script's model is known only once it runs: the launch hook checks it then (script/layout.py)
+        if workload.model is not None and not _has_module(workload.model, ("Conv2d",)):
             return "the model has no Conv2d layers; channels_last only changes 4-D conv layouts"
         return None
 
@@ -131,8 +127,9 @@ class CompileKnob(Knob):
     stage = "compute"
     point = Point.MODEL
     default = "off"
-    choices = ("off", "default", "reduce-overhead", "max-autotune")
-    help = "torch.compile the model with this mode (first steps compile: excluded as warm-up)."
+    choices = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+    help = ("torch.compile the model with this mode (first steps compile: excluded as warm-up); reduce-overhead "
+            "replays CUDA graphs (a step bound by kernel launches), max-autotune-no-cudagraphs autotunes kernels.")
     apply_order = 90  # after every other model change, so the compiled graph sees them
 
     def applies(self, host, workload):
@@ -142,21 +139,26 @@ class CompileKnob(Knob):
 
     def host_reason(self, value, host):
         if value == "reduce-overhead" and not host.cuda_available:
-            return "reduce-overhead uses CUDA graphs; no CUDA device here"
+            return "reduce-overhead records CUDA graphs; no CUDA device here"
         return None
 
     def candidates(self, host, workload):
+        # on a GPU, CUDA graphs and autotuned kernels are each a mode of their own; max-autotune (both, and
+        # minutes of autotuning) stays a value a user may set. On a CPU, autotuning gains little for its time.
         values = ["off", "default"]
         if host.cuda_available:
-            values += ["reduce-overhead", "max-autotune"]
+            values += ["reduce-overhead", "max-autotune-no-cudagraphs"]
         return values
 
     def apply(self, value, target, ctx):
-        import torch
+        from torchpace.engine.compile import compile_model
 
-        if value != "off":
-            target = torch.compile(target, mode=None if value == "default" else str(value))
-        return target
+        return target if value == "off" else compile_model(target, str(value))
+
+    def configure_step(self, value, options, ctx):
+        from torchpace.engine.compile import uses_cuda_graphs
+
+        options.cuda_graph_steps = uses_cuda_graphs(str(value))  # each step a new CUDA-graph iteration
 
 
 class OptimizerImplKnob(Knob):
@@ -176,6 +178,15 @@ class OptimizerImplKnob(Knob):
         if value not in inspect.signature(cls.__init__).parameters:
             return f"{cls.__name__} has no {value!r} implementation"
         return _try_build(cls, value, "cuda" if host.cuda_available else "cpu")
+
+    def script_value(self, arguments):
+        fused, foreach = arguments.get("fused"), arguments.get("foreach")
+        if fused:
+            return "fused"
+        if foreach:
+            return "foreach"
+        # neither given: torch's own choice; `foreach=False` (the per-parameter loop) is none of this knob's values
+        return "default" if fused is None and foreach is None else None
 
     def apply(self, value, target, ctx):
         if value == "default":

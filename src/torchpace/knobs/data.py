@@ -17,6 +17,7 @@ class NumWorkersKnob(IntKnob):
     stage = "data"
     shares_cores = True
     point = Point.LOADER
+    loader_argument = "num_workers"
     default = 0
     help = "DataLoader worker processes (0 loads in the training process)."
     per_core = 4  # decoding workers wait on I/O, so a few per core can pay; beyond that they only cost memory
@@ -26,8 +27,15 @@ class NumWorkersKnob(IntKnob):
         return self.per_core * cores, f"{self.per_core} workers per usable core, {cores} usable core(s)"
 
     def candidates(self, host, workload):
+        own = self.default_for(workload)
         counts = [0, 1, 2, 4, 8, 16]
-        return [c for c in counts if c <= max(2, host.usable_cores)]
+        return [own] + [c for c in counts if c != own and c <= max(2, host.usable_cores)]
+
+    def companions(self, value):
+        # no workers: the options of workers back at their defaults (a workload's own, or a script's own
+        # persistent workers, cannot go with none)
+        return {PrefetchFactorKnob.name: PrefetchFactorKnob.default,
+                PersistentWorkersKnob.name: PersistentWorkersKnob.default} if value == 0 else {}
 
     def value_applies(self, value, host, workload):
         if value and _is_iterable_dataset(workload) and not getattr(workload.dataset, "shards_across_workers", False):
@@ -37,7 +45,15 @@ class NumWorkersKnob(IntKnob):
 
     def apply(self, value, target, ctx):
         target["num_workers"] = int(value)
+        if not value:  # without workers torch refuses the worker options (a script's own --persistent-workers)
+            if target.get("prefetch_factor") is not None:
+                target["prefetch_factor"] = None
+            if target.get("persistent_workers"):
+                target["persistent_workers"] = False
         return target
+
+    def script_value(self, arguments):
+        return int(arguments.get("num_workers") or 0)
 
 
 class PinMemoryKnob(Knob):
@@ -45,6 +61,7 @@ class PinMemoryKnob(Knob):
     script_reach = Reach.LOADER
     stage = "data"
     point = Point.LOADER
+    loader_argument = "pin_memory"
     default = False
     choices = (False, True)
     help = "page-locked host batches, copied to the GPU with non_blocking=True."
@@ -57,6 +74,9 @@ class PinMemoryKnob(Knob):
     def apply(self, value, target, ctx):
         target["pin_memory"] = bool(value)
         return target
+
+    def script_value(self, arguments):
+        return bool(arguments.get("pin_memory", False))
 
     def configure_step(self, value, options, ctx):
         options.non_blocking = bool(value) and ctx.device.type == "cuda"  # a pinned batch's copy need not wait
@@ -76,6 +96,7 @@ class PrefetchFactorKnob(_WorkerOptionKnob, IntKnob):
     script_reach = Reach.LOADER
     stage = "data"
     point = Point.LOADER
+    loader_argument = "prefetch_factor"
     default = 2
     minimum = 1
     help = "batches each worker loads ahead (DataLoader prefetch_factor; torch's default is 2)."
@@ -85,12 +106,18 @@ class PrefetchFactorKnob(_WorkerOptionKnob, IntKnob):
         return self.most, "batches ahead per worker; more only hold memory (torch's default is 2)"
 
     def candidates(self, host, workload):
-        return [2, 4, 8]
+        own = self.default_for(workload)
+        return [own] + [c for c in (2, 4, 8) if c != own]
 
     def apply(self, value, target, ctx):
         if target.get("num_workers", 0):
             target["prefetch_factor"] = int(value)
         return target
+
+    def script_value(self, arguments):
+        if not arguments.get("num_workers"):
+            return None  # no workers: nothing is fetched ahead
+        return int(arguments.get("prefetch_factor") or 2)  # torch's default with workers
 
 
 class PersistentWorkersKnob(_WorkerOptionKnob):
@@ -98,6 +125,7 @@ class PersistentWorkersKnob(_WorkerOptionKnob):
     script_reach = Reach.LOADER
     stage = "data"
     point = Point.LOADER
+    loader_argument = "persistent_workers"
     default = False
     choices = (False, True)
     help = "keep workers alive across epochs instead of restarting them."
@@ -106,6 +134,9 @@ class PersistentWorkersKnob(_WorkerOptionKnob):
         if target.get("num_workers", 0):
             target["persistent_workers"] = bool(value)
         return target
+
+    def script_value(self, arguments):
+        return bool(arguments.get("persistent_workers", False)) if arguments.get("num_workers") else None
 
 
 KNOBS = [NumWorkersKnob(), PinMemoryKnob(), PrefetchFactorKnob(), PersistentWorkersKnob()]

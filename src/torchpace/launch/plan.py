@@ -345,8 +345,7 @@ def _plan_nccl(host: HostFacts, base_env: Mapping[str, str], torchrun: bool) -> 
 def _plan_hook(config: RunConfig, base_env: Mapping[str, str], options: ChildOptions) -> ChildPart:
     """The sitecustomize hook: the knobs that reach an unmodified script in-process (`Knob.script_reach`:
     global, DataLoader, optimizer, autocast, compile); a `prepared` child applies them itself."""
-    values = {name: value for name, value in sorted(config.non_default().items())
-              if _hook_applies(name, value) or REGISTRY[name].script_guard}
+    values = {name: value for name, value in sorted(config.values.items()) if _hook_sets(name, value)}
     if not values:
         return ChildPart()
     if options.prepared:
@@ -361,6 +360,16 @@ def _plan_hook(config: RunConfig, base_env: Mapping[str, str], options: ChildOpt
         where = knob.script_guard or (knob.script_reach.how if knob.script_reach is not None else "")
         part.settings.append(Setting(name, _shown(value), Source.CONFIG, f"{where}; {knob.help.rstrip('.')}"))
     return part
+
+
+def _hook_sets(name: str, value: object) -> bool:
+    """True when the hook has `name` = `value` to apply in the script: a value that differs from the default, or
+    one equal to it that replaces the script's own argument (`Reach.sets_arguments`: `data.num_workers = 0` over
+    the script's `--workers 2`)."""
+    knob = REGISTRY[name]
+    if value == knob.default:
+        return _hook_applies(name, value) and knob.script_reach.sets_arguments
+    return _hook_applies(name, value) or bool(knob.script_guard)
 
 
 def _hook_applies(name: str, value: object) -> bool:

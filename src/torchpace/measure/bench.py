@@ -17,7 +17,6 @@ from torchpace.host import probe_host
 from torchpace.measure.latency import Latency
 from torchpace.measure.memory import read_peak_memory
 from torchpace.measure.result import THROUGHPUT, BenchResult, LatencyFigures, ScriptInfo, StepShape, ThroughputFigures
-from torchpace.measure.stats import summarize
 from torchpace.measure.timing import WARMUP_SHARE, Throughput, TimingOptions, window_for
 from torchpace.records import from_json
 
@@ -59,7 +58,7 @@ def throughput_figures(real: Throughput, samples_known: bool = True) -> Throughp
     """
     summary = real.summary
     step_rates = tuple(w.steps / w.elapsed_s for w in real.windows if w.elapsed_s > 0)
-    steps = summarize(list(step_rates))
+    steps = real.step_summary
     known = samples_known or None  # None blanks every samples/s figure
     return ThroughputFigures(
         samples_per_s=known and summary.median, samples_per_s_ci_low=known and summary.ci_low,

@@ -20,7 +20,8 @@ VERDICTS = ("faster", "slower", "no difference", "too few rounds", "failed")
 class ComparisonArm:
     """One arm of a comparison: its config, how its trial ended, and the median of its rounds."""
 
-    config: Mapping[str, Any] = field(metadata=spec("knobs that differ from their defaults"))
+    config: Mapping[str, Any] = field(metadata=spec(
+        "knobs the arm's config set (a script's: a value equal to the default too, which replaced the script's own)"))
     status: str = field(metadata=spec("the arm's trial status (ok, crash, oom, timeout, nonfinite, invalid; partner: "
                                       "ended because the other arm failed, not judged)"))
     figure: float | None = field(metadata=spec("median of this arm's turns, in `unit` (latency: of the turns' p50s)"))
@@ -31,6 +32,9 @@ class ComparisonArm:
     error: str | None
     stderr_tail: str | None = field(default=None, metadata=spec(required=False))
     warmup_converged: bool | None = field(default=None, metadata=spec(required=False))
+    label: str | None = field(default=None, metadata=spec(
+        "what the arm ran, in words: its knobs, else the script's own settings (with them, as the script passed them) "
+        "or PyTorch's defaults", required=False))
     turns: tuple[float, ...] = field(default=(), metadata=spec(
         "each turn's figure (separate runs': each run's) in `unit`, in the order measured; A's and B's alternate, "
         "A first, and every three make a round", required=False))

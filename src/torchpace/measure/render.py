@@ -3,13 +3,31 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from rich.markup import escape
 from rich.table import Table
 
 from torchpace.measure.comparison import Comparison
 from torchpace.measure.contention import contention_note
 from torchpace.measure.result import SECONDS, BenchResult, ScriptInfo
-from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, figure_decimals, figure_text
+
+
+SCRIPT_OWN = "the script's own settings"  # what a script runs with where the config sets nothing
+DEFAULTS = "PyTorch defaults"  # what a Workload runs with where the config sets nothing (prepare() builds it)
+
+
+def config_label(config: Mapping[str, Any], script: bool = False) -> str:
+    """What ran, in words (every output's one label for a config): the knobs set, `k=v` (a value equal to a
+    knob's default too: over a script's own argument it changes what runs), else the script's own settings (an
+    unmodified script: its DataLoader and optimizer as it built them) or, for a Workload, PyTorch's defaults."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(config.items())) or (SCRIPT_OWN if script else DEFAULTS)
+
+
+def settings_text(settings: Mapping[str, Any] | None) -> str:
+    """`num_workers=2, pin_memory=True, optimizer.impl=default`: a script's own settings (empty when unknown)."""
+    return ", ".join(f"{k.removeprefix('data.')}={v}" for k, v in sorted((settings or {}).items()))
 
 
 def format_bytes(n: float | None, missing: str = "-") -> str:
@@ -32,19 +50,31 @@ def _ci_text(low: float, high: float, decimals: int, t) -> str:
 
 
 def throughput_rows(r: BenchResult) -> list[tuple[str, str]]:
-    """The measured figure's rows: samples/s, or steps/s when the samples per step are unknown (script mode)."""
+    """The measured figure's rows: samples/s, or steps/s when the samples per step are unknown (script mode),
+    each with the digits its CI supports (`measure.stats.figure_decimals`)."""
     t = r.throughput
     if not t.samples_known:
-        ci = _ci_text(t.steps_per_s_ci_low, t.steps_per_s_ci_high, 2, t)
-        return [("steps/s (median)", f"{t.steps_per_s:,.2f}  (samples per step unknown: no DataLoader batch seen; "
+        digits = figure_decimals(t.steps_per_s, t.steps_per_s_ci_low, t.steps_per_s_ci_high)
+        ci = _ci_text(t.steps_per_s_ci_low, t.steps_per_s_ci_high, digits, t)
+        return [("steps/s (median)", f"{t.steps_per_s:,.{digits}f}  (samples per step unknown: no DataLoader batch seen; "
                                      "--samples-per-step N gives samples/s)"),
                 ("95% CI of median", ci)]
-    ci = _ci_text(t.samples_per_s_ci_low, t.samples_per_s_ci_high, 1, t)
-    rows = [("samples/s (median)", f"{t.samples_per_s:,.1f}"), ("95% CI of median", ci),
-            ("IQR", f"{t.samples_per_s_iqr:,.1f} ({t.iqr_frac:.1%} of median)")]
+    digits = figure_decimals(t.samples_per_s, t.samples_per_s_ci_low, t.samples_per_s_ci_high)
+    ci = _ci_text(t.samples_per_s_ci_low, t.samples_per_s_ci_high, digits, t)
+    rows = [("samples/s (median)", f"{t.samples_per_s:,.{digits}f}"), ("95% CI of median", ci),
+            ("IQR", f"{t.samples_per_s_iqr:,.{digits}f} ({t.iqr_frac:.1%} of median)")]
     if t.steps_per_s is not None:
-        rows.append(("steps/s", f"{t.steps_per_s:,.2f}"))
+        rows.append(("steps/s", figure_text(t.steps_per_s, t.steps_per_s_ci_low, t.steps_per_s_ci_high)))
     return rows
+
+
+def step_time_text(t) -> str:
+    """`412 ms`: the step time (1 / the windows' median steps/s) with the digits its CI supports (the steps/s
+    CI's bounds, inverted)."""
+    low = 1000 / t.steps_per_s_ci_high if t.steps_per_s_ci_high else None
+    high = 1000 / t.steps_per_s_ci_low if t.steps_per_s_ci_low else None
+    ms = t.step_time_s * 1000
+    return f"{ms:,.{figure_decimals(ms, low, high)}f} ms"
 
 
 def bench_rows(r: BenchResult) -> list[tuple[str, str]]:
@@ -53,7 +83,7 @@ def bench_rows(r: BenchResult) -> list[tuple[str, str]]:
     batch = "batch unknown" if step.batch_size is None else f"batch {step.batch_size}"
     micro = f", {step.grad_accumulation} {'backward() calls' if r.script else 'micro-batches'}"
     rows = throughput_rows(r) + [
-        ("step time", f"{t.step_time_s * 1000:.2f} ms  ({batch}" + (micro if step.grad_accumulation > 1 else "") + ")"),
+        ("step time", f"{step_time_text(t)}  ({batch}" + (micro if step.grad_accumulation > 1 else "") + ")"),
     ]
     if step.world_size > 1:
         rows.append(("processes", f"{step.world_size} ranks x batch {step.batch_size} = global batch {step.global_batch_size}  "
@@ -82,6 +112,9 @@ def script_rows(script: ScriptInfo | None) -> list[tuple[str, str]]:
     step = ("one optimizer step()" if script.step_source == "optimizer"
             else "one backward() (no torch.optim optimizer was built)")
     rows = [("a step is", step)]
+    if script.script_settings:
+        rows.append((SCRIPT_OWN, f"{settings_text(script.script_settings)}  (its DataLoader and optimizer as it built them; "
+                                 "what the knobs set replaced these)"))
     if script.ended_early:
         rows.append(("note", "the script ended before the measurement did: these are the windows it gave"))
     for change in script.overrides:
@@ -93,6 +126,10 @@ def script_rows(script: ScriptInfo | None) -> list[tuple[str, str]]:
         why = f" ({'; '.join(f'{reason} x{n}' for reason, n in breaks.items())})" if breaks else ""
         rows.append(("compiled", f"{', '.join(compiled.modules)} after the first step ({compiled.mode}): "
                                  f"{compiled.graphs} graph(s), {compiled.graph_breaks} graph break(s){why}"))
+        if compiled.compile_s is not None:
+            cached = compiled.cache_hits + compiled.cache_misses
+            reuse = f", {compiled.cache_hits} of {cached} graphs from the compiler's cache" if cached else ""
+            rows.append(("compile time", f"{compiled.compile_s:.1f} s{reuse}"))
     if script.output_log:
         rows.append(("script output", script.output_log))
     return rows
@@ -122,7 +159,7 @@ def inference_rows(r: BenchResult) -> list[tuple[str, str]]:
 
 
 def render_bench(console, r: BenchResult) -> None:
-    config = ", ".join(f"{k}={v}" for k, v in r.config.items()) or "defaults"
+    config = config_label(r.config, r.script is not None)
     table = Table(title=f"torchpace bench: {escape(r.workload)} on {r.device} ({escape(config)})", show_header=False)
     table.add_column(style="bold")
     table.add_column()
@@ -164,10 +201,11 @@ def comparison_columns(r: Comparison) -> tuple[str, ...]:
 
 def comparison_rows(r: Comparison) -> list[tuple[str, str, str, str, str]]:
     """One row of cells per arm (A, then B), as `comparison_columns` names them."""
-    value = format_latency if r.unit == SECONDS else (lambda v: f"{v:,.2f}")
     rows = []
     for name, arm in (("A", r.a), ("B", r.b)):
-        config = ", ".join(f"{k}={v}" for k, v in sorted(arm.config.items())) or "PyTorch defaults"
+        config = arm.label or config_label(arm.config)
+        digits = figure_decimals(arm.figure, arm.ci_low, arm.ci_high) if arm.figure else 0
+        value = format_latency if r.unit == SECONDS else (lambda v, d=digits: f"{v:,.{d}f}")  # the digits its CI supports
         figure = value(arm.figure) if arm.figure is not None else arm.status
         ci = f"[{value(arm.ci_low)}, {value(arm.ci_high)}]" if arm.ci_low is not None else "-"
         load = f"{arm.other_load_cores:.1f} cores" if arm.other_load_cores is not None else "-"

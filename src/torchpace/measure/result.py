@@ -95,7 +95,7 @@ class ThroughputFigures:
         ci_rel_halfwidth: half the 95% CI's width relative to the median of the measured figure
             (samples/s, else steps/s).
         noise_warning: IQR / median above 10%.
-        step_time_s: median seconds per step over the windows.
+        step_time_s: seconds per step: 1 / `steps_per_s`, the windows' median (one median for both figures).
         windows: measured windows.
         measured_steps: steps in the measured windows.
         window_samples_per_s: each window's samples/s (empty when the samples per step are unknown).
@@ -120,8 +120,9 @@ class ThroughputFigures:
     warmup_steps: int
     warmup_converged: bool
     stopped_by: str = field(metadata=spec(
-        "ci: the CI target was met; time: the time cap; script-ended: the script finished before either; "
-        "script-stalled: the script stopped stepping (no step for 30 s, or past the time cap), its windows so far; "
+        "ci: the CI target was met; time: the time cap (also when a script made no step past it); script-ended: the "
+        "script finished before either; script-stalled: the script stopped stepping (no step for 30 s and 5x its "
+        "longest step, time spent compiling left out), its windows so far; "
         "pair: one arm of a paired comparison (`torchpace compare`, tune), ended by the comparison",
         enum=["ci", "time", "script-ended", "script-stalled", "pair"]))
     steps_per_s: float | None = None
@@ -247,6 +248,10 @@ class CompileReport:
         graphs: the unique graphs dynamo compiled.
         graph_breaks: the graph breaks dynamo counted.
         break_reasons: the most frequent graph-break reasons, each with its count.
+        compile_s: seconds from the first compiled call until the backward() after it returned (the
+            compilation of forward and backward); null when it was not over.
+        cache_hits: graphs inductor took from its cache (compiled by an earlier process: an earlier trial).
+        cache_misses: graphs inductor compiled afresh.
         failure: why a module could not be compiled (the trial is then invalid); null when all compiled.
     """
 
@@ -256,6 +261,9 @@ class CompileReport:
     graphs: int = field(default=0, metadata=spec(minimum=0))
     graph_breaks: int = field(default=0, metadata=spec(minimum=0))
     break_reasons: Mapping[str, int] = field(default_factory=dict)
+    compile_s: float | None = field(default=None, metadata=spec(required=False, minimum=0))
+    cache_hits: int = field(default=0, metadata=spec(minimum=0))
+    cache_misses: int = field(default=0, metadata=spec(minimum=0))
     failure: str | None = None
 
 
@@ -270,6 +278,9 @@ class ScriptInfo:
         not_applied: knob -> why it could not take effect where it was met.
         output_log: the log file that holds the script's own output (stdout and stderr).
         compile: with `compile.mode`: what was compiled, its graphs and graph breaks.
+        script_settings: the script's own values of the knobs that reach it, as it passed them before any knob
+            changed them (the first DataLoader it read from, the first optimizer that stepped): what its baseline
+            runs with (None in results written before they were read).
         more: what else the hook reported, kept as it was written.
     """
 
@@ -283,6 +294,7 @@ class ScriptInfo:
     not_applied: Mapping[str, str] = field(default_factory=dict)
     output_log: str | None = field(default=None, metadata=spec(required=False))
     compile: CompileReport | None = field(default=None, metadata=spec(required=False))
+    script_settings: Mapping[str, Any] | None = field(default=None, metadata=spec(required=False))
     more: Mapping[str, Any] = field(default_factory=dict, metadata=spec(rest=True))
 
 
@@ -292,7 +304,9 @@ class BenchResult:
 
     Attributes:
         workload: the workload's name (script mode: the command).
-        config: knobs that differ from their defaults.
+        config: knobs that differ from their defaults, as the run had them (a workload's own DataLoader
+            arguments, `Workload.loader_options`, included; script mode: every knob the config set, a value
+            equal to the default too: it replaced the script's own argument).
         step: what one optimizer step is (per process and over all processes).
         throughput: the real step's windows.
         compute_only_samples_per_s: the same step on one batch pre-staged on the device (null in script mode).
@@ -375,6 +389,7 @@ def pool_throughput(runs: Sequence[ThroughputFigures]) -> ThroughputFigures:
     return replace(first, **sample_fields, windows=summary.n, ci_rel_halfwidth=summary.ci_rel_halfwidth,
                    noise_warning=summary.noisy, measured_steps=sum(r.measured_steps for r in runs),
                    window_steps_per_s=tuple(steps), steps_per_s=step_summary.median if step_summary else first.steps_per_s,
+                   step_time_s=1 / step_summary.median if step_summary else first.step_time_s,  # as `Throughput.step_time_s`
                    steps_per_s_ci_low=step_summary.ci_low if step_summary else first.steps_per_s_ci_low,
                    steps_per_s_ci_high=step_summary.ci_high if step_summary else first.steps_per_s_ci_high)
 

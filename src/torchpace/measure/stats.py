@@ -101,3 +101,64 @@ def summarize(values: list[float], confidence: float = _CONFIDENCE) -> Summary:
 def windows_agree(a: float, b: float, tolerance: float) -> bool:
     """True when two consecutive window figures differ by at most `tolerance` (relative)."""
     return abs(a - b) <= tolerance * max(abs(a), abs(b))
+
+
+# How a figure is written (every output: terminal, the texts stored with a study, the report): the digits its
+# CI supports, the CI's half-width to one significant digit; never fewer than two significant digits of the
+# figure itself (a wide CI around a small figure: 1.3 [1.0, 13.0], not 1 [1, 13]); three without a CI. A ratio
+# keeps three (1.01x): the decisions it states are taken against a gain of 1%.
+_LEAST_DIGITS = 2
+_RATIO_DIGITS = 3
+_DIGITS_WITHOUT_CI = 3
+_MAX_DECIMALS = 6
+
+
+def figure_decimals(value: float, low: float | None = None, high: float | None = None, least: int = _LEAST_DIGITS) -> int:
+    """Decimals to write `value` (and its CI `low`-`high`) with: see `figure_text`."""
+    if not math.isfinite(value) or value == 0:
+        return 0
+    magnitude = math.floor(math.log10(abs(value)))
+    has_ci = low is not None and high is not None and math.isfinite(low) and math.isfinite(high) and high > low
+    least = (least if has_ci else max(least, _DIGITS_WITHOUT_CI)) - 1 - magnitude
+    from_ci = -math.floor(math.log10((high - low) / 2)) if has_ci else 0
+    return min(_MAX_DECIMALS, max(0, least, from_ci))
+
+
+def figure_text(value: float, low: float | None = None, high: float | None = None, least: int = _LEAST_DIGITS) -> str:
+    """`9.5 [9.1, 9.9]`: a figure and its CI with the digits the CI supports (its half-width to one significant
+    digit), never fewer than `least` significant digits of the figure; `0.591` (three) without a CI or with one
+    of no width (a single sample's)."""
+    digits = figure_decimals(value, low, high, least)
+    text = f"{value:,.{digits}f}"
+    if low is None or high is None or not high > low:
+        return text
+    return f"{text} [{low:,.{digits}f}, {high:,.{digits}f}]"
+
+
+def ratio_text(ratio: float | None, low: float | None, high: float | None, rounds: int | None = None) -> str:
+    """`1.32x [1.25, 1.40], 6 rounds` (the digits as `figure_text`, at least three); with fewer rounds than a 95% CI
+    needs, the coverage the CI has: `2.37x [0.39, 4.35], 2 rounds (50% CI)`; a single round has no CI: `2.53x, 1
+    round (no CI)`; `-` without a ratio."""
+    if ratio is None:
+        return "-"
+    single = rounds == 1 or (low is not None and low == high)
+    text = figure_text(ratio, None, None, _RATIO_DIGITS) if single else figure_text(ratio, low, high, _RATIO_DIGITS)
+    value, _, bounds = text.partition(" ")
+    said = f"{value}x" + (f" {bounds}" if bounds else "")
+    if not rounds:
+        return said
+    if single:
+        return f"{said}, 1 round (no CI)" if rounds == 1 else f"{said}, {rounds} rounds"
+    short = f" ({ci_name(rounds)})" if bounds and rounds < MIN_WINDOWS_FOR_CI else ""
+    return f"{said}, {rounds} rounds{short}"
+
+
+def summary_ratio_text(summary: Summary) -> tuple[str, str]:
+    """(a median ratio, its interval in words), with the digits as `ratio_text`: (`1.013x`, `95% CI
+    1.004-1.021, 8 rounds`); a single round has none: (`2.53x`, `1 round, no CI`)."""
+    if summary.n < 2 or not summary.ci_high > summary.ci_low:
+        rounds = "1 round" if summary.n == 1 else f"{summary.n} rounds"
+        return f"{figure_text(summary.median, least=_RATIO_DIGITS)}x", f"{rounds}, no CI"
+    digits = figure_decimals(summary.median, summary.ci_low, summary.ci_high, _RATIO_DIGITS)
+    return (f"{summary.median:,.{digits}f}x",
+            f"{summary.ci_name} {summary.ci_low:,.{digits}f}-{summary.ci_high:,.{digits}f}, {summary.n} rounds")

@@ -97,10 +97,16 @@ class Throughput:
     stopped_by: str  # "ci" when the CI target was met, "time" when the deadline passed, "pair" when a paired comparison ended
 
     @property
+    def step_summary(self) -> Summary:
+        """Steps/s over the measured windows: each window's steps over its time, their median and its CI."""
+        return summarize([w.steps / w.elapsed_s for w in self.windows if w.elapsed_s > 0])
+
+    @property
     def step_time_s(self) -> float:
-        """Median seconds per step over the measured windows."""
-        per_step = sorted(w.elapsed_s / w.steps for w in self.windows)
-        return per_step[len(per_step) // 2]
+        """Seconds per step: the reciprocal of the windows' median steps/s (`step_summary`), so that steps/s and
+        step time are one window median, whatever the number of windows (with an even number, the median lies
+        between the two middle windows)."""
+        return 1 / self.step_summary.median
 
     @property
     def measured_steps(self) -> int:

@@ -17,6 +17,7 @@ import math
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+from torchpace.measure.render import DEFAULTS
 from torchpace.measure.result import BenchResult, Objective
 from torchpace.report.view import is_failed, trial_label, trial_stage
 from torchpace.tune.outcome import AcceptedChange, TrialRow
@@ -93,10 +94,12 @@ def _ci_err(figures: Sequence[Objective]) -> list[list[float]]:
     return [below, above]
 
 
-def render_speed_svg(baseline: Objective, tuned: Objective | None, interval: str = "95% CI") -> str:
+def render_speed_svg(baseline: Objective, tuned: Objective | None, interval: str = "95% CI",
+                     baseline_label: str = DEFAULTS) -> str:
     """Baseline vs tuned figures (samples/s, or steps/s) as horizontal bars with their interval (`interval`
-    names it: their 95% CI, or a paired study's range of every measurement of each config)."""
-    rows = [("baseline (PyTorch defaults)", baseline, STAGE_COLOURS["baseline"])]
+    names it: their 95% CI, or a paired study's range of every measurement of each config); `baseline_label`
+    says what the baseline ran (PyTorch's defaults, or a script's own settings)."""
+    rows = [(f"baseline ({baseline_label})", baseline, STAGE_COLOURS["baseline"])]
     if tuned is not None:
         rows.append(("tuned", tuned, TUNED_COLOUR))
 

@@ -270,7 +270,7 @@ def build_stored_outcome(study, name: str, url: str, meta: StudyAttrs) -> TuneOu
     base = next((r for r in rows if r.slot == "baseline" and r.status == "ok"), None)
     state, stopped = None, "stored"
     if meta.strategy == "greedy":
-        state = plan_greedy(rebuild_space(rows), build_records(study.get_trials(deepcopy=False)), lambda config: None,
+        state = plan_greedy(rebuild_space(rows, meta.defaults), build_records(study.get_trials(deepcopy=False)), lambda config: None,
                             paired=meta.paired, revision=meta.greedy_revision)
         stopped = "done" if state.done else ("baseline failed" if state.failed_baseline else "unfinished")
     study_meta = StudyMeta(name, url, meta.strategy, meta.workload or "?", meta.objective,
@@ -278,13 +278,15 @@ def build_stored_outcome(study, name: str, url: str, meta: StudyAttrs) -> TuneOu
     return build_outcome(rows, state, study_meta, stopped)
 
 
-def rebuild_space(rows: Sequence[TrialRow]) -> list:
+def rebuild_space(rows: Sequence[TrialRow], defaults: Mapping[str, Any] | None = None) -> list:
     """The searched part of the space, from the candidate trials: each tried knob, default first (pure).
 
     Every value the greedy policy proposed left a candidate trial, so replaying over this space
     reaches the same decisions; knobs that were never tried (an interrupted tune) are simply absent.
-    Knobs are in the registry's stage order, as the tuner built them.
+    Knobs are in the registry's stage order, as the tuner built them. A knob's default is the study's
+    (`StudyAttrs.defaults`: the workload's own value) where it has one, else the registry's.
     """
+    defaults = defaults or {}
     tried: dict[str, list] = {}
     stages: dict[str, str] = {}
     for row in rows:
@@ -294,7 +296,8 @@ def rebuild_space(rows: Sequence[TrialRow]) -> list:
                 values.append(row.value)
             stages[row.knob] = row.stage
     order = [k.name for k in knobs_in_stage_order()]
-    return [KnobSpace(stages[n], n, REGISTRY[n].default, (REGISTRY[n].default, *tried[n]), shares_cores=REGISTRY[n].shares_cores)
+    return [KnobSpace(stages[n], n, defaults.get(n, REGISTRY[n].default), (defaults.get(n, REGISTRY[n].default), *tried[n]),
+                      shares_cores=REGISTRY[n].shares_cores)
             for n in sorted(tried, key=order.index)]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from torchpace._version import __version__
 from torchpace.files import write_atomic
+from torchpace.measure.render import config_label
 from torchpace.redact import redact_data
 from torchpace.report import charts
 from torchpace.report.load import ReportData
@@ -45,7 +46,8 @@ def _tune_charts(tune: TuneOutcome) -> dict[str, str]:
         tuned = tuned_row(tune)
         ranged = baseline.measurements or (tuned is not None and tuned.measurements)
         svgs["speed"] = charts.render_speed_svg(baseline.throughput, tuned.throughput if tuned else None,
-                                                interval="range of every measurement" if ranged else "95% CI")
+                                                interval="range of every measurement" if ranged else "95% CI",
+                                                baseline_label=config_label({}, bool(tune.command)))
         if tune.strategy == "greedy":  # other strategies accept nothing step by step: no waterfall
             svgs["waterfall"] = charts.render_waterfall_svg(tune.accepted, tune.speedup or 1.0)
     if tune.trials:

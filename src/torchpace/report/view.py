@@ -17,15 +17,14 @@ from torchpace.config import SCHEMA_VERSION
 from torchpace.knobs import REGISTRY
 from torchpace.measure.comparison import Comparison
 from torchpace.measure.render import (bench_rows, bench_warnings, comparison_columns, comparison_failures, comparison_mode,
-                                      comparison_rows, format_bytes)
-from torchpace.measure.result import SAMPLES_PER_S, BenchResult, Objective
-from torchpace.measure.stats import ci_name
+                                      comparison_rows, config_label, format_bytes, step_time_text)
+from torchpace.measure.result import BenchResult, Objective
+from torchpace.measure.stats import ci_name, figure_text, ratio_text
 from torchpace.profile.render import SHOWN_AS_TABLES, profile_warnings, split_rows, top_op_rows
 from torchpace.profile.result import ProfileResult
 from torchpace.report.load import ReportData
 from torchpace.tune.figures import ReportedDecision, range_name, speedup
 from torchpace.tune.outcome import AcceptedChange, TrialRow, TuneOutcome
-from torchpace.tune.render import ratio_text
 
 DEFAULT_CONFIG_FILE = "torchpace.toml"
 _SAME_CONFIG_GAP = 0.10  # two measurements of one config 10% apart: worth telling the reader it is noise
@@ -85,20 +84,22 @@ def guard_curves(tune: TuneOutcome) -> tuple[list[float], list[float] | None, li
 
 
 def format_figure(figure: Objective | None) -> str:
-    """`12,345` samples/s, `7.91` steps/s: a figure's median in its unit; `-` without one."""
+    """`12,345` samples/s, `7.9` steps/s: a figure's median in its unit, with the digits its CI supports
+    (`measure.stats.figure_text`, as the terminal shows it); `-` without one."""
     if figure is None or figure.value is None:
         return "-"
-    return f"{figure.value:,.0f}" if figure.unit == SAMPLES_PER_S or abs(figure.value) >= 100 else f"{figure.value:,.2f}"
+    return figure_text(figure.value, figure.ci_low, figure.ci_high).partition(" ")[0]
 
 
 def format_figure_ci(figure: Objective | None, with_value: bool = True) -> str:
     """`12,345 [12,001, 12,700]`: a figure and its 95% CI (or the CI alone); `-` when unknown."""
     if figure is None or figure.value is None:
         return "-"
-    if figure.ci_low is None or figure.ci_high is None:
-        return format_figure(figure) if with_value else "-"
-    low, high = (format_figure(replace(figure, value=v)) for v in (figure.ci_low, figure.ci_high))
-    return (f"{format_figure(figure)} " if with_value else "") + f"[{low}, {high}]"
+    text = figure_text(figure.value, figure.ci_low, figure.ci_high)
+    value, _, bounds = text.partition(" ")
+    if not bounds:
+        return value if with_value else "-"
+    return text if with_value else bounds
 
 
 def format_value(value: Any) -> str:
@@ -159,7 +160,7 @@ def summary_cards(data: ReportData) -> list[dict[str, str]]:
              "detail": f"{_ci_name(tune.baseline)} " + format_figure_ci(base_figure, with_value=False)},
             {"label": f"tuned {tune.unit}", "value": format_figure(tuned_figure),
              "detail": f"{_ci_name(tuned)} " + format_figure_ci(tuned_figure, with_value=False)},
-            {"label": "speedup", "value": f"{tune.speedup:.2f}×" if tune.speedup is not None else "-",
+            {"label": "speedup", "value": _speedup_value(tune),
              "detail": f"{len(tune.accepted)} accepted change(s)" if tune.strategy == "greedy"
              else f"best trial of a {tune.strategy} search"},
             {"label": "trials", "value": str(len(tune.trials)), "detail": f"{failed} failed or guard-rejected · {stopped_text(tune)}"},
@@ -169,15 +170,14 @@ def summary_cards(data: ReportData) -> list[dict[str, str]]:
         rate = b.objective
         batch = "batch unknown" if b.step.batch_size is None else f"batch {b.step.batch_size}"
         return [{"label": rate.unit, "value": format_figure(rate), "detail": f"95% CI ±{b.throughput.ci_rel_halfwidth:.1%}"},
-                {"label": "step time", "value": f"{b.throughput.step_time_s * 1000:.2f} ms", "detail": batch},
+                {"label": "step time", "value": step_time_text(b.throughput), "detail": batch},
                 {"label": "input-bound", "value": "-" if b.input_bound_frac is None else f"{b.input_bound_frac:.0%}",
                  "detail": "of the step waits for data"},
                 {"label": "peak memory", "value": format_bytes(b.peak_memory_bytes), "detail": b.peak_memory_kind}]
     if data.compare:
         c = data.compare
-        ci = f"[{c.ratio_ci_low:.3f}, {c.ratio_ci_high:.3f}]" if c.ratio_ci_low is not None else "no CI"
-        return [{"label": "B / A", "value": f"{c.ratio:.3f}×" if c.ratio is not None else "-",
-                 "detail": f"{ci}, {c.rounds} round(s)"},
+        ratio = ratio_text(c.ratio, c.ratio_ci_low, c.ratio_ci_high, c.rounds).replace("x", "×", 1)
+        return [{"label": "B / A", "value": ratio.partition(" ")[0].rstrip(","), "detail": ratio},
                 {"label": "verdict", "value": c.verdict, "detail": c.mode},
                 {"label": "wall time", "value": f"{c.wall_time_s:.0f} s", "detail": f"stopped by {c.stopped_by}"}]
     p = data.profile
@@ -185,6 +185,15 @@ def summary_cards(data: ReportData) -> list[dict[str, str]]:
     return [{"label": "verdict", "value": p.verdict.kind.value if p else "-", "detail": f"{p.steps if p else '?'} profiled steps"},
             {"label": "step time", "value": f"{split['step_time_us'] / 1000:.1f} ms" if split else "-", "detail": "mean per step"},
             {"label": "device", "value": p.device if p else "-", "detail": ""}]
+
+
+def _speedup_value(tune: TuneOutcome) -> str:
+    """`1.32×`: the speedup with the digits its CI supports (the final comparison's, as the terminal shows it)."""
+    if tune.speedup is None:
+        return "-"
+    figure = tune.speedup_figure
+    low, high = (figure.ci_low, figure.ci_high) if figure is not None else (None, None)
+    return ratio_text(tune.speedup, low, high).partition(" ")[0].replace("x", "×", 1)
 
 
 # ---- tune -------------------------------------------------------------------------------------------
@@ -209,13 +218,14 @@ def tune_view(tune: TuneOutcome) -> dict[str, Any]:
         "strategy": tune.strategy, "study": tune.study, "greedy": tune.strategy == "greedy", "unit": tune.unit,
         "stopped": stopped_text(tune), "failed_baseline": tune.failed_baseline,
         "has_baseline": baseline is not None, "baseline": format_figure_ci(baseline.throughput if baseline else None),
+        "baseline_label": tune.baseline_label, "unchanged": config_label({}, bool(tune.command)),
         "tuned": format_figure_ci(tuned.throughput if tuned else None),
         "baseline_memory": format_bytes(baseline.peak_memory_bytes if baseline else None),
         "tuned_memory": format_bytes(tuned.peak_memory_bytes if tuned else None),
         "speedup": tune.speedup,
         "accepted": [accepted_row(a) for a in tune.accepted],
         "decisions": [decision_row(d) for d in tune.decisions],
-        "trials": [trial_row(t, baseline.throughput if baseline else None) for t in tune.trials],
+        "trials": [trial_row(t, baseline.throughput if baseline else None, bool(tune.command)) for t in tune.trials],
         "verdict": baseline.verdict if baseline else None,
         "guard_note": tune.guard_note,
         "has_curves": bool(guard_curves(tune)[0]),
@@ -271,7 +281,7 @@ def decision_row(reported: ReportedDecision) -> dict[str, Any]:
             "reason": d.reason, "load_note": reported.load_note}
 
 
-def trial_row(t: TrialRow, baseline: Objective | None) -> dict[str, Any]:
+def trial_row(t: TrialRow, baseline: Objective | None, script: bool = False) -> dict[str, Any]:
     """One row of the every-trial table."""
     figure = t.throughput if not is_failed(t) else None
     if t.status != "ok":
@@ -283,7 +293,7 @@ def trial_row(t: TrialRow, baseline: Objective | None) -> dict[str, Any]:
     vs_baseline = speedup(figure, baseline)
     return {
         "number": t.number, "slot": t.slot, "stage": t.stage or ("baseline" if t.kind != "candidate" else ""),
-        "knob": t.knob or ("(re-measure)" if t.kind == "remeasure" else "(defaults)" if not t.config else ""),
+        "knob": t.knob or ("(re-measure)" if t.kind == "remeasure" else f"({config_label({}, script)})" if not t.config else ""),
         "value": format_value(t.value) if t.knob else ", ".join(f"{k}={format_value(v)}" for k, v in t.config.items()),
         "sps": format_figure_ci(figure) if figure else "-",
         "speedup": f"{vs_baseline:.2f}×" if vs_baseline else "-",

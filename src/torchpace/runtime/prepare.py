@@ -25,9 +25,10 @@ import torch
 from torchpace.config import RunConfig, check_on_host, resolve_config
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts, probe_host
-from torchpace.knobs import REGISTRY, ApplyContext, Point
+from torchpace.knobs import REGISTRY, ApplyContext, Point, workload_defaults
 from torchpace.knobs.distributed import data_parallel
 from torchpace.engine.batch import batch_len, split_batch, to_device
+from torchpace.engine.compile import mark_cuda_graph_step
 from torchpace.workload import Workload, check_workload
 
 _log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class StepOptions:
     grad_scaler: bool = False
     micro_batch_size: int | None = None
     channels_last_inputs: bool = False
+    cuda_graph_steps: bool = False  # compile.mode replays CUDA graphs: each step marks a new iteration
     non_blocking: bool = False
     label_phases: bool = False  # emit record_function labels (for `torchpace profile`)
     inference_mode: bool = False  # inference under torch.inference_mode() instead of torch.no_grad()
@@ -100,6 +102,8 @@ class Prepared:
         if self._closed:
             raise UsageError("step() after the `with prepare(...)` block ended: the block restored the global torch "
                              "state this config set; step inside the block, or call prepare() again")
+        if self.options.cuda_graph_steps:
+            mark_cuda_graph_step()
         if not self.workload.is_training:
             return self._infer(batch)
         self.optimizer.zero_grad(set_to_none=True)
@@ -170,11 +174,12 @@ class Prepared:
 
 def check_config(config: RunConfig, host: HostFacts, workload: Workload) -> None:
     """Raise UsageError for a set knob that does not apply here (to this host: `check_on_host`; to
-    this workload), or values that conflict."""
-    check_on_host(config, host)
+    this workload), values that conflict (with the workload's own where the config sets none), or
+    `Workload.loader_options` that no knob owns or that its knob refuses."""
+    check_on_host(config, host, workload_defaults(workload))
     for name, value in config.values.items():
         knob = REGISTRY[name]
-        if value == knob.default:
+        if value in (knob.default, knob.default_for(workload)):
             continue
         reason = knob.applies(host, workload) or knob.value_applies(value, host, workload)
         if reason:
@@ -220,7 +225,9 @@ def prepare(
 
     Args:
         workload: a Workload, or None to build one from `parts` (model=, dataset=, loss=, ...).
-        config: a RunConfig, a dict of knob values, a path to torchpace.toml, or None (defaults).
+        config: a RunConfig, a dict of knob values, a path to torchpace.toml, or None (defaults). A
+            knob it does not set has the workload's own value (`Workload.loader_options`), else the
+            knob's default; `Prepared.config` holds both.
         device: where to run; default CUDA when available, else CPU.
         host: HostFacts (probed when None).
         label_phases: emit `record_function` labels per phase (used by `torchpace profile`).
@@ -236,6 +243,7 @@ def prepare(
     config = resolve_config(config)
     host = host or probe_host()
     check_config(config, host, workload)
+    config = config.with_defaults(workload_defaults(workload))  # the workload's own DataLoader arguments
     values = config.full_values()
     device = torch.device(device) if device is not None else None
     dist = None

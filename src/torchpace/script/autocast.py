@@ -15,16 +15,17 @@ as they did. Three hazards shape it:
   outermost module's own call runs them eagerly, and nothing of them enters a graph.
 
 Modules without parameters (a loss module such as `nn.CrossEntropyLoss`) are not wrapped: they are
-rarely the model, and autocast runs losses in float32 anyway. fp16 is not offered here: it needs a
-GradScaler around backward and step, which only `torchpace.prepare()` can place.
+rarely the model, and autocast runs losses in float32 anyway. fp16 comes with a GradScaler placed from
+outside the loop (`torchpace.script.scaler`); where it cannot be placed safely, autocast stops too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any, Callable
 
-_DTYPES = {"bf16": "bfloat16"}
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
 class OutermostModule:
@@ -34,19 +35,22 @@ class OutermostModule:
     Args:
         make_context: module -> the context manager to enter before its forward.
         finish_output: output -> what the forward returns instead (None: the output as it is).
+        transform_args: (module, args) -> the positional arguments its forward gets instead (None
+            from it, or no `transform_args`: the arguments as they are); channels_last inputs.
     """
 
-    def __init__(self, make_context: Callable[[Any], Any], finish_output: Callable[[Any], Any] | None = None):
+    def __init__(self, make_context: Callable[[Any], Any], finish_output: Callable[[Any], Any] | None = None,
+                 transform_args: Callable[[Any, tuple], tuple | None] | None = None):
         import torch
 
-        self.make_context, self.finish_output = make_context, finish_output
+        self.make_context, self.finish_output, self.transform_args = make_context, finish_output, transform_args
         self.local = threading.local()
         self.entered = 0
         self.compiling = torch.compiler.is_compiling
 
-    def before(self, module, args) -> None:
+    def before(self, module, args) -> tuple | None:
         if self.compiling():  # a module called inside a compiled forward: nothing to trace into its graph
-            return
+            return None
         depth = getattr(self.local, "depth", 0)
         self.local.depth = depth + 1
         if depth == 0 and getattr(self.local, "open", None) is None and _device_type(module) is not None:
@@ -54,6 +58,9 @@ class OutermostModule:
             context.__enter__()
             self.local.open = (module, context)
             self.entered += 1
+            if self.transform_args is not None:
+                return self.transform_args(module, args)
+        return None
 
     def after(self, module, args, output) -> Any:
         if self.compiling():
@@ -91,14 +98,21 @@ def _to_float32(output: Any, dtype) -> Any:
     return output
 
 
-def install_outermost_autocast(value: str, report, knob_name: str) -> OutermostModule:
-    """Register the hooks for the rest of the process; `report.reached` gets `knob_name` at the first forward."""
+def install_outermost_autocast(value: str, report, knob_name: str,
+                               refused: Callable[[], str | None] = lambda: None) -> OutermostModule:
+    """Register the hooks for the rest of the process; `report.reached` gets `knob_name` at the first forward.
+
+    Args:
+        refused: why autocast must stop (fp16 whose GradScaler cannot be placed safely), else None.
+    """
     import torch
     from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
     dtype = getattr(torch, _DTYPES[value])
 
     def autocast_for(module):
+        if refused() is not None:
+            return contextlib.nullcontext()
         report.reached.add(knob_name)
         return torch.autocast(device_type=_device_type(module), dtype=dtype)
 

@@ -25,6 +25,7 @@ import contextlib
 import functools
 import sys
 import threading
+import time
 from typing import Any
 
 from torchpace.script.autocast import OutermostModule
@@ -51,6 +52,8 @@ class ScriptCompile:
         self.compiled_calls = 0
         self.failure: str | None = None
         self.warm = False
+        self.compile_started_s: float | None = None  # perf_counter at the first compiled call
+        self.compile_s: float | None = None  # from then until the backward after it ended (compilation)
         self._lock = threading.Lock()
 
     # ---- the hooks ---------------------------------------------------------------------------------
@@ -89,17 +92,23 @@ class ScriptCompile:
             self.compile_seen()
         elif self.compiled_calls and not self.warm:
             self.warm = True
+            self.compile_s = time.perf_counter() - self.compile_started_s
 
     def compile_seen(self) -> None:
         """Give each module seen so far a compiled forward (once)."""
         import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        from torchpace.engine.compile import compile_options, mark_cuda_graph_step, uses_cuda_graphs
 
         with self._lock:
             if self.triggered:
                 return
             self.triggered = True
         compiler = self.compiler or torch.compile
-        options = {} if self.mode == "default" else {"mode": self.mode}
+        options = compile_options(self.mode)
+        if uses_cuda_graphs(self.mode):
+            register_optimizer_step_post_hook(lambda optimizer, args, kwargs: mark_cuda_graph_step())
         for module in self.seen.values():
             module.forward = self._compiled_forward(module, compiler(module.forward, **options))
             self.modules.append(type(module).__name__)
@@ -117,12 +126,22 @@ class ScriptCompile:
     def _compiled_forward(self, module, compiled):
         from torch._dynamo.exc import TorchDynamoException
 
+        from torchpace.engine.compile import ShapeWatch, input_signature, uses_cuda_graphs
+
         eager = module.forward
+        watch = ShapeWatch(self.mode) if uses_cuda_graphs(self.mode) and _on_cuda(module) else None
 
         @functools.wraps(eager)
         def forward(*args, **kwargs):
             if self.failure is not None:
                 return eager(*args, **kwargs)
+            why = watch.see(input_signature((args, kwargs))) if watch is not None else None
+            if why is not None:  # CUDA graphs would be recorded again for most calls: this mode does not fit
+                self.fail(module, why)
+                module.forward = eager
+                return eager(*args, **kwargs)
+            if self.compile_started_s is None:
+                self.compile_started_s = time.perf_counter()
             try:
                 output = compiled(*args, **kwargs)
             except TorchDynamoException as err:  # the compiler's failure, not the model's: run it eagerly
@@ -134,11 +153,15 @@ class ScriptCompile:
 
         return forward
 
-    def fail(self, module, err: BaseException) -> None:
-        """Record that `module` could not be compiled, and why (the first lines of the compiler's error)."""
-        lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-        why = "; ".join(lines[:2])[:400] or type(err).__name__
-        self.failure = f"{type(module).__name__} could not be compiled ({type(err).__name__}): {why}"
+    def fail(self, module, err: BaseException | str) -> None:
+        """Record that `module` could not be compiled, and why (the first lines of the compiler's error, or
+        the reason the mode does not fit it)."""
+        if isinstance(err, str):
+            self.failure = f"{type(module).__name__} was not compiled: {err}"
+        else:
+            lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+            why = "; ".join(lines[:2])[:400] or type(err).__name__
+            self.failure = f"{type(module).__name__} could not be compiled ({type(err).__name__}): {why}"
         self.report.reached.discard(self.knob_name)
         self.report.not_applied[self.knob_name] = self.failure
         sys.stderr.write(f"torchpace: {self.failure}; it runs without compile\n")
@@ -150,11 +173,17 @@ class ScriptCompile:
 
         breaks = counters.get("graph_break", {})
         reasons = sorted(breaks.items(), key=lambda item: -item[1])[:_BREAK_REASONS_SHOWN]
+        inductor = counters.get("inductor", {})
         return {"mode": self.mode, "modules": list(self.modules), "compiled_calls": self.compiled_calls,
                 "graphs": int(counters.get("stats", {}).get("unique_graphs", 0)),
                 "graph_breaks": int(sum(breaks.values())),
                 "break_reasons": {str(reason).strip().splitlines()[0][:200]: count for reason, count in reasons},
-                "failure": self.failure}
+                "compile_s": self.compile_s, "cache_hits": int(inductor.get("fxgraph_cache_hit", 0)),
+                "cache_misses": int(inductor.get("fxgraph_cache_miss", 0)), "failure": self.failure}
+
+
+def _on_cuda(module) -> bool:
+    return any(parameter.is_cuda for parameter in module.parameters())
 
 
 def _trainable(module) -> bool:

@@ -23,7 +23,8 @@ program ends, its own `finally` blocks, context managers and exit handlers run, 
 (`torchpace.script.ending`; the parent ends the rest of the tree). A script that finishes first leaves the windows
 it had, marked `script-ended`; one that shows no step within `no_step_timeout_s` leaves a `timeout`
 naming what was looked for; one that stops stepping (`ScriptProbe.check_stall`) leaves what was measured,
-marked `script-stalled`, or a `timeout` naming the stall.
+marked `script-stalled`, or a `timeout` naming the stall; time spent in torch.compile is no stall
+(`watch_compiles`), and a compile is waited for within the trial's compile allowance.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def install(spec: ScriptMeasure, report: HookReport) -> ScriptProbe:
     _hook_optimizers(torch, probe)
     _hook_backward(torch, probe)
     _hook_loader(probe)
+    watch_compiles(probe)
     ending.install()  # before the probe's exit handler: the ending's runs after every other one
     atexit.register(_own, probe, probe.on_exit)
     _excepthook_marks_crash(probe)
@@ -112,6 +114,33 @@ def _hook_backward(torch, probe) -> None:
         return result
 
     torch.autograd.backward = backward
+
+
+def watch_compiles(probe):
+    """Tell the probe when torch.compile starts and ends compiling in this process (torch's compile
+    callbacks: a frame dynamo traces, a backward compiled when first called), so the stall watchdog never
+    takes a compile for a stall. Returns the call that stops it, or None where this torch has no such
+    callbacks (`compile.mode`'s own compile is still known to the probe: `ScriptProbe.compiling_for`)."""
+    try:
+        from torch._dynamo.callback import callback_handler
+    except ImportError:
+        return None
+
+    def started(*args):
+        _own(probe, probe.on_compile_start)
+
+    def ended(*args):
+        _own(probe, probe.on_compile_end)
+
+    callback_handler.register_start_callback(started)
+    callback_handler.register_end_callback(ended)
+
+    def unwatch() -> None:
+        with contextlib.suppress(ValueError):  # torch._dynamo.reset() drops them too
+            callback_handler.remove_start_callback(started)
+            callback_handler.remove_end_callback(ended)
+
+    return unwatch
 
 
 def _hook_loader(probe) -> None:

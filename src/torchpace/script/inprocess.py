@@ -16,6 +16,8 @@ its `script_reach` says:
   the script's own argument, where the class has that implementation and it builds on the parameters'
   device (otherwise the script's arguments stand and `HookReport.not_applied` says why);
 - `autocast` (`precision.amp = bf16`): see `torchpace.script.autocast`;
+- `layout` (`model.channels_last`): the outermost module with 2-D convolutions converted in place
+  before its first forward, and its 4-D inputs at every call, see `torchpace.script.layout`;
 - `compile` (`compile.mode`): the outermost modules with trainable parameters get a compiled forward
   after the first backward(), see `torchpace.script.compile`.
 
@@ -40,14 +42,19 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-import torchpace
-from torchpace.knobs import REGISTRY, Knob, KnobValue, ScriptSubject, get_knob
+from torchpace.knobs import REGISTRY, Knob, KnobValue, Reach, ScriptSubject, get_knob
 from torchpace.script.autocast import install_outermost_autocast
 from torchpace.script.compile import install_script_compile
+from torchpace.script.layout import install_script_layout
+from torchpace.script.scaler import install_script_scaler
+from torchpace.script.sites import caller_site, library_prefixes
 
 _log = logging.getLogger(__name__)
 
 _PATCHED = "__torchpace_launch_knobs__"  # marks a constructor once it is wrapped
+# on a DataLoader (and its iterators) or an optimizer the script built: the script's own values of the knobs
+# that reach it, read from its arguments before any knob changed them (`Knob.script_value`)
+OWN_SETTINGS = "__torchpace_script_settings__"
 
 
 @dataclass
@@ -63,6 +70,8 @@ class HookReport:
         not_applied: knob -> why it could not take effect where it was met.
         config: the knob values the hook was given (what `reached` is checked against).
         compiled: the `ScriptCompile` of `compile.mode` when the config asked for one, else None.
+        script_settings: the script's own values of the knobs that reach it (`note_script_settings`): those of
+            the first DataLoader it read a batch from and of the first optimizer that stepped.
     """
 
     overrides: list[dict[str, Any]] = field(default_factory=list)
@@ -70,6 +79,7 @@ class HookReport:
     reached: set[str] = field(default_factory=set)
     not_applied: dict[str, str] = field(default_factory=dict)
     compiled: Any = None
+    script_settings: dict[str, Any] = field(default_factory=dict)
     _announced: set[tuple] = field(default_factory=set)
 
     def record_override(self, where: str, obj: str, argument: str, old: Any, new: Any, knob: str) -> None:
@@ -82,8 +92,16 @@ class HookReport:
         sys.stderr.write(f"torchpace: {obj} at {where}: {argument} {old!r} -> {new!r} ({knob})\n")
         _log.info("%s at %s: %s %r -> %r (%s)", obj, where, argument, old, new, knob)
 
+    def note_script_settings(self, built: Any) -> None:
+        """Keep the script's own settings recorded on `built` (a DataLoader iterator, an optimizer), unless
+        settings of those knobs were kept already (the first DataLoader read, the first optimizer that steps)."""
+        settings = getattr(built, OWN_SETTINGS, None) or {}
+        if settings and not set(settings) & set(self.script_settings):
+            self.script_settings.update(settings)
+
     def to_dict(self) -> dict[str, Any]:
         return {"overrides": list(self.overrides), "reached": sorted(self.reached), "not_applied": dict(self.not_applied),
+                "script_settings": dict(self.script_settings),
                 **({"compile": self.compiled.summary()} if self.compiled is not None else {})}
 
 
@@ -125,8 +143,17 @@ class _InScript:
         patch_optimizers(knob.name, str(value), self.report)
 
     def autocast_forward(self, knob: Knob, value: KnobValue) -> None:
-        if knob.script_reason(value) is None and value != knob.default:
+        if knob.script_reason(value) is not None or value == knob.default:
+            return
+        if value == "fp16":  # fp16 gradients need loss scaling: a GradScaler placed around the script's loop
+            scaler = install_script_scaler(self.report, knob.name)
+            install_outermost_autocast(str(value), self.report, knob.name, refused=lambda: scaler.refused)
+        else:
             install_outermost_autocast(str(value), self.report, knob.name)
+
+    def layout_forward(self, knob: Knob, value: KnobValue) -> None:
+        if value != knob.default:
+            install_script_layout(self.report, knob.name)
 
     def compile_forward(self, knob: Knob, value: KnobValue) -> None:
         if value != knob.default:
@@ -135,6 +162,7 @@ class _InScript:
     def finish(self) -> None:
         apply_global_knobs(self.global_knobs, self.report)
         patch_dataloader(self.loader_knobs, self.report)
+        patch_optimizers(None, None, self.report)  # no optimizer knob: its own settings are still read
 
 
 def apply_global_knobs(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport) -> None:
@@ -159,7 +187,7 @@ def guard_thread_count(knob_name: str, threads: int, report: HookReport) -> None
     original = torch.set_num_threads
     if getattr(original, _PATCHED, None) is not None:
         return
-    libraries = tuple(os.path.dirname(os.path.dirname(m.__file__)) + os.sep for m in _library_modules())
+    libraries = library_prefixes()
     owner = os.getpid()
 
     @functools.wraps(original)
@@ -177,18 +205,22 @@ def guard_thread_count(knob_name: str, threads: int, report: HookReport) -> None
 
 
 def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport) -> None:
-    """Give every `torch.utils.data.DataLoader` (subclasses included) the LOADER knobs' values."""
+    """Give every `torch.utils.data.DataLoader` (subclasses included) the LOADER knobs' values, and record on
+    each (and on its iterators) the script's own settings of those knobs (`OWN_SETTINGS`), also without any."""
     import torch.utils.data
 
     loader_cls = torch.utils.data.DataLoader
     original = loader_cls.__init__
-    if not knobs or getattr(original, _PATCHED, None) is not None:
+    if getattr(original, _PATCHED, None) is not None:
         return
     signature = inspect.signature(original)
+    loader_knobs = [knob for knob in REGISTRY.values() if knob.script_reach is Reach.LOADER]
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         bound = signature.bind_partial(self, *args, **kwargs)
+        given = {name: bound.arguments.get(name, _default_of(signature, name)) for name in signature.parameters}
+        own = {knob.name: value for knob in loader_knobs if (value := knob.script_value(given)) is not None}
         fitting = _fitting(knobs, bound.arguments.get("dataset"), report)
         changes = loader_overrides(fitting, bound.arguments, signature)
         where = caller_site()
@@ -197,9 +229,21 @@ def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport
             report.record_override(where, type(self).__name__, name, old, new, knob)
         report.reached.update(knob.name for knob, _ in fitting)
         original(*bound.args, **bound.kwargs)
+        with contextlib.suppress(AttributeError):  # a loader class with __slots__: its settings stay unread
+            setattr(self, OWN_SETTINGS, own)
+
+    original_iterator = loader_cls._get_iterator
+
+    @functools.wraps(original_iterator)
+    def _get_iterator(self: Any) -> Any:
+        iterator = original_iterator(self)
+        with contextlib.suppress(AttributeError):
+            setattr(iterator, OWN_SETTINGS, getattr(self, OWN_SETTINGS, None))
+        return iterator
 
     setattr(__init__, _PATCHED, tuple(knobs))
     loader_cls.__init__ = __init__
+    loader_cls._get_iterator = _get_iterator
 
 
 def _fitting(knobs: Sequence[tuple[Knob, KnobValue]], dataset: Any, report: HookReport) -> list[tuple[Knob, KnobValue]]:
@@ -250,27 +294,34 @@ def _default_of(signature: inspect.Signature | None, name: str) -> Any:
     return None if default is inspect.Parameter.empty else default
 
 
-def patch_optimizers(knob_name: str, impl: str, report: HookReport) -> None:
-    """Build every torch.optim optimizer that has an `impl` (foreach/fused) implementation with it."""
+def patch_optimizers(knob_name: str | None, impl: str | None, report: HookReport) -> None:
+    """Build every torch.optim optimizer that has an `impl` (foreach/fused) implementation with it (`default`:
+    torch's own choice, `foreach=None, fused=None`, over the script's arguments), and record on each the script's
+    own `optimizer.impl` (`OWN_SETTINGS`); `impl` None records only."""
     import torch.optim
 
-    if impl == "default":
-        return
     for cls in {c for c in vars(torch.optim).values() if isinstance(c, type) and issubclass(c, torch.optim.Optimizer)}:
         original = cls.__init__
         if getattr(original, _PATCHED, None) is not None or cls is torch.optim.Optimizer:
             continue
         signature = inspect.signature(original)
-        if impl in signature.parameters:
+        if "foreach" in signature.parameters or "fused" in signature.parameters:
             cls.__init__ = _with_impl(original, signature, knob_name, impl, report)
 
 
-def _with_impl(original, signature: inspect.Signature, knob_name: str, impl: str, report: HookReport):
-    flags = {"foreach": impl == "foreach", "fused": impl == "fused"}
+def _with_impl(original, signature: inspect.Signature, knob_name: str | None, impl: str | None, report: HookReport):
+    knob = REGISTRY["optimizer.impl"]
+    flags = {} if impl is None else {"foreach": None, "fused": None} if impl == "default" else \
+        {"foreach": impl == "foreach", "fused": impl == "fused"}
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         bound = signature.bind_partial(self, *args, **kwargs)
+        own = knob.script_value({k: bound.arguments.get(k, _default_of(signature, k)) for k in ("foreach", "fused")})
+        if impl is None or (impl != "default" and impl not in signature.parameters):
+            original(*bound.args, **bound.kwargs)
+            _record_own(self, own)
+            return
         wanted = {k: v for k, v in flags.items() if k in signature.parameters}
         changed = {k: (bound.arguments.get(k, _default_of(signature, k)), v) for k, v in wanted.items()
                    if not _same(bound.arguments.get(k, _default_of(signature, k)), v)}
@@ -282,30 +333,20 @@ def _with_impl(original, signature: inspect.Signature, knob_name: str, impl: str
             report.not_applied.setdefault(knob_name, f"{type(self).__name__}({impl}=True) at {caller_site()}: {err}")
             _log.info("%s not applied: %s(%s=True) at %s failed: %s", knob_name, type(self).__name__, impl, caller_site(), err)
             original(*bound.args, **bound.kwargs)
+            _record_own(self, own)
             return
+        _record_own(self, own)
         report.reached.add(knob_name)
         where = caller_site()
         for name, (old, new) in changed.items():
             report.record_override(where, type(self).__name__, name, old, new, knob_name)
 
-    setattr(__init__, _PATCHED, impl)
+    setattr(__init__, _PATCHED, impl or "recorded")
     return __init__
 
 
-def caller_site() -> str:
-    """`file.py:LINE` of the innermost frame outside torch, torchpace and the standard library."""
-    skip = tuple(os.path.dirname(os.path.dirname(m.__file__)) + os.sep for m in _library_modules())
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(skip) and not filename.startswith("<"):
-            shown = os.path.relpath(filename)
-            return f"{filename if shown.startswith('..') else shown}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "unknown"
-
-
-def _library_modules() -> list:
-    import torch
-
-    return [torch, torchpace, functools]
+def _record_own(optimizer: Any, impl: KnobValue | None) -> None:
+    """Note the script's own `optimizer.impl` on an optimizer it built (None: its arguments name none)."""
+    if impl is not None:
+        with contextlib.suppress(AttributeError):
+            setattr(optimizer, OWN_SETTINGS, {"optimizer.impl": impl})

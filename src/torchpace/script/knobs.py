@@ -36,16 +36,21 @@ def check_script_config(config: RunConfig, host, label: str) -> None:
 
 
 def unreached_knobs(config: Mapping[str, Any], reached: Iterable[str], not_applied: Mapping[str, str]) -> dict[str, str]:
-    """knob -> why, for each non-default knob applied in-process that never took effect in the script.
+    """knob -> why, for each knob the config sets that is applied in-process and never took effect in the
+    script: a value other than the default, or the default given over the script's own arguments
+    (`Reach.sets_arguments`: `--set data.num_workers=0` on a script that builds no DataLoader is not run as if
+    it had been applied).
 
     Args:
         reached, not_applied: what the hook reported (`ScriptInfo.reached`, `ScriptInfo.not_applied`).
     """
     reached = set(reached)
     why: dict[str, str] = {}
-    for name, value in RunConfig(dict(config)).non_default().items():
+    for name, value in RunConfig(dict(config)).values.items():
         reach = REGISTRY[name].script_reach
         if reach is None or reach.missed is None or name in reached:  # only knobs that must meet something
+            continue
+        if value == REGISTRY[name].default and not reach.sets_arguments:  # the default of autocast/compile: nothing to do
             continue
         why[name] = not_applied.get(name) or f"never took effect in the script: {reach.missed}"
     return why

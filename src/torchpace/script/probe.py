@@ -31,7 +31,8 @@ from torchpace.protocol import CRASH, INVALID, NONFINITE, OK, TIMEOUT, TrialResu
 from torchpace.script.inprocess import HookReport
 from torchpace.script.ending import end_script
 from torchpace.script.knobs import unreached_knobs
-from torchpace.script.spec import OWN_FAILURE, OWN_FAILURE_EXIT, OWN_FAILURE_LINE, STEPS_SUFFIX, ScriptMeasure
+from torchpace.script.spec import (NO_STEP_MESSAGE, OWN_FAILURE, OWN_FAILURE_EXIT, OWN_FAILURE_LINE, STEPS_SUFFIX,
+                                   ScriptMeasure)
 
 _MIN_WINDOWS_IF_ENDED = 2  # a script that ends first must leave at least this many measured windows
 # A script that stops stepping (a deadlock, a hung read, waiting on input) is not waited for without bound:
@@ -39,8 +40,6 @@ _STALL_MIN_S = 30.0  # no step for this long (and _STALL_FACTOR times its longes
 _STALL_FACTOR = 5.0
 _CAP_GRACE_S = 2.0  # past the measurement's time cap, a step this late (and 3x its longest) ends the measurement
 _WATCH_S = 0.25  # how often the stall watchdog looks
-NO_STEP_MESSAGE = ("no optimizer step or backward() seen: script mode counts a step at each step() of a torch.optim "
-                   "optimizer, or at each backward() when the script builds no optimizer")
 
 
 class ScriptProbe:
@@ -72,7 +71,9 @@ class ScriptProbe:
         self.finished = False
         self.last_step_at: float | None = None
         self.longest_step_s = 0.0  # the longest gap between two steps after the first
-        self.ended_how = "script-ended"  # or "script-stalled": why the measurement ended before the meter did
+        self.ended_how = "script-ended"  # "script-stalled", or "time" (the cap): why it ended before the meter did
+        self.compiles = CompileTime(self.clock)  # time spent inside torch.compile (never a stall)
+        self._compiled_at_step = 0.0  # `compiles.total_s()` when the last step ended
         self._steps_fd: int | None = None
         self._failed_own = False
         self._lock = threading.Lock()
@@ -84,6 +85,7 @@ class ScriptProbe:
     def on_optimizer_step(self, optimizer: Any) -> None:
         if self.lead_optimizer is None:
             self.lead_optimizer = id(optimizer)
+            self.report.note_script_settings(optimizer)  # the script's own optimizer arguments: the baseline's
         if id(optimizer) == self.lead_optimizer:
             self.on_step()
 
@@ -95,6 +97,8 @@ class ScriptProbe:
             self.on_step()
 
     def on_batch(self, batch: Any, waited_s: float, loader_iter: Any = None) -> None:
+        if not self.batches_seen and loader_iter is not None:  # the first loader read: its own settings, the baseline's
+            self.report.note_script_settings(loader_iter)
         self.wait_s += waited_s
         try:
             size = batch_len(batch)
@@ -104,12 +108,13 @@ class ScriptProbe:
         self.batches_seen += 1
 
     def note_step(self) -> None:
-        """Count a step: its gap (for the stall watchdog) and the steps file the parent reads when the
-        script ends without letting the hook write its result (`os._exit`)."""
+        """Count a step: its gap (for the stall watchdog, less the time it spent compiling) and the steps file
+        the parent reads when the script ends without letting the hook write its result (`os._exit`)."""
         now = self.clock()
+        compiled_s = self.compiles.total_s()
         if self.last_step_at is not None and self.steps > 1:
-            self.longest_step_s = max(self.longest_step_s, now - self.last_step_at)
-        self.last_step_at = now
+            self.longest_step_s = max(self.longest_step_s, now - self.last_step_at - (compiled_s - self._compiled_at_step))
+        self.last_step_at, self._compiled_at_step = now, compiled_s
         try:
             if self._steps_fd is None:
                 self._steps_fd = os.open(self.spec.result_path + STEPS_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -254,28 +259,100 @@ class ScriptProbe:
 
         threading.Thread(target=watch, name="torchpace-stall-watchdog", daemon=True).start()
 
+    # ---- compiling ------------------------------------------------------------------------------------
+    def on_compile_start(self, *args: Any) -> None:
+        """torch.compile began compiling (dynamo traces a frame, or a backward compiled when first called)."""
+        self.compiles.start()
+
+    def on_compile_end(self, *args: Any) -> None:
+        self.compiles.end()
+
+    def compiling_for(self, now: float) -> float | None:
+        """Seconds the compile under way has run (None when none is): torch's own compile events, or, with
+        `compile.mode`, the time since the first step until a backward() completed after the first compiled
+        forward (the model compiled in place after the first backward(); torch reports no event for a lazily
+        compiled backward on every version)."""
+        since = self.compiles.since
+        compiled = self.report.compiled
+        if compiled is not None and compiled.triggered and compiled.modules and not compiled.warm and not compiled.failure \
+                and self.last_step_at is not None:
+            since = self.last_step_at if since is None else min(since, self.last_step_at)
+        return None if since is None else now - since
+
+    @property
+    def compile_limit_s(self) -> float:
+        """How long one compile is waited for: the trial's compile allowance, at least the stall floor."""
+        return max(_STALL_MIN_S, self.spec.compile_allowance_s)
+
     def check_stall(self) -> None:
         """End the measurement when the script stopped stepping: no step for `_STALL_MIN_S` (and
-        `_STALL_FACTOR` times its longest step), or, past the time cap, none for `_CAP_GRACE_S` (and 3x
-        its longest step). A stall is bounded by the time cap, never by the parent's kill."""
+        `_STALL_FACTOR` times its longest step), a stall; or, past the time cap, none for `_CAP_GRACE_S` (and 3x
+        its longest step, once one is known: `past_cap`), the cap's end. A stall is bounded by the time cap,
+        never by the parent's kill.
+
+        Time spent compiling is no gap (`CompileTime`, `compiling_for`): a compile is waited for within the
+        trial's compile allowance (`compile_limit_s`), and one that runs longer ends the script as stalled while
+        compiling."""
         if self.finished or self.last_step_at is None:
             return
         now = self.clock()
-        gap = now - self.last_step_at
-        past_cap = self.meter is not None and now >= self.meter.deadline and gap >= max(_CAP_GRACE_S, 3 * self.longest_step_s)
-        if past_cap or gap >= max(_STALL_MIN_S, _STALL_FACTOR * self.longest_step_s):
+        compiling_s = self.compiling_for(now)
+        if compiling_s is not None:
+            if compiling_s >= self.compile_limit_s:
+                self.on_stall(now - self.last_step_at, compiling_s)
+            return
+        gap = now - self.last_step_at - (self.compiles.total_s() - self._compiled_at_step)
+        if gap >= max(_STALL_MIN_S, _STALL_FACTOR * self.longest_step_s):
             self.on_stall(gap)
+        elif self.past_cap(now, gap):
+            self.on_cap(gap)
 
-    def on_stall(self, gap_s: float) -> None:
-        """The script made no step for `gap_s`: what was measured (enough windows) or a `timeout` naming the stall."""
+    def past_cap(self, now: float, gap_s: float) -> bool:
+        """Past the measurement's time cap, no step for `_CAP_GRACE_S` and 3x the longest step: the cap ends the
+        measurement with its windows (a script past its last step is often ending: evaluating, saving). Not before
+        a step time is known: after the first step a slow step (a short script's, on a busy host) is waited for;
+        nor in a paired comparison, whose turns the parent ends (its own clock runs only in its turns)."""
+        return (self.meter is not None and self.meter.gate is None and self.longest_step_s > 0
+                and now >= self.meter.deadline and gap_s >= max(_CAP_GRACE_S, 3 * self.longest_step_s))
+
+    def on_cap(self, gap_s: float) -> None:
+        """The time cap passed and the script made no step for `gap_s`: the windows measured, as the cap's (a
+        `timeout` saying the steps are slower than the cap allows when there are too few)."""
+        if not self.claim_end():
+            return
+        self.ended_how = "time"
+        result = self.build_result(ended_early=True)
+        if not result.ok:
+            windows = len(self.meter.windows) if self.meter else 0
+            result = TrialResult(TIMEOUT, guard_losses=result.guard_losses, wall_time_s=result.wall_time_s, error=(
+                f"the script made no step for {gap_s:.0f} s after step {self.steps}, past the measurement's time cap "
+                f"(its longest step took {self.longest_step_s:.2g} s: it stalled, or it was ending, evaluating or "
+                f"saving); {windows} window(s) were measured, at least {_MIN_WINDOWS_IF_ENDED} are needed"))
+        write_result(result, self.spec.result_path)
+        self.end()
+
+    def stall_text(self, gap_s: float, compiling_s: float | None) -> str:
+        """Why the script is ended as stalled: no step for `gap_s`, or a compile that ran `compiling_s`."""
+        if compiling_s is None:
+            return f"the script made no step for {gap_s:.0f} s after step {self.steps}"
+        compiled = self.report.compiled
+        what = f"torch.compile ({compiled.knob_name} = {compiled.mode})" if compiled is not None else "torch.compile"
+        return (f"the script was compiling for {compiling_s:.0f} s after step {self.steps} ({what}) without finishing, "
+                f"past the trial's compile allowance of {self.compile_limit_s:.0f} s (a compile that hangs, or a model "
+                "that takes longer than that to compile)")
+
+    def on_stall(self, gap_s: float, compiling_s: float | None = None) -> None:
+        """The script made no step for `gap_s` (or compiled for `compiling_s`): what was measured (enough
+        windows) or a `timeout` naming the stall."""
         if not self.claim_end():
             return
         self.ended_how = "script-stalled"
         result = self.build_result(ended_early=True)
         if not result.ok:
+            why = "" if compiling_s is not None else \
+                " (it stalled: a deadlock, a hung read, or one step slower than --max-time allows)"
             result = TrialResult(TIMEOUT, guard_losses=result.guard_losses, wall_time_s=result.wall_time_s, error=(
-                f"the script made no step for {gap_s:.0f} s after step {self.steps} (it stalled: a deadlock, a hung "
-                f"read, or one step slower than --max-time allows); {len(self.meter.windows) if self.meter else 0} "
+                f"{self.stall_text(gap_s, compiling_s)}{why}; {len(self.meter.windows) if self.meter else 0} "
                 f"window(s) were measured, at least {_MIN_WINDOWS_IF_ENDED} are needed"))
         write_result(result, self.spec.result_path)
         self.end()
@@ -293,9 +370,11 @@ class ScriptProbe:
             return TrialResult(INVALID, guard_losses=guard, wall_time_s=wall_s,
                                error="; ".join(f"{knob}: {why}" for knob, why in unreached.items()))
         ended_after = None
-        if ended_early:  # how long the script ran once timing started: a trial can be sized to fit it
+        if ended_early and self.ended_how != "time":  # how long the script ran once timing started: a trial can be sized to fit it
             ran_s = self.clock() - self.meter_started_s if self.meter is not None else 0.0
             ended_after = {"steps": self.steps, "seconds": ran_s, "windows": windows}
+        if ended_early and windows < _MIN_WINDOWS_IF_ENDED and ended_after is None:  # the cap's: `on_cap` says why
+            return TrialResult(CRASH, guard_losses=guard, wall_time_s=wall_s, error="too few windows before the time cap")
         if ended_early and windows < _MIN_WINDOWS_IF_ENDED:
             return TrialResult(CRASH, guard_losses=guard, wall_time_s=wall_s, ended_after=ended_after, error=(
                 f"the script ended after {self.steps} step(s), {ended_after['seconds']:.1f} s after its first one, "
@@ -310,7 +389,8 @@ class ScriptProbe:
         load = other_load_cores(self._cpu_before, probe_cpu_times(owner_pid()))
         real = self.meter.result(self.ended_how if ended_early else None)
         per_step = sorted(n for n in self.backwards_per_step if n)
-        script = {"command": list(self.spec.command), "steps_seen": self.steps, "ended_early": ended_early,
+        script = {"command": list(self.spec.command), "steps_seen": self.steps,
+                  "ended_early": ended_early and self.ended_how != "time",
                   "step_source": "optimizer" if self.optimizer_built else "backward",
                   "samples_source": ("--samples-per-step" if self.spec.samples_per_step else
                                      "dataloader" if self.samples_known else None), **hook}
@@ -347,6 +427,37 @@ class ScriptProbe:
             except (OSError, ValueError):  # a closed or broken pipe: nothing left to say
                 continue
         self._exit(status)
+
+
+class CompileTime:
+    """Seconds the script's process spends inside torch.compile, from torch's compile start and end events
+    (`torch._dynamo.callback`: a frame traced and compiled, a backward compiled when first called), read by
+    the stall watchdog from another thread: a compile is never a stall."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.since: float | None = None  # when the compile under way began
+        self._depth = 0
+        self._spent_s = 0.0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self.since = self.clock()
+            self._depth += 1
+
+    def end(self) -> None:
+        with self._lock:
+            self._depth = max(0, self._depth - 1)
+            if self._depth == 0 and self.since is not None:
+                self._spent_s += self.clock() - self.since
+                self.since = None
+
+    def total_s(self) -> float:
+        """Every second spent compiling so far, the compile under way included."""
+        with self._lock:
+            return self._spent_s + (self.clock() - self.since if self.since is not None else 0.0)
 
 
 def _loss_tensor(tensors: Any):

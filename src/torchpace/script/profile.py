@@ -23,7 +23,9 @@ from typing import Any
 import psutil
 
 from torchpace.files import write_atomic
+from torchpace.measure.contention import other_load_cores, probe_cpu_times
 from torchpace.measure.result import ScriptInfo
+from torchpace.process import owner_pid
 from torchpace.profile.trace import METADATA_KEY
 from torchpace.protocol import CRASH, INVALID, OK, TIMEOUT, TrialResult
 from torchpace.records import from_json
@@ -56,6 +58,7 @@ class ScriptProfiler(ScriptProbe):
         # what the run already does, for the advice (`torchpace.profile.effect`): autocast and parameter
         # dtypes (the hook notes them), the DataLoaders' workers and pinning
         self.run_facts: dict[str, Any] = {}
+        self.other_load_cores: float | None = None  # read over the traced steps
 
     def on_batch(self, batch: Any, waited_s: float, loader_iter: Any = None) -> None:
         super().on_batch(batch, waited_s, loader_iter)
@@ -90,6 +93,9 @@ class ScriptProfiler(ScriptProbe):
         raw = str(self._raw)
         self.prof = torch.profiler.profile(activities=_activities(), schedule=schedule, profile_memory=self.profile_memory,
                                            on_trace_ready=lambda prof: prof.export_chrome_trace(raw))
+        # other processes' CPU over the traced steps, as the Workload profile reads it around its capture; this
+        # script's own tree is the parent's (the profile process that started it), as for a script's bench
+        self._cpu_before = probe_cpu_times(owner_pid())
         self.prof.__enter__()
 
     def _profiler_step(self) -> None:
@@ -99,6 +105,7 @@ class ScriptProfiler(ScriptProbe):
             return
         self.prof.__exit__(None, None, None)
         self.prof = None
+        self.other_load_cores = other_load_cores(self._cpu_before, probe_cpu_times(owner_pid()))
         with open(self._raw, encoding="utf-8") as fh:
             self.document = json.load(fh)
         self._raw.unlink(missing_ok=True)
@@ -125,14 +132,16 @@ class ScriptProfiler(ScriptProbe):
             self.prof = None
         super().on_exit()
 
-    def on_stall(self, gap_s: float) -> None:
-        """The script made no step for `gap_s`: the profile ends with a `timeout` naming the stall."""
+    def on_stall(self, gap_s: float, compiling_s: float | None = None) -> None:
+        """The script made no step for `gap_s` (or compiled for `compiling_s`): the profile ends with a `timeout`
+        naming the stall."""
         if not self.claim_end():
             return
         needed = self.wait + self.warmup + self.active + self.python_steps
+        why = "" if compiling_s is not None else " (it stalled: a deadlock, a hung read, or a step far slower than the ones before)"
         write_result(TrialResult(TIMEOUT, wall_time_s=self.clock() - self.started_s, error=(
-            f"the script made no step for {gap_s:.0f} s after step {self.steps} of the profile's {needed} (it stalled: "
-            "a deadlock, a hung read, or a step far slower than the ones before)")), self.spec.result_path)
+            f"{self.stall_text(gap_s, compiling_s)}, at step {self.steps} of the profile's {needed}{why}")),
+            self.spec.result_path)
         self.end()
 
     def build_result(self, ended_early: bool) -> TrialResult:
@@ -163,7 +172,8 @@ class ScriptProfiler(ScriptProbe):
                 "config": {}, "batch_size": self.last_step_samples, "steps": self.active, "wait_steps": self.wait,
                 "warmup_steps": self.warmup, "peak_memory_bytes": peak_bytes, "peak_memory_kind": peak_kind,
                 "memory_capacity_bytes": _capacity_bytes(device), "torch_version": torch.__version__,
-                "python_profile": self.python, "script": True, "run": dict(self.run_facts), "hook": hook}
+                "python_profile": self.python, "script": True, "run": dict(self.run_facts), "hook": hook,
+                "other_load_cores": self.other_load_cores}
 
 
 def _activities() -> list:

@@ -10,6 +10,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+NO_STEP_MESSAGE = ("no optimizer step or backward() seen: script mode counts a step at each step() of a torch.optim "
+                   "optimizer, or at each backward() when the script builds no optimizer")
+
 # the directory of the `sitecustomize` hook (`torchpace.script.site`), put first on the script's PYTHONPATH
 HOOK_DIR = Path(__file__).resolve().parent / "site"
 MEASURE_ENV = "TORCHPACE_SCRIPT_MEASURE"
@@ -40,6 +43,9 @@ class ScriptMeasure:
         seed: seeds torch (and `random`, numpy when loaded) at `import torch`; None leaves them alone.
         samples_per_step: samples in one step when the batches do not tell (None: from the DataLoader).
         no_step_timeout_s: give up when no step was seen this long after `import torch`.
+        compile_allowance_s: the trial's compile allowance (`TrialSpec.compile_allowance_s`): how long the stall
+            watchdog waits for one compile (torch.compile, or `compile.mode`'s first compiled step) before it
+            ends the script as stalled while compiling; at least the stall floor.
         profile: profile mode only: {"trace_path", "wait", "warmup", "active"} (steps of each phase).
         gate: `"CONTROL_FD,EVENT_FD"`: take turns with another trial in a paired comparison
             (`torchpace.measure.gate`); None to measure alone.
@@ -55,6 +61,7 @@ class ScriptMeasure:
     seed: int | None = GUARD_SEED
     samples_per_step: int | None = None
     no_step_timeout_s: float = 120.0
+    compile_allowance_s: float = 0.0
     profile: dict = field(default_factory=dict)
     gate: str | None = None
 

@@ -167,7 +167,7 @@ def run_bench(
 
         def report(real: Throughput) -> None:
             peak_bytes, peak_kind = read_peak_memory(run.device)
-            on_report(_build_result(workload, config, run, real, None, losses, peak_bytes, peak_kind, clock() - start, host))
+            on_report(_build_result(workload, run, real, None, losses, peak_bytes, peak_kind, clock() - start, host))
             losses.clear()  # the next report's losses are its own windows'
 
         try:
@@ -182,7 +182,7 @@ def run_bench(
         peak_bytes, peak_kind = read_peak_memory(run.device)
         if run.dist is not None:
             peak_bytes = int(run.dist.max(peak_bytes))
-        result = _build_result(workload, config, run, real, compute, losses, peak_bytes, peak_kind, clock() - start, host)
+        result = _build_result(workload, run, real, compute, losses, peak_bytes, peak_kind, clock() - start, host)
         result = replace(result, other_load_cores=load.cores)
         return replace(result, **_inference_fields(run, latency, checked)) if not workload.is_training else result
 
@@ -219,14 +219,14 @@ def _inference_fields(run: Prepared, latency: Latency | None, accuracy: Accuracy
     return fields
 
 
-def _build_result(workload, config, run, real: Throughput, compute: Throughput | None, losses, peak_bytes, peak_kind, wall_s, host) -> BenchResult:
+def _build_result(workload, run, real: Throughput, compute: Throughput | None, losses, peak_bytes, peak_kind, wall_s, host) -> BenchResult:
     compute_sps = compute.summary.median if compute else None
     input_bound = max(0.0, 1.0 - real.summary.median / compute_sps) if compute_sps else None
     loss_values = tuple(torch.stack(losses).tolist()) if losses else ()
     batch_size = run.loader.batch_size or workload.batch_size
     return BenchResult(
         workload=workload.name,
-        config=config.non_default(),
+        config=run.config.non_default(),  # the workload's own DataLoader arguments included
         device=str(run.device),
         step=StepShape(batch_size=batch_size, grad_accumulation=run.grad_accumulation, world_size=run.world_size,
                        global_batch_size=batch_size * run.world_size),

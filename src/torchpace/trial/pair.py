@@ -77,6 +77,7 @@ from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.measure.contention import other_load_cores, probe_cpu_times
 from torchpace.measure.gate import END, LOADED, READY, REPORT, REPORTED, WINDOW, go
+from torchpace.measure.render import config_label
 from torchpace.measure.result import BenchResult, pool_throughput
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
 from torchpace.measure.timing import WARMUP_SHARE, window_for
@@ -791,11 +792,7 @@ def _ended_result(arm: _Arm, timeout_s: float, deadline: float) -> TrialResult:
 
 
 def _label(arm: _Arm) -> str:
-    return f"arm {arm.name.upper()} ({_config_text(arm.spec.config)})"
-
-
-def _config_text(config: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(config.items())) or "PyTorch defaults"
+    return f"arm {arm.name.upper()} ({config_label(arm.spec.config, bool(arm.spec.command))})"
 
 
 def _tail(path: Path, size: int = 4000) -> str:

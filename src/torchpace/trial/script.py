@@ -20,7 +20,7 @@ from torchpace.launch.command import parse_python_command
 from torchpace.launch.plan import ChildOptions, plan_child
 from torchpace.launch.probe import probe_launch_facts
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI
-from torchpace.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit
+from torchpace.protocol import CRASH, INVALID, TrialResult, TrialSpec, classify_exit, compile_allowance_s
 from torchpace.script.knobs import unreached_knobs
 from torchpace.script.spec import MEASURE_ENV, OWN_FAILURE, OWN_FAILURE_EXIT, OWN_FAILURE_LINE, STEPS_SUFFIX, ScriptMeasure
 
@@ -41,7 +41,7 @@ def plan_script_trial(spec: TrialSpec, host: HostFacts, base_env: Mapping[str, s
                             max_time_s=spec.max_time_s, warmup_s=spec.warmup_s, guard_steps=spec.guard_steps,
                             samples_per_step=spec.samples_per_step,
                             no_step_timeout_s=max(5.0, timeout_s - _NO_STEP_MARGIN_S), profile=dict(spec.script_profile),
-                            gate=spec.gate)
+                            gate=spec.gate, compile_allowance_s=spec.compile_allowance_s)
     plan = plan_script_launch(spec.command, RunConfig(spec.config), host, base_env)
     return list(plan.argv), {**plan.env, MEASURE_ENV: measure.to_json()}, plan.nofile
 
@@ -66,7 +66,8 @@ def read_script_result(spec: TrialSpec, result_path: Path, returncode: int, stde
     label = shlex.join(spec.command)
     if returncode == 0 and result_path.exists():
         result = TrialResult.from_dict(json.loads(result_path.read_text()))
-        bench = replace(result.bench, config=RunConfig(spec.config).non_default()) if result.bench else None
+        # every value the config set, a default too: it replaced the script's own argument
+        bench = replace(result.bench, config=dict(RunConfig(spec.config).values)) if result.bench else None
         result = replace(result, bench=bench, stderr_tail=stderr_tail, returncode=0)
         script = bench.script if bench is not None else result.script  # a profile has no bench: the hook's report
         unreached = unreached_knobs(spec.config, script.reached if script else (), script.not_applied if script else {})
@@ -103,7 +104,8 @@ def _steps_seen(result_path: Path) -> int:
 
 def script_trial_spec(command: Sequence[str], config: RunConfig, max_time_s: float, *, guard_steps: int = 0,
                       samples_per_step: int | None = None, **fields: Any) -> TrialSpec:
-    """The TrialSpec of one script-mode run of `command` under `config`."""
+    """The TrialSpec of one script-mode run of `command` under `config` (with the compile allowance of that config)."""
+    fields.setdefault("compile_allowance_s", compile_allowance_s(config.values))
     return TrialSpec(workload=shlex.join(command), command=list(command), config=dict(config.values), max_time_s=max_time_s,
                      guard_steps=guard_steps, samples_per_step=samples_per_step, sys_path=[os.getcwd()], **fields)
 
@@ -125,6 +127,32 @@ def fitted_max_time_s(result: TrialResult, max_time_s: float) -> float | None:
     step_s = seconds / max(1, int(ended.get("steps", 1)) - 1)
     window_s = max(BenchOptions(max_time_s=fitted).timing().window_s, step_s)
     return fitted if (1 - WARMUP_SHARE) * fitted / window_s >= MIN_WINDOWS_FOR_CI else None
+
+
+def steps_after_first(result: TrialResult) -> int | None:
+    """The steps a script that ended before its measurement made after its first one (None: it did not end)."""
+    ended = result.ended_after
+    return max(0, int(ended.get("steps", 1)) - 1) if ended else None
+
+
+def sized_to_steps_s(steps: int, step_s: float | None, max_time_s: float) -> float | None:
+    """The measurement time of a trial of a script that makes `steps` steps after its first one and ends, at
+    `step_s` a step as its latest trials ran: the same share of the time those steps take as a measurement
+    fitted to the script (`fitted_max_time_s`), at most `max_time_s`; None when `step_s` is unknown or the time
+    is too short to measure. A script's run lasts as long as its steps do, so on a host whose speed changes
+    this follows it where the seconds one quiet run took would not."""
+    if not step_s or steps < 1:
+        return None
+    sized = round(steps * step_s * _FIT_SHARE, 1)
+    return min(max_time_s, sized) if sized >= _MIN_FITTED_S else None
+
+
+def rounds_for_steps_s(steps: int, step_s: float, max_time_s: float, limit_s: float) -> float:
+    """The rounds' time of a comparison of a script that makes `steps` steps after its first one and ends (each
+    arm runs the whole script: warm-up and turns come out of its own steps): what both arms' steps take at
+    `step_s`, so that the script's end, not a share of its time, ends the rounds; at least `max_time_s` (a
+    trial's measurement), at most `limit_s` (the tune's trial time)."""
+    return max(max_time_s, min(limit_s, 2 * steps * step_s))
 
 
 def too_short_hint(result: TrialResult, option: str) -> str:

@@ -31,6 +31,9 @@ _RUNNING, _COMPLETE = "RUNNING", "COMPLETE"  # Optuna's TrialState names
 # a study's user attribute: the trial time sized to a script that ended before a trial could measure it
 # (set when its baseline ran; every later trial, also after --resume, measures for that long)
 FITTED_TRIAL_TIME_ATTR = "torchpace.trial_time_s"
+# with it (studies since): the steps such a script makes after its first one; each trial then measures for the
+# share of the time those steps take at the step time the study's latest trials ran (`trial.script.sized_to_steps_s`)
+FITTED_TRIAL_STEPS_ATTR = "torchpace.trial_steps"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class StudyAttrs:
         objective: `throughput` or `latency`.
         command: script mode: the command (None for a Workload).
         torchpace_version: the torchpace that created the study (None for studies from before it was recorded).
+        defaults: knob name -> the default the search started from, where the workload gave its own
+            (`Workload.loader_options`, e.g. `data.num_workers` 4); a knob not named has its registry
+            default. The report replays the search from these.
     """
 
     kind: str = STUDY_KIND
@@ -61,6 +67,7 @@ class StudyAttrs:
     objective: str = "throughput"
     command: tuple[str, ...] | None = None
     torchpace_version: str | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def to_attrs(self) -> dict[str, Any]:
         return to_json(self)
@@ -78,7 +85,8 @@ class StudyAttrs:
                   ("greedy_revision", "a whole number >= 1", lambda v: whole_number_in(v, 1)),
                   ("objective", "throughput or latency", lambda v: v in ("throughput", "latency")),
                   ("command", "a list of the command's words", lambda v: v is None or words(v)),
-                  ("torchpace_version", "a version string", lambda v: v is None or isinstance(v, str)))
+                  ("torchpace_version", "a version string", lambda v: v is None or isinstance(v, str)),
+                  ("defaults", "a table of knob names and values", lambda v: isinstance(v, Mapping)))
         for name, expected, ok in checks:
             if not ok(getattr(self, name)):
                 return f"{name}: expected {expected}, found {getattr(self, name)!r}"[:200]

@@ -362,7 +362,9 @@ def result_table(outcome: Any) -> dict[str, Any]:
              "baseline_measurements": outcome.baseline.measurements or None if outcome.baseline else None,
              "tuned_measurements": outcome.best.measurements or None if outcome.best else None,
              "speedup": outcome.speedup, "figures": outcome.figures_note,
-             "other_load_cores": load.median_cores if load else None, "other_load_note": load.note if load else None}
+             "other_load_cores": load.median_cores if load else None, "other_load_note": load.note if load else None,
+             # a script's: what its baseline ran with (its own DataLoader and optimizer settings)
+             "baseline_settings": dict(outcome.script_settings) if outcome.script_settings else None}
     speedup_figure = outcome.speedup_figure
     if speedup_figure is not None:
         table.update({k: v for k, v in speedup_figure.to_dict().items() if k not in ("speedup", "load_note")})

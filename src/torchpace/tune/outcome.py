@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torchpace.measure.result import LATENCY, SAMPLES_PER_S, STEPS_PER_S, THROUGHPUT, AccuracyReport, LatencyFigures, Objective
+from torchpace.measure.render import config_label, settings_text
 from torchpace.records import from_json, spec, to_json
 from torchpace.tune.attrs import PairRecord, TrialRecord
 from torchpace.tune.figures import (ComparisonFigure, OtherLoad, ReportedDecision, SpeedupFigure, at_score, comparison,
@@ -220,6 +221,8 @@ class TuneOutcome:
         export: what `--export` wrote.
         command: script mode: the unmodified command the study tuned (`python train.py ARGS`), None for a
             Workload.
+        script_settings: script mode: the script's own values of the knobs that reach it, which its baseline ran
+            with (`ScriptInfo.script_settings`; None when not read).
     """
 
     study: str
@@ -245,6 +248,13 @@ class TuneOutcome:
     noise: ComparisonFigure | None = None
     export: ExportOutcome | None = None
     command: tuple[str, ...] | None = None
+    script_settings: Mapping[str, Any] | None = None
+
+    @property
+    def baseline_label(self) -> str:
+        """What the baseline ran, in words: the script's own settings (with them), or PyTorch's defaults."""
+        label = config_label({}, bool(self.command))
+        return f"{label}: {settings_text(self.script_settings)}" if self.script_settings else label
 
     @property
     def paired(self) -> bool:
@@ -262,7 +272,8 @@ class TuneOutcome:
                 "best": self.best.to_dict() if self.best else None, "speedup": self.speedup,
                 "accepted": [a.to_dict() for a in self.accepted], "trials": [t.to_dict() for t in self.trials],
                 "out_path": self.out_path, "stopped": self.stopped, "failed_baseline": self.failed_baseline,
-                "guard_note": self.guard_note, "command": list(self.command) if self.command else None, "extras": extras,
+                "guard_note": self.guard_note, "command": list(self.command) if self.command else None,
+                "script_settings": dict(self.script_settings) if self.script_settings is not None else None, "extras": extras,
                 "export": to_json(self.export) if self.export else None}
 
 
@@ -412,8 +423,13 @@ def build_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta, stopped
         accepted=tuple(accepted), trials=rows, out_path=None, stopped=stopped, failed_baseline=failed_baseline,
         guard_note=_guard_note(meta, baseline), objective=objective, unit=unit, decisions=decisions,
         figures_note=figures_note(unit) if objective == THROUGHPUT else None, other_load=other_load_summary(rows),
-        command=meta.command,
+        command=meta.command, script_settings=_script_settings(state, meta),
     )
+
+
+def _script_settings(state: Any, meta: StudyMeta) -> Mapping[str, Any] | None:
+    """A script study's baseline settings, as the policy replayed them (None for a Workload or when not read)."""
+    return (state.script_settings or None) if state is not None and meta.command else None
 
 
 def _guard_note(meta: StudyMeta, baseline: TrialRow | None) -> str:
@@ -493,6 +509,7 @@ def _build_paired_outcome(rows: Sequence[TrialRow], state: Any, meta: StudyMeta,
         guard_note=_guard_note(meta, baseline), objective=meta.objective, unit=unit, decisions=decisions,
         figures_note=paired_figures_note(unit), other_load=other_load_summary(rows), speedup_figure=speedup,
         noise=comparison(noise.pair) if noise else None, command=meta.command,
+        script_settings=_script_settings(state, meta),
     )
 
 

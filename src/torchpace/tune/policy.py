@@ -57,7 +57,12 @@ revision 3 stretches no second comparison of separate runs (several ranks): thos
 time (beside a busy process the `make demo` tune judged such a stretched second comparison of
 `nproc_per_node=2` too long for its budget and ended a minute early); revision 4 decides a loss at once only
 on a CI wholly at or under a 1% gain (before, any median of 1% or less with a CI's rounds) and brought the
-head-to-head comparison of a knob's two best values (step 5).
+head-to-head comparison of a knob's two best values (step 5); revision 5 takes an unmodified script's own
+settings as the baseline's (`Record.script_settings`: what its DataLoader and optimizer were given, read by
+the hook): a knob's value the script already runs with is no candidate (before, `--workers 2` made
+`data.num_workers=2` an A/A comparison labelled as a change), the knob's default is one where the script
+chose otherwise (set explicitly, so it reaches the script over its own argument), and conflicts are
+judged on what would run, the script's settings under the config's.
 
 Studies tuned before paired comparisons (their metadata has no `paired`) are replayed, resumed and
 reported with the policy they were tuned with (`plan_greedy(..., paired=False)`): each trial one
@@ -75,12 +80,12 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from torchpace.measure.contention import is_material
-from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize
+from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize, summary_ratio_text
 from torchpace.profile.verdict import stages_to_try_first
 from torchpace.trial.pair import SEQUENTIAL
 from torchpace.tune.space import KnobSpace
 
-GREEDY_REVISION = 4  # the paired policy's revision a new study is tuned with (see the module's docstring)
+GREEDY_REVISION = 5  # the paired policy's revision a new study is tuned with (see the module's docstring)
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
 ACCEPT_FLOOR = _NOISE_FLOOR  # the smallest gain a paired comparison must show (the tuner stops its rounds once clear of it)
 _INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
@@ -118,6 +123,9 @@ class Record:
         mode: `alternating` or `sequential` (separate runs).
         other_load_cores: the most cores other processes used during either arm's turns.
         usable_cores: the cores the host gave torchpace (a paired comparison's; None: unknown).
+        script_settings: an unmodified script's own values of the knobs that reach it (what its DataLoader and
+            optimizer were given, `ScriptInfo.script_settings`): the baseline's, which ran with them.
+        ended: a paired comparison that an arm's script ended by finishing (its rounds are what its steps gave).
     """
 
     slot: str
@@ -138,6 +146,8 @@ class Record:
     mode: str | None = None
     other_load_cores: float | None = None
     usable_cores: int | None = None
+    script_settings: dict = field(default_factory=dict)
+    ended: bool = False
 
     @property
     def usable(self) -> bool:
@@ -236,6 +246,8 @@ class GreedyState:
     noise: Record | None = None  # paired: the defaults compared with themselves (A/A)
     final: Record | None = None  # paired: the tuned config compared with the defaults
     left_undecided: list[str] = field(default_factory=list)  # paired: knobs left for the final comparison (`finish`)
+    # paired, revision 5: an unmodified script's own settings, the baseline's (`Record.script_settings`)
+    script_settings: dict = field(default_factory=dict)
 
     @property
     def noise_frac(self) -> float:
@@ -331,6 +343,8 @@ def _walk_paired(space: list[KnobSpace], replay: _Replay, conflicts, finish: boo
         state.failed_baseline = f"the baseline trial failed ({base.status}); nothing to compare against"
         return
     state.baseline_figure = state.incumbent_figure = base.figure
+    if state.revision >= 5:
+        state.script_settings = dict(base.script_settings)
     noise = replay.need_all([Proposal("noise", "noise", {}, reference={})])[0]
     state.noise = noise if noise.usable else None  # a failed A/A comparison only leaves the noise unknown
     state.stage_order = order_stages(list(dict.fromkeys(k.stage for k in space)), base)
@@ -387,7 +401,8 @@ def _decide_knob_paired(knob: KnobSpace, replay: _Replay, conflicts) -> None:
     """Compare every value of `knob` with the incumbent, in alternation; keep the best when it is clear."""
     state = replay.state
     proposals = [Proposal(f"pair:{p.slot.partition(':')[2]}", "candidate", p.config, p.stage, p.knob, p.value,
-                          reference=dict(state.incumbent)) for p in _candidates(knob, state.incumbent, conflicts)]
+                          reference=dict(state.incumbent))
+                 for p in _candidates(knob, state.incumbent, conflicts, state.script_settings)]
     if not proposals:
         return
     records = replay.need_all(proposals)
@@ -438,7 +453,9 @@ def _judge_best(knob: KnobSpace, replay: _Replay, best: Record, proposal: Propos
     short = ""
     if accepted and state.revision >= 2 and pooled.n < MIN_WINDOWS_FOR_CI:  # a gain needs a CI's rounds, as a loss does
         accepted = False
-        short = f", fewer rounds than the {MIN_WINDOWS_FOR_CI} a CI needs (a longer --trial-time gives more)"
+        more = ("the script ends first: more steps or epochs through its own arguments give more" if again.ended or best.ended
+                else "a longer --trial-time gives more")
+        short = f", fewer rounds than the {MIN_WINDOWS_FOR_CI} a CI needs ({more})"
     _decide(state, proposal, again, [best, again], accepted,
             f"{'accepted' if accepted else 'rejected'}: {said}: both pooled give {_ratio_text(pooled)}{short}")
 
@@ -461,7 +478,7 @@ def _rematch(replay: _Replay, knob: KnobSpace, second: Record, proposal: Proposa
     duel = Proposal(f"duel:{knob.name}={proposal.value}", "candidate", dict(proposal.config), proposal.stage, knob.name,
                     proposal.value, reference=dict(state.incumbent))
     record = replay.need_all([duel])[0]
-    said = f"{knob.name}={proposal.value} (second best, {b.median:.3f}x) compared with it head to head"
+    said = f"{knob.name}={proposal.value} (second best, {summary_ratio_text(b)[0]}) compared with it head to head"
     if not record.usable:
         said += f" failed ({record.status})"
     else:
@@ -490,25 +507,27 @@ def _stretch(rounds: int) -> int:
     return 1 if missing <= 0 else min(_MAX_STRETCH, max(1, math.ceil(missing / max(rounds, 1))))
 
 
-def _candidates(knob: KnobSpace, incumbent: dict, conflicts) -> list[Proposal]:
-    """One proposal per value of `knob` other than the incumbent's (with a value's companions where it needs
-    them), skipping configs that conflict."""
-    current = incumbent.get(knob.name, knob.default)
+def _candidates(knob: KnobSpace, incumbent: dict, conflicts, own: dict | None = None) -> list[Proposal]:
+    """One proposal per value of `knob` other than the one the incumbent runs with (its own, else the script's
+    own setting `own`, else the knob's default), with a value's companions where it needs them, skipping
+    configs that conflict, judged on what would run: the script's own settings under the config's."""
+    own = own or {}
+    current = incumbent.get(knob.name, own.get(knob.name, knob.default))
     proposals = []
     for value in knob.values:
         if value == current:
             continue
-        config = _with(incumbent, knob, value)
-        if conflicts(config) is not None and value in knob.companions:  # e.g. 2 processes come with DDP
+        config = _with(incumbent, knob, value, own)
+        if conflicts({**own, **config}) is not None and value in knob.companions:  # e.g. 2 processes come with DDP
             config = {**config, **knob.companions[value]}
-        if conflicts(config) is None:
+        if conflicts({**own, **config}) is None:
             proposals.append(Proposal(f"cand:{knob.name}={value}", "candidate", config, knob.stage, knob.name, value))
     return proposals
 
 
 def _ratio_text(summary: Summary) -> str:
-    return (f"{summary.median:.3f}x the incumbent ({summary.ci_name} {summary.ci_low:.3f}-{summary.ci_high:.3f}, "
-            f"{summary.n} rounds)")
+    ratio, ci = summary_ratio_text(summary)  # the digits its CI supports; a single round has no CI
+    return f"{ratio} the incumbent ({ci})"
 
 
 def _decide(state: GreedyState, proposal: Proposal, last: Record, comparisons: list[Record], accepted: bool,
@@ -648,9 +667,11 @@ def _reject(state: GreedyState, proposal: Proposal, best_figure: float, inc_figu
     state.decisions.append(Decision(proposal.stage, proposal.knob, None, inc_figure, best_figure, threshold, reason))
 
 
-def _with(config: dict, knob: KnobSpace, value: object) -> dict:
+def _with(config: dict, knob: KnobSpace, value: object, own: dict | None = None) -> dict:
+    """`config` with `knob` = `value`: left out when that is the default and the script's own setting (`own`)
+    is the default too, else set (a script's own 2 workers need `data.num_workers = 0` said)."""
     merged = dict(config)
-    if value == knob.default:
+    if value == knob.default and (own or {}).get(knob.name, knob.default) == knob.default:
         merged.pop(knob.name, None)
     else:
         merged[knob.name] = value

@@ -11,26 +11,20 @@ from collections.abc import Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from torchpace.measure.render import format_bytes, format_latency
+from torchpace.measure.render import config_label, format_bytes, format_latency
 from torchpace.measure.result import AccuracyReport, LatencyFigures, Objective
-from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, ci_name
+from torchpace.measure.stats import figure_text as stats_figure_text
+from torchpace.measure.stats import ratio_text
 from torchpace.tune.figures import SPEEDUP_FROM_FINAL, ReportedDecision, range_name
 from torchpace.tune.outcome import ExportOutcome, TrialRow, TuneOutcome
 
 
-def rate_digits(value: float) -> int:
-    """Decimals of a throughput figure: one from 100 up, two below (a few steps/s keep theirs)."""
-    return 1 if value >= 100 else 2
-
-
-def figure_text(figure: Objective | None, digits: int | None = None) -> str:
-    """`1,234.5 [1,200.0, 1,260.3]`: a figure with its 95% CI (`-` without one); `digits` by default
-    as `rate_digits` says for the figure's value."""
+def figure_text(figure: Objective | None) -> str:
+    """`1,234 [1,200, 1,260]`: a figure with its 95% CI and the digits that CI supports
+    (`measure.stats.figure_text`); `-` without one."""
     if figure is None or figure.value is None:
         return "-"
-    digits = rate_digits(figure.value) if digits is None else digits
-    ci = f" [{figure.ci_low:,.{digits}f}, {figure.ci_high:,.{digits}f}]" if figure.ci_low is not None and figure.ci_high is not None else ""
-    return f"{figure.value:,.{digits}f}{ci}"
+    return stats_figure_text(figure.value, figure.ci_low, figure.ci_high)
 
 
 def ranged_text(row) -> str:
@@ -52,21 +46,21 @@ def render_outcome(console, o: TuneOutcome) -> None:
         table = Table(title=f"torchpace tune: {escape(o.workload)} ({o.strategy}, {len(o.trials)} trials, stopped: {o.stopped})")
         for column in ("change", f"{o.unit} [95% CI]", "step gain", "speedup vs baseline", "peak memory"):
             table.add_column(column)
-        table.add_row("baseline (PyTorch defaults)", figure_text(base.throughput), "", "1.00x", format_bytes(base.peak_memory_bytes))
+        table.add_row(f"baseline ({o.baseline_label})", figure_text(base.throughput), "", "1.00x", format_bytes(base.peak_memory_bytes))
         for a in o.accepted:
             table.add_row(f"+ {a.knob} = {a.value}", figure_text(a.throughput), f"{a.step_gain:.2f}x",
                           f"{a.speedup:.2f}x", format_bytes(a.peak_memory_bytes))
         console.print(table)
     _render_not_kept(console, o.decisions)
-    _render_rejected(console, o.trials)
+    _render_rejected(console, o.trials, bool(o.command))
     if o.speedup is not None:
         console.print(f"[bold]best:[/] {best_line(o)}")
     if o.speedup_figure and o.speedup_figure.load_note:
         console.print(f"[yellow]note:[/] the final comparison was {o.speedup_figure.load_note}.")
     if o.noise:
         n = o.noise
-        console.print(f"[dim]noise: the defaults compared with themselves gave {n.ratio:.3f}x "
-                      f"({ci_name(n.rounds)} {n.ratio_ci_low:.3f}-{n.ratio_ci_high:.3f}, {n.rounds} rounds)[/]")
+        console.print(f"[dim]noise: the defaults compared with themselves gave "
+                      f"{ratio_text(n.ratio, n.ratio_ci_low, n.ratio_ci_high, n.rounds)}[/]")
     if o.other_load and o.other_load.note:
         console.print(f"[yellow]warning:[/] {o.other_load.note}.")
     if o.figures_note:
@@ -84,24 +78,13 @@ def launch_hint(out_path, command: Sequence[str] | None) -> str:
     return f"wrote {out_path}  (apply it: torchpace.prepare(workload, {str(out_path)!r}) or {launch})"
 
 
-def ratio_text(ratio: float | None, low: float | None, high: float | None, rounds: int | None = None) -> str:
-    """`1.32x [1.25, 1.40]` (and the rounds; with fewer than a 95% CI needs, the CI's own coverage:
-    `2.37x [0.39, 4.35], 2 rounds (50% CI)`), or `-` without a ratio."""
-    if ratio is None:
-        return "-"
-    ci = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
-    short = f" ({ci_name(rounds)})" if ci and rounds and rounds < MIN_WINDOWS_FOR_CI else ""
-    return f"{ratio:.2f}x{ci}" + (f", {rounds} rounds{short}" if rounds else "")
-
-
 def best_line(o: TuneOutcome) -> str:
     """The summary line: the tuned config, its speedup over the defaults and where that figure comes from."""
-    config = ", ".join(f"{k}={v}" for k, v in o.best_config.items()) or "PyTorch defaults (nothing beat the noise)"
+    config = config_label(o.best_config, bool(o.command)) + ("" if o.best_config else " (nothing beat the noise)")
     figures = ""
     best, base = (o.best.throughput if o.best else None), (o.baseline.throughput if o.baseline else None)
     if best and base and o.objective == "throughput" and best.value:
-        digits = rate_digits(min(best.value, base.value))
-        figures = f"  ({best.value:,.{digits}f} / {base.value:,.{digits}f} {best.unit})"
+        figures = f"  ({figure_text(best).partition(' ')[0]} / {figure_text(base).partition(' ')[0]} {best.unit})"
     speedup = o.speedup_figure
     if speedup is None:
         return f"{config}  ->  {o.speedup:.2f}x the baseline{figures}"
@@ -119,7 +102,7 @@ def _render_paired_waterfall(console, o: TuneOutcome) -> None:
                         f"the config before it; {len(o.trials)} comparisons, stopped: {o.stopped})")
     for column in ("change", f"{o.unit} [95% CI]", "gain [95% CI]", "cumulative", "peak memory"):
         table.add_column(column, overflow="fold")
-    table.add_row("baseline (PyTorch defaults)", ranged_text(base), "", "1.00x", format_bytes(base.peak_memory_bytes))
+    table.add_row(f"baseline ({o.baseline_label})", ranged_text(base), "", "1.00x", format_bytes(base.peak_memory_bytes))
     for a in o.accepted:
         gain = ratio_text(a.step_gain, a.step_gain_ci_low, a.step_gain_ci_high, a.rounds) \
             + (" (separate runs)" if a.mode == "sequential" else "")
@@ -137,7 +120,7 @@ def _render_paired_waterfall(console, o: TuneOutcome) -> None:
 
 
 def _rate(figure: Objective | None) -> str:
-    return f"{figure.value:,.0f}" if figure and figure.value else "-"
+    return figure_text(figure) if figure and figure.value else "-"
 
 
 def _p50(latency: LatencyFigures | None) -> str:
@@ -203,7 +186,7 @@ def _render_not_kept(console, decisions: Sequence[ReportedDecision]) -> None:
     console.print(table)
 
 
-def _render_rejected(console, trials: Sequence[TrialRow]) -> None:
+def _render_rejected(console, trials: Sequence[TrialRow], script: bool = False) -> None:
     rows = [t for t in trials if t.status != "ok" or t.guard == "fail"]
     if not rows:
         return
@@ -211,7 +194,7 @@ def _render_rejected(console, trials: Sequence[TrialRow]) -> None:
     for column in ("#", "config", "status", "reason"):
         table.add_column(column)
     for t in rows:
-        config = ", ".join(f"{k}={v}" for k, v in t.config.items()) or "defaults"
+        config = config_label(t.config, script)
         status = t.status if t.status != "ok" else "guard"
         reason = t.guard_reason if t.status == "ok" else (t.error or "")
         table.add_row(str(t.number), config, status, (reason or "")[:120])

@@ -11,7 +11,8 @@ TUNED_STAGES = ("system", "data", "compute", "memory", "distributed", "inference
 
 @dataclass(frozen=True)
 class KnobSpace:
-    """One knob in the search: its stage, default, and every value worth trying (default first);
+    """One knob in the search: its stage, default (the workload's own value where it gives one:
+    `Knob.default_for`), and every value worth trying (default first);
     `companions[value]`: other knobs' values to set with it when the incumbent cannot take it alone;
     `shares_cores`: its gain depends on how many cores are free (`Knob.shares_cores`)."""
 
@@ -33,7 +34,8 @@ def build_space(host, workload, stages: tuple[str, ...] = TUNED_STAGES, only: se
 
     For the `latency` objective, knobs of the input pipeline (DataLoader and dataset points,
     `inference.batch_size` among them) are left out: batch-1 latency is timed on one pre-staged
-    sample, so they cannot change it. For an unmodified script (`script`), only knobs that reach it
+    sample, so they cannot change it. A knob's default is the workload's own value where it gives one
+    (`Workload.loader_options`): what the baseline runs with. For an unmodified script (`script`), only knobs that reach it
     (`Knob.script_reach`) and their values that can (`Knob.script_reason`) are tried.
     """
     space = []
@@ -47,5 +49,6 @@ def build_space(host, workload, stages: tuple[str, ...] = TUNED_STAGES, only: se
         values = tuple(v for v in knob.candidates(host, workload) if not script or knob.script_reason(v) is None)
         if len(values) > 1:
             companions = {v: knob.companions(v) for v in values if knob.companions(v)}
-            space.append(KnobSpace(knob.stage, knob.name, knob.default, values, companions, knob.shares_cores))
+            space.append(KnobSpace(knob.stage, knob.name, knob.default_for(workload), values, companions,
+                                   knob.shares_cores))
     return space

@@ -55,16 +55,16 @@ def check_study_name(name: str) -> str:
 
 
 def study_metadata(workload: str, host, strategy: str, objective: str = "throughput",
-                   command: tuple[str, ...] | None = None) -> StudyAttrs:
+                   command: tuple[str, ...] | None = None, defaults: Mapping[str, Any] | None = None) -> StudyAttrs:
     """A new study's metadata; `paired`: greedy decides by paired comparisons, `greedy_revision`: with this
     torchpace's revision of that policy (a study tuned before either is resumed and reported with the policy
-    it was tuned with)."""
+    it was tuned with); `defaults`: the workload's own knob defaults (`StudyAttrs.defaults`)."""
     if command is not None:  # a study may live in a shared database: no secret of the command is stored
         command = redact_words(command)
         workload = shlex.join(command)
     return StudyAttrs(workload=workload, host_fingerprint=host.fingerprint(), host=host.summary(), strategy=strategy,
                       paired=strategy == "greedy", greedy_revision=GREEDY_REVISION, objective=objective, command=command,
-                      torchpace_version=__version__)
+                      defaults=dict(defaults or {}), torchpace_version=__version__)
 
 
 def check_stored_study(name: str, meta: StudyAttrs) -> None:
@@ -252,6 +252,7 @@ def _record(trial: TrialRecord, baseline: BaselineGuard) -> Record:
     return Record(trial.slot, dict(trial.assignment.config), state, status, figure, ci_rel, verdict.ok if verdict else None,
                   bench.input_bound_frac if bench else None, trial.verdict,
                   bench.throughput.warmup_converged if bench else None, bench.throughput.windows if bench else None,
+                  script_settings=dict(bench.script.script_settings or {}) if bench and bench.script else {},
                   **_pair_fields(trial.assignment.reference, pair))
 
 
@@ -263,4 +264,5 @@ def _pair_fields(reference: Mapping[str, Any] | None, pair: PairRecord | None) -
     ref = pair.reference_bench
     return {"reference": dict(reference), "ratios": pair.ratios, "reference_figure": pair.reference_value,
             "reference_warmup_converged": ref.throughput.warmup_converged if ref is not None else None,
-            "mode": pair.mode, "other_load_cores": pair.other_load_cores, "usable_cores": pair.usable_cores}
+            "mode": pair.mode, "other_load_cores": pair.other_load_cores, "usable_cores": pair.usable_cores,
+            "ended": pair.stopped_by == "ended"}

@@ -26,11 +26,13 @@ from torchpace.launch.command import parse_python_command
 from torchpace.protocol import TIMEOUT, TrialResult, check_eval_batches, compile_allowance_s
 from torchpace.redact import redact_url
 from torchpace.script.knobs import script_target
+from torchpace.script.spec import NO_STEP_MESSAGE
 from torchpace.trial import TrialSpec, run_trial
 from torchpace.trial.output import trial_log_path
 from torchpace.trial.pair import PARTNER, KeptArms, PairOptions, PairResult, hold_both_reason, run_pair
-from torchpace.trial.script import fitted_max_time_s, too_short_hint
-from torchpace.tune.attrs import (ATTR, FITTED_TRIAL_TIME_ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord,
+from torchpace.trial.script import (fitted_max_time_s, rounds_for_steps_s, sized_to_steps_s, steps_after_first,
+                                    too_short_hint)
+from torchpace.tune.attrs import (ATTR, FITTED_TRIAL_STEPS_ATTR, FITTED_TRIAL_TIME_ATTR, Assignment, PairRecord, StudyAttrs, TrialRecord,
                                   interrupted_attrs, stored_bench)
 from torchpace.tune.figures import result_table
 from torchpace.tune.guard import check_guard_steps
@@ -48,8 +50,13 @@ STRATEGIES = ("greedy", "tpe", "random", "grid")
 _WAIT_POLL_S = 2.0  # how often a waiting worker looks for a free trial
 _TRIAL_TIMEOUT_FACTOR = 3.0  # a trial may take this many times its bench cap (guard steps, compile)
 _TRIAL_TIMEOUT_MARGIN_S = 60.0
+# before its baseline ran, a study knows no step time: a trial may take this share of the budget (30 guard steps
+# of a ResNet-18 at 1.4-2.3 s a step on a 2-core CPU outran the 84 s of an 8 s trial's cap)
+_BASELINE_BUDGET_SHARE = 0.25
+_FITTED_CAP_FACTOR = 2.0  # once the baseline ran, a trial may take this many times its wall time
 _STORED_STDERR_CHARS = 1500
-_NOT_A_VERDICT = ("ok", "budget", "interrupted")  # trial statuses that leave a baseline usable or to be run again
+_NOT_A_VERDICT = ("ok", "budget", "interrupted")
+_RECENT_STEP_TIMES = 3  # a short script's trials are sized at the median step time of the latest three measurements  # trial statuses that leave a baseline usable or to be run again
 
 
 @dataclass(frozen=True)
@@ -94,8 +101,10 @@ class _TrialFailed(Exception):
 def make_conflicts(space: list[KnobSpace]) -> Callable[[dict], str | None]:
     """A function: config -> why the tuner must not run it (a knob conflict, e.g. prefetch without
     workers, or a config that cannot gain, e.g. DDP in one process), or None."""
+    defaults = {knob_space.name: knob_space.default for knob_space in space}  # the workload's own included
+
     def conflicts(config: dict) -> str | None:
-        values = RunConfig(config).full_values()
+        values = RunConfig(config).with_defaults(defaults).full_values()
         for knob_space in space:
             knob = REGISTRY[knob_space.name]
             reason = knob.conflicts(values) or knob.pointless(values)
@@ -130,11 +139,23 @@ def _is_done(state) -> bool:
     return state is not None and (state.done or bool(state.failed_baseline))
 
 
+def cut_by_the_budget(result: TrialResult, cap_cut_short: bool) -> bool:
+    """Whether the budget ended `result`'s trial: its cap was cut short by the budget and the trial ran into that
+    cap (killed there, with no result of its own: no exit status), or a script's hook gave up waiting for its
+    first step at that shortened cap (its no-step wait is the cap's, less a margin: which of the two ends first
+    is the host's speed). A timeout the trial wrote itself after steps (a script's hook ending a stall, or its
+    measurement's cap with too few windows) is a verdict on its config, whatever the budget, and a script that
+    ended by itself was not cut."""
+    if not cap_cut_short or result.status != TIMEOUT:
+        return False
+    return result.returncode is None or result.error.startswith(NO_STEP_MESSAGE)
+
+
 def candidate_result(pair: PairResult, cut_by_budget: bool) -> TrialResult:
     """The candidate's result of a paired comparison, as stored: when the budget cut the comparison and
     the reference arm ran out of that time (timeout), the candidate was not judged for the budget's sake,
     not its partner's: it is cut too (stored as `budget`, run again on --resume), not `partner`."""
-    if cut_by_budget and pair.b.status == PARTNER and pair.a.status == TIMEOUT:
+    if pair.b.status == PARTNER and cut_by_the_budget(pair.a, cut_by_budget):
         return replace(pair.b, status=TIMEOUT)
     return pair.b
 
@@ -174,10 +195,12 @@ class Tuner:
         if options.command:  # the trials' log folder, before the study exists: one that cannot be made is refused first
             own_folder(trial_log_path(self.study_name, 0).parent)
         meta = study_metadata(self.spec, host, options.strategy, options.objective,
-                              tuple(options.command) if options.command else None)
+                              tuple(options.command) if options.command else None,
+                              defaults={k.name: k.default for k in self.space if k.default != REGISTRY[k.name].default})
         with storage_failures(self.storage_url):
             self.study = open_study(open_storage(self.storage_url), self.study_name, meta, options.resume, self.sampler)
             fitted = self.study.user_attrs.get(FITTED_TRIAL_TIME_ATTR)
+            self.fitted_steps: int | None = self.study.user_attrs.get(FITTED_TRIAL_STEPS_ATTR)
         self.trial_time_s = options.trial_time_s
         self._kept_arms: KeptArms | None = None  # while trials run: the last comparison's arms, for the next one
         if fitted is not None and fitted < options.trial_time_s:  # sized to a short script when its baseline ran
@@ -261,7 +284,7 @@ class Tuner:
             return
         why = baseline.error.strip() or baseline.status
         restart = self._restart_command() if self.options.command else (
-            shlex.join(["torchpace", "tune", "--study", f"{self.study_name}-2", self.spec]))
+            shlex.join(["torchpace", "tune", "--study", f"{self.study_name}-2", self.spec]))  # a name may hold spaces
         self.on_event("notice", message=f"study {self.study_name!r} cannot go on: its baseline failed "
                                         f"({why.splitlines()[-1]}); after changing what failed, start a new "
                                         f"study: {restart}")
@@ -323,7 +346,10 @@ class Tuner:
             self.study.stop()
             raise optuna.TrialPruned("the search is complete")
         config = {k.name: trial.suggest_categorical(k.name, list(k.values)) for k in self.space}
-        config = {k.name: config[k.name] for k in self.space if config[k.name] != k.default}
+        if self.options.strategy == "greedy":  # the proposal's config as the policy made it: a value equal to a knob's
+            config = dict(assignment.config)   # default there replaces a script's own setting
+        else:
+            config = {k.name: config[k.name] for k in self.space if config[k.name] != k.default}
         assignment = replace(assignment, slot=assignment.slot or f"trial:{trial.number}",
                              kind=assignment.kind or "candidate", config=config, worker=_worker_id(),
                              process=tuner_process())
@@ -379,21 +405,56 @@ class Tuner:
         Its trial time (`max_time_s`) is the tune's, times the policy's factor for it (a stretched second
         comparison)."""
         factor = assignment.time_factor or 1
-        trial_time_s = self.trial_time_s * factor
+        trial_time_s = self._sized_trial_time_s() * factor
         spec = TrialSpec(workload=self.spec, config=dict(assignment.config), max_time_s=trial_time_s,
                          guard_steps=self.options.guard_steps, sys_path=[os.getcwd()],
                          profile=self.options.profile_baseline and assignment.slot == "baseline" and not self.options.command,
                          command=list(self.options.command), samples_per_step=self.options.samples_per_step,
-                         **self._inference_spec())
+                         compile_allowance_s=_compile_allowance_s(assignment), **self._inference_spec())
         return (spec, *self._within_budget(self._cap_s(assignment, trial_time_s)))
+
+    def _sized_trial_time_s(self) -> float:
+        """The trial time: the tune's, or for a script that ends before a trial could measure it, the share of the
+        time its steps take at the step time of the study's latest trials (`sized_to_steps_s`), so that it follows
+        the host's pace as the tune goes; the time fitted when its baseline ran until a trial measured a step time."""
+        step_s = self._script_step_s()
+        sized = sized_to_steps_s(self.fitted_steps, step_s, self.options.trial_time_s) if step_s else None
+        if sized is not None:
+            _log.info("the trial measures for %g s: %d steps of the script at %.3g s each, its latest trials' pace",
+                      sized, self.fitted_steps, step_s)
+        return sized or self.trial_time_s
+
+    def _script_step_s(self) -> float | None:
+        """A script that ends before a trial could measure it: the median step time of the study's latest trials
+        (each arm of a comparison), None before one measured it or for any other study."""
+        if not self.fitted_steps:
+            return None
+        step_times = [bench.throughput.step_time_s for record in trial_records(self.study.get_trials(deepcopy=False))
+                      if record.status == "ok"
+                      for bench in (record.bench, record.pair.reference_bench if record.pair else None)
+                      if bench is not None and bench.throughput.step_time_s]
+        return statistics.median(step_times[-_RECENT_STEP_TIMES:]) if step_times else None
 
     def _cap_s(self, assignment, max_time_s: float) -> float:
         """The cap of one trial process of `assignment` that measures for `max_time_s`: the --trial-timeout
-        given for the tune's trial time (stretched with it), else its time x 3 + 60 s and a compile allowance."""
+        given for the tune's trial time (stretched with it), else its time x 3 + 60 s and a compile allowance,
+        or more where the study's own baseline says its steps need it: before the baseline has run, a share of
+        the budget (its guard steps at a step of seconds: a ResNet on a CPU), after it, twice the baseline's
+        wall time (start-up, guard steps, warm-up and windows, at this workload's real step time)."""
+        factor = assignment.time_factor or 1
         if self.options.trial_timeout_s:
-            return self.options.trial_timeout_s * (assignment.time_factor or 1)
-        return (max_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S
-                + compile_allowance_s({**(assignment.reference or {}), **assignment.config}))
+            return self.options.trial_timeout_s * factor
+        compile_s = _compile_allowance_s(assignment)
+        cap_s = max_time_s * _TRIAL_TIMEOUT_FACTOR + _TRIAL_TIMEOUT_MARGIN_S + compile_s
+        baseline_s = self._baseline_wall_s()
+        if baseline_s is None:
+            return max(cap_s, self.options.budget_s * _BASELINE_BUDGET_SHARE) if assignment.kind == "baseline" else cap_s
+        return max(cap_s, baseline_s * _FITTED_CAP_FACTOR * factor + compile_s)
+
+    def _baseline_wall_s(self) -> float | None:
+        """Wall seconds of this study's baseline trial that ran to its result (None before it has)."""
+        records = trial_records(self.study.get_trials(deepcopy=False))
+        return next((r.wall_time_s for r in records if r.slot == "baseline" and r.status == "ok" and r.wall_time_s), None)
 
     def _within_budget(self, cap_s: float) -> tuple[float, bool]:
         """(`cap_s` within the budget left, whether the budget cut it short)."""
@@ -413,7 +474,7 @@ class Tuner:
         """The `TrialRecord` of `result` (the candidate's, for a paired comparison), as stored on the trial.
         A trial the budget ended is `budget`, said as such: not a verdict on its config (`--resume` runs it)."""
         status, error = result.status, result.error[-_STORED_STDERR_CHARS:]
-        if status == "timeout" and cut_by_budget:
+        if cut_by_the_budget(result, cut_by_budget):
             status = "budget"
             error = ("cut by the tune's budget before the trial's own cap: not a verdict on its config "
                      "(`--resume` with a larger --budget runs it again)")
@@ -481,7 +542,11 @@ class Tuner:
         """How `assignment`'s comparison runs: its rounds take `max_time_s` with the warm-ups; a candidate's stop
         once their CI is clear of the gain it must show (see `_run_pair`); a separate run has the cap of a
         trial of its share of the time."""
-        options = PairOptions(rounds_s=max_time_s, decide_at=1 + ACCEPT_FLOOR if assignment.kind == "candidate" else None,
+        rounds_s = max_time_s
+        if (step_s := self._script_step_s()) is not None:  # a script that ends: its end, not a share of it, ends them
+            rounds_s = rounds_for_steps_s(self.fitted_steps, step_s, max_time_s,
+                                          self.options.trial_time_s * (assignment.time_factor or 1))
+        options = PairOptions(rounds_s=rounds_s, decide_at=1 + ACCEPT_FLOOR if assignment.kind == "candidate" else None,
                               warmups_count=True)
         return replace(options, run_timeout_s=self._cap_s(assignment, options.run_time_s(max_time_s)))
 
@@ -504,6 +569,8 @@ class Tuner:
             f"(as `--trial-time {fitted:g}`)"))
         self.trial_time_s = fitted
         self.study.set_user_attr(FITTED_TRIAL_TIME_ATTR, fitted)
+        self.fitted_steps = steps_after_first(result)
+        self.study.set_user_attr(FITTED_TRIAL_STEPS_ATTR, self.fitted_steps)
 
     def _restart_command(self) -> str:
         """The command that starts this tune again as a new study (a study without a baseline cannot go on)."""
@@ -559,6 +626,12 @@ class Tuner:
             return False
         _log.info("wrote %s", self.options.out)
         return True
+
+
+def _compile_allowance_s(assignment) -> float:
+    """The compile allowance of `assignment`'s trials (both arms of a comparison: the longer one): what its
+    specs carry to the script's stall watchdog and what its caps add."""
+    return compile_allowance_s({**(assignment.reference or {}), **assignment.config})
 
 
 def _free_memory_bytes(kind: str) -> int | None:

@@ -2,7 +2,8 @@
 
 At its first optimizer step it writes JSON to the path in argv[1]: threads, matmul precision, cuDNN
 autotune, its DataLoader's and optimizer's settings, whether the forward ran under autocast and in
-which dtype the output came back, and which allocator library is mapped into the process. Then it
+which dtype the output came back, and which allocator library is mapped into the process, and whether its conv weights and 4-D inputs are
+in channels_last. Then it
 trains on (argv[2] steps, default 40) and adds whether torch.compile traced its forward.
 """
 
@@ -17,12 +18,18 @@ from torch.utils.data import DataLoader, TensorDataset
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
+        self.conv = nn.Conv2d(2, 2, 3, padding=1)
         self.body = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
         self.seen = {}
 
-    def forward(self, x):
+    def forward(self, images):  # images: (batch, 2, 2, 4)
         if torch.compiler.is_compiling():  # torch.compile is tracing this forward
             self.seen["compiled"] = True
+        else:
+            self.seen["input_channels_last"] = not images.is_contiguous() and images.is_contiguous(
+                memory_format=torch.channels_last)
+            self.seen["conv_channels_last"] = not self.conv.weight.is_contiguous()
+        x = torch.flatten(self.conv(images) + images, 1)
         self.seen["autocast"] = torch.is_autocast_enabled(x.device.type)
         self.seen["inner_dtype"] = str(self.body[0](x).dtype)
         return self.body(x)
@@ -35,7 +42,7 @@ def loaded_allocator():
 
 
 torch.manual_seed(0)
-data = TensorDataset(torch.randn(512, 16), torch.randint(0, 2, (512,)))
+data = TensorDataset(torch.randn(512, 2, 2, 4), torch.randint(0, 2, (512,)))
 loader = DataLoader(data, batch_size=16, shuffle=True, num_workers=0)
 model = Net()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=False)
