@@ -53,7 +53,6 @@ def check_study_name(name: str) -> str:
                      "empty, and not '.' or '..' (e.g. --study resnet-bf16)")
 
 
-
 def study_metadata(workload: str, host, strategy: str, objective: str = "throughput",
                    command: tuple[str, ...] | None = None, defaults: Mapping[str, Any] | None = None) -> StudyAttrs:
     """A new study's metadata; `paired`: greedy decides by paired comparisons, `greedy_revision`: with this
