@@ -29,7 +29,7 @@ from torchpace.measure.result import RESULT_KIND as BENCH_KIND
 from torchpace.measure.result import BenchResult
 from torchpace.profile.result import RESULT_KIND as PROFILE_KIND
 from torchpace.profile.result import ProfileResult
-from torchpace.records import MissingFields
+from torchpace.records import MissingFields, type_problem
 from torchpace.tune.attrs import StudyAttrs
 from torchpace.tune.outcome import StudyMeta, TrialRow, TuneOutcome, build_guard_note, build_outcome, trial_rows
 from torchpace.tune.policy import plan_greedy
@@ -191,21 +191,29 @@ def read_profile(doc: Mapping[str, Any], source: str) -> ProfileResult:
 
 
 def read_comparison(doc: Mapping[str, Any], source: str) -> Comparison:
-    """The comparison of a document (UsageError naming the fields it lacks)."""
-    try:
-        return Comparison.from_dict(doc)
-    except MissingFields as err:
-        raise UsageError(f"{source!r} is a compare result without the field(s) {', '.join(err.names)}; write it again "
-                         "with `torchpace compare --out FILE`") from None
+    """The comparison of a document (UsageError naming the fields it lacks or a value it cannot read)."""
+    return _read_record(Comparison, doc, source, "compare", "torchpace compare --out FILE")
 
 
 def read_bench(doc: Mapping[str, Any], source: str) -> BenchResult:
-    """The bench result of a document of any version written so far (UsageError naming the fields it lacks)."""
+    """The bench result of a document of any version written so far (UsageError naming the fields it lacks or a
+    value it cannot read)."""
+    return _read_record(BenchResult, doc, source, "bench", "torchpace bench --out FILE")
+
+
+def _read_record(record, doc: Mapping[str, Any], source: str, verb: str, writes_it: str):
+    problem = type_problem(record, doc)  # a hand-edited or damaged value: named here, never a traceback when shown
+    if problem:
+        raise UsageError(f"{source!r} is a {verb} result this torchpace cannot read ({problem}); write it again with "
+                         f"`{writes_it}`")
     try:
-        return BenchResult.from_dict(doc)
+        return record.from_dict(doc)
     except MissingFields as err:
-        raise UsageError(f"{source!r} is a bench result without the field(s) {', '.join(err.names)}; write it again "
-                         "with `torchpace bench --out FILE`") from None
+        raise UsageError(f"{source!r} is a {verb} result without the field(s) {', '.join(err.names)}; write it again "
+                         f"with `{writes_it}`") from None
+    except (TypeError, ValueError, AttributeError) as err:  # a field of the wrong type: a file edited or damaged
+        raise UsageError(f"{source!r} is a {verb} result this torchpace cannot read ({err}); write it again with "
+                         f"`{writes_it}`") from None
 
 
 # ---- studies ---------------------------------------------------------------------------------------
