@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _args import count, seconds
+from _args import count, keep_folder, new_run_folder, seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "scripts"
@@ -129,7 +129,8 @@ def main() -> int:
     parser.add_argument("--threads", type=count, default=None,
                         help="OMP_NUM_THREADS for every run (default: as set here; on a shared host 1 avoids OpenMP stalls)")
     parser.add_argument("--no-compile", action="store_true", help="skip the compile comparison")
-    parser.add_argument("--keep", type=Path, default=None, help="keep stamps, logs and results.json here")
+    parser.add_argument("--keep", type=keep_folder, default=None,
+                        help="keep stamps, logs and results.json in a new folder DIR/run-N of this run")
     args = parser.parse_args()
     for client in args.clients:
         module = {"lightning": "pytorch_lightning", "hf": "transformers"}[client]
@@ -142,8 +143,7 @@ def main() -> int:
 
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="bench-frameworks-") as tmp:
-        cwd = args.keep or Path(tmp)
-        cwd.mkdir(parents=True, exist_ok=True)
+        cwd = new_run_folder(args.keep) if args.keep else Path(tmp)
         with console.status("starting") as status:
             report = {client: run_client(client, args, cwd, lambda text: status.update(text)) for client in args.clients}
         (cwd / "results.json").write_text(json.dumps(report, indent=2, default=str))

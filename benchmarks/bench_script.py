@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _args import count, seconds
+from _args import count, keep_folder, new_run_folder, seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "examples" / "scripts"
@@ -118,7 +118,8 @@ def main() -> int:
     parser.add_argument("--budget", default="4m", help="tune budget per mode")
     parser.add_argument("--trial-time", type=seconds, default=6.0)
     parser.add_argument("--no-tune", action="store_true")
-    parser.add_argument("--keep", type=Path, default=None, help="keep studies, configs and results.json here")
+    parser.add_argument("--keep", type=keep_folder, default=None,
+                        help="keep studies, configs and results.json in a new folder DIR/run-N of this run")
     args = parser.parse_args()
     if args.rounds < 1 or args.max_time <= 0 or args.trial_time <= 0:
         parser.error("--rounds must be >= 1, --max-time and --trial-time > 0")
@@ -127,8 +128,7 @@ def main() -> int:
 
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="bench-script-") as tmp:
-        cwd = args.keep or Path(tmp)
-        cwd.mkdir(parents=True, exist_ok=True)
+        cwd = new_run_folder(args.keep) if args.keep else Path(tmp)
         with console.status("starting") as status:
             report = run_all(args, cwd, lambda text: status.update(text))
         (cwd / "results.json").write_text(json.dumps(report, indent=2, default=str))

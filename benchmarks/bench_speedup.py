@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from _args import seconds
+from _args import keep_folder, new_run_folder, seconds
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOADS = ("resnet", "gpt")
@@ -214,7 +214,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--trial-time", type=seconds, default=8.0, help="each trial's measuring time (default 8)")
     parser.add_argument("--compare-time", type=seconds, default=30.0, help="each comparison's --max-time (default 30)")
     parser.add_argument("--knob", action="append", default=[], help="restrict the tunes to these knobs (repeatable)")
-    parser.add_argument("--keep", type=Path, default=None, help="keep the studies and configs in DIR")
+    parser.add_argument("--keep", type=keep_folder, default=None,
+                        help="keep the studies and configs in a new folder DIR/run-N of this run")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -235,8 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     device = host.gpus[0].name if host.gpus else f"{host.cpu_model} ({host.usable_cores} cores)"
     rows = []
     with tempfile.TemporaryDirectory(prefix="torchpace-speedup-") as tmp:
-        workdir = (args.keep or Path(tmp)).resolve()
-        workdir.mkdir(parents=True, exist_ok=True)
+        workdir = (new_run_folder(args.keep) if args.keep else Path(tmp)).resolve()
         for workload in args.workloads:
             print(f"{workload} ({size}): tuning for {args.budget:g} s, then comparing ...", file=sys.stderr, flush=True)
             try:

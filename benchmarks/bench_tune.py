@@ -60,7 +60,7 @@ from torchpace.tune.space import build_space
 from torchpace.tune.tuner import TuneOptions, Tuner
 from torchpace.workload import load_workload
 
-from _args import BusyLoops, busy, count, seconds
+from _args import BusyLoops, busy, count, keep_folder, seconds
 
 SPACES = {
     "tabular": {"threads.intra_op", "data.num_workers", "precision.amp", "optimizer.impl"},
@@ -225,7 +225,7 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES),
                         help="greedy and which of the others to run (default: all three)")
     parser.add_argument("--busy", type=busy, default=0, metavar="N", help="processes that spin meanwhile (0-8)")
-    parser.add_argument("--keep", type=Path, help="keep the studies, torchpace.toml files and results.json here")
+    parser.add_argument("--keep", type=keep_folder, help="keep the studies, torchpace.toml files and results.json here")
     parser.add_argument("--grid-from", type=Path, help="an earlier --keep DIR: take the grid's single runs from it")
     args = parser.parse_args()
     if args.rounds < 1 or args.trial_time <= 0:

@@ -20,7 +20,9 @@ tuned/expert with their 95% CIs, the tuned samples/s and its MFU (the step's FLO
 `torch.utils.flop_counter`, over the GPU's dense bf16 peak). `--part all` runs both boxes, one after the other.
 
 Each row of the table is one step: its headline figure, `ok` or `FAIL` with the reason, and its
-seconds. A step that would start after the time box is `skipped`, never silently dropped.
+seconds. A step that would start after the time box is `skipped`, never silently dropped. `--keep DIR`
+keeps each run's studies, configs, trace and CSV in a new folder of its own, `DIR/run-1`, `DIR/run-2`, ...,
+so a rerun with the same `--keep` starts fresh studies and overwrites nothing an earlier run kept.
 
 Exit codes: 0 every step ok; 1 a step failed; 2 bad arguments; 77 no CUDA device here. 77 is the
 "skipped" code of the automake and meson test harnesses: a CI job on a CPU runner that calls
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from _args import seconds
+from _args import keep_folder, minutes, new_run_folder, next_run_folder
 from bench_speedup import expert_config, flops_per_sample, gpu_peak_flops, mfu, script_command, write_config
 
 EXIT_NO_CUDA = 77  # automake/meson "skipped": see the module docstring
@@ -249,7 +251,7 @@ def run_check(steps: list[Step], workdir: Path, time_box_s: float, runner: Runne
     outcomes = []
     for step in steps:
         if clock() + step.cap_s > deadline:
-            outcomes.append(Outcome(step.name, "skipped", f"would pass the {time_box_s / 60:.0f}-minute time box", 0.0))
+            outcomes.append(Outcome(step.name, "skipped", f"would pass the {time_box_s / 60:g}-minute time box", 0.0))
             continue
         outcomes.append(run_step(step, workdir, runner))
     return outcomes
@@ -281,37 +283,55 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--part", choices=("verbs", "speedup", "all"), default="verbs",
                         help="verbs: every verb once (the --minutes box); speedup: resnet and gpt at full size tuned "
                              "and compared (a 10-minute box); all: both, one box after the other")
-    parser.add_argument("--minutes", type=seconds, default=9.0, help="time box for every step together (default 9)")
-    parser.add_argument("--keep", type=Path, default=None, help="keep the studies, configs, trace and CSV in DIR")
+    parser.add_argument("--minutes", type=minutes, default=9.0,
+                        help="time box of the verbs part, in minutes, above 0 and below 60 (default 9)")
+    parser.add_argument("--keep", type=keep_folder, default=None,
+                        help="keep the studies, configs, trace and CSV in a new folder DIR/run-N of this run")
     parser.add_argument("--dry-run", action="store_true", help="print the commands and exit")
-    args = parser.parse_args(argv)
-    if not 0 < args.minutes < 60:
-        parser.error(f"--minutes {args.minutes} is not valid: give a number of minutes above 0 and below 60")
-    return args
+    return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, runner: Runner = run_command,
+         cuda_absent: Callable[[], str | None] = cuda_absent_reason) -> int:
+    return run(parse_args(argv), runner, cuda_absent)
+
+
+def run(args: argparse.Namespace, runner: Runner = run_command,
+        cuda_absent: Callable[[], str | None] = cuda_absent_reason) -> int:
+    """The check the arguments ask for: the commands (`--dry-run`), or each step run and the table printed."""
+    if args.dry_run:  # the commands with the folder a run would use; nothing is made
+        workdir = next_run_folder(args.keep).absolute() if args.keep else Path(tempfile.gettempdir()) / "torchpace-gpu-check-XXXX"
+        print("\n".join(f"{s.name}: torchpace {shlex.join(s.args)}  (cap {s.cap_s:.0f} s)".replace("\n", "\\n")
+                        for steps, _ in plan_boxes(args, workdir) for s in steps))
+        return 0
+    reason = cuda_absent()
+    if reason:
+        print(f"gpu-check: {reason} (exit {EXIT_NO_CUDA}: skipped)", file=sys.stderr)
+        return EXIT_NO_CUDA
+    try:
+        kept = new_run_folder(args.keep).absolute() if args.keep else None
+    except OSError as err:
+        print(f"gpu-check: --keep {args.keep}: cannot make a folder for this run there ({err.strerror or err}); "
+              "nothing was run", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="torchpace-gpu-check-") as tmp:
-        workdir = args.keep or Path(tmp)
-        workdir.mkdir(parents=True, exist_ok=True)
-        boxes = ([(plan_steps(workdir.resolve()), args.minutes * 60)] if args.part in ("verbs", "all") else []) + \
-                ([(plan_speedup_steps(workdir.resolve()), _SPEEDUP_MINUTES * 60)] if args.part in ("speedup", "all") else [])
-        if args.dry_run:
-            print("\n".join(f"{s.name}: torchpace {shlex.join(s.args)}  (cap {s.cap_s:.0f} s)".replace("\n", "\\n")
-                            for steps, _ in boxes for s in steps))
-            return 0
-        reason = cuda_absent_reason()
-        if reason:
-            print(f"gpu-check: {reason} (exit {EXIT_NO_CUDA}: skipped)", file=sys.stderr)
-            return EXIT_NO_CUDA
+        workdir = kept or Path(tmp).resolve()
+        boxes = plan_boxes(args, workdir)
         if args.part in ("speedup", "all"):
             from torchpace.host import probe_host
 
-            write_speedup_configs(workdir.resolve(), probe_host())
-        outcomes = [o for steps, box_s in boxes for o in run_check(steps, workdir.resolve(), box_s)]
+            write_speedup_configs(workdir, probe_host())
+        outcomes = [o for steps, box_s in boxes for o in run_check(steps, workdir, box_s, runner)]
     print(render_table(outcomes))
+    if kept:
+        print(f"gpu-check: this run's studies, configs, trace and CSV are in {kept}", file=sys.stderr)
     return 0 if all(o.status == "ok" for o in outcomes) else 1
+
+
+def plan_boxes(args: argparse.Namespace, workdir: Path) -> list[tuple[list[Step], float]]:
+    """The parts `--part` names, each its steps and its time box in seconds (pure)."""
+    return ([(plan_steps(workdir), args.minutes * 60)] if args.part in ("verbs", "all") else []) + \
+           ([(plan_speedup_steps(workdir), _SPEEDUP_MINUTES * 60)] if args.part in ("speedup", "all") else [])
 
 
 if __name__ == "__main__":

@@ -176,6 +176,35 @@ def full_disk(small_disk):
 
 
 @pytest.fixture
+def read_only_folder(tmp_path):
+    """A function that puts files ({name: text}) in a fresh folder and makes it read-only, returning it: a real
+    read-only filesystem (a tmpfs remounted `ro`) as root, whom modes do not stop; else a folder of mode 0555."""
+    import subprocess
+
+    mounted = []
+
+    def make(files: dict) -> "Path":
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        if os.geteuid() == 0:
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], check=True, timeout=30)
+            mounted.append(folder)
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        if os.geteuid() == 0:
+            subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True, timeout=30)
+        else:
+            folder.chmod(0o555)
+        return folder
+
+    yield make
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], check=True, timeout=30)
+    if (tmp_path / "read-only").exists() and os.geteuid() != 0:
+        (tmp_path / "read-only").chmod(0o755)
+
+
+@pytest.fixture
 def short_tmpdir():
     """A fresh folder with a short path, to be a child's TMPDIR (a test's own tmp_path can be too long for the
     AF_UNIX sockets multiprocessing puts there: 107 bytes at most); removed afterwards."""

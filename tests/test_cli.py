@@ -32,7 +32,7 @@ def test_console_script_and_module_agree():
     (["bench", "tabular", "--set", "data.num_worker=2"], "unknown knob 'data.num_worker'"),
     (["bench", "tabular", "--set", "precision.amp=fp8"], "valid values: off, bf16, fp16"),
     (["bench", "tabular", "--set", "precision.amp=fp16"], "needs CUDA"),
-    (["bench", "tabular", "--max-time", "0"], "0.0 is not in the range x>0"),
+    (["bench", "tabular", "--max-time", "0"], "0.0 is not in the range 0<x<=604800.0"),
     (["bench", "tabular", "--out", "/no/such/dir/r.json"], "cannot be written"),
     (["knobs", "nope.py:fn"], "does not exist"),
 ])

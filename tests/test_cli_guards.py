@@ -30,7 +30,7 @@ def workload_copy(tmp_path):
     (["tune", "w.py:tiny_mlp", "--out", "hard.py"], "--out 'hard.py' is the workload file"),
     (["tune", "w.py:tiny_mlp", "--export", "link.py"], "--export 'link.py' is the workload file"),
     (["tune", "tabular", "--out", "a.toml", "--report", "./a.toml"], "--out and --report are both"),
-    (["monitor", "--csv", "w.py", "--", "python", "w.py"], "--csv 'w.py' is a file the command names"),
+    (["monitor", "--csv", "w.py", "--", "python", "w.py"], "--csv 'w.py' is the script 'w.py'"),
     (["monitor", "--tensorboard", "hard.py", "--", "python", "--x=w.py"], "is a file the command names"),
     (["report", "w.py", "--out", "link.py"], "--out 'link.py' is the input 'w.py'"),
     (["bench-data", ".", "--out", "sub/r.json"], "inside the folder measured"),
@@ -188,3 +188,117 @@ def test_an_output_in_a_read_only_folder_exits_2_before_anything_runs(cli_run, r
     assert done.returncode == 2, done.stderr
     assert "cannot be written (is the folder there, and writable?)" in done.stderr
     assert list(readonly_dir.iterdir()) == []
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A project as people lay one out: a script with a sibling module and a package beside it, a package
+    run with `-m` (with a `__main__`), and an app folder run as `python app/`. Returns {path: text}."""
+    files = {"train.py": "import helpers\n", "helpers.py": "X = 1\n", "lib/__init__.py": "", "lib/models.py": "M = 1\n",
+             "pkg/__init__.py": "", "pkg/__main__.py": "print('main')\n", "pkg/train.py": "import pkg.util\n",
+             "pkg/util.py": "U = 1\n", "app/__main__.py": "import appmod\n", "app/appmod.py": "A = 1\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return files
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "--out", "pkg/train.py", "--", "python", "-m", "pkg.train"], "is the module 'pkg.train'"),
+    (["bench", "--out", "pkg/__main__.py", "--", "python", "-m", "pkg"], "is the module 'pkg' ('pkg/__main__.py')"),
+    (["profile", "--trace", "app/__main__.py", "--", "python", "app"], "is the script's __main__.py"),
+    (["bench", "--out", "app/appmod.py", "--", "python", "app/"], "Python source the script can import"),
+    (["profile", "--trace", "helpers.py", "--", "python", "train.py"], "Python source the script can import"),
+    (["compare", "--out", "lib/models.py", "--", "python", "train.py"], "Python source the script can import"),
+    (["tune", "--out", "pkg/util.py", "--", "python", "-m", "pkg.train"], "Python source the script can import"),
+    (["tune", "--report", "helpers.py", "--", "python", "-m", "pkg.train"], "Python source the script can import"),
+    (["monitor", "--csv", "helpers.py", "--", "python", "train.py"], "Python source the script can import"),
+    (["bench", "--out", "link.py", "--", "python", "train.py"], "Python source the script can import"),
+])
+def test_an_output_that_is_what_the_command_runs_or_imports_is_refused(cli_run, project, tmp_path, args, message):
+    (tmp_path / "link.py").symlink_to(tmp_path / "lib" / "models.py")
+    done = cli_run(*args)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "choose another path" in done.stderr, done.stderr
+    assert all((tmp_path / name).read_text() == text for name, text in project.items())
+
+
+def test_outputs_beside_the_script_that_are_not_its_source_are_allowed(project, tmp_path, monkeypatch):
+    from torchpace.cli._common import check_outputs
+    from torchpace.cli._script import script_inputs, script_sources
+
+    monkeypatch.chdir(tmp_path)
+    for command in (["python", "train.py"], ["python", "-m", "pkg.train"], ["python", "app"]):
+        check_outputs({"--out": "result.json", "--report": "new_module.py", "--trace": "lib/trace.json.gz"},
+                      script_inputs(command, None), source_dirs=script_sources(command))
+
+
+# ---- every number and name is bounded before anything starts ------------------------------------------
+
+@pytest.mark.parametrize("args, named", [
+    (["bench", "--max-time", "3e6"], "--max-time"), (["compare", "--max-time", "3e6", "--set", "threads.intra_op=1"],
+                                                     "--max-time"),
+    (["tune", "--trial-time", "1e7"], "--trial-time"), (["bench-data", ".", "--max-time", "1e9"], "--max-time"),
+    (["tune", "--budget", "100000h"], "--budget"), (["tune", "--budget", "1e3"], "--budget"),
+    (["tune", "--max-trials", "1000000000"], "--max-trials"),
+    (["bench-data", ".", "--batch-size", "1000000000000"], "--batch-size"),
+    (["shard", ".", "--out", "s", "--shard-size", "1000000000000"], "--shard-size"),
+    (["shard", ".", "--out", "s", "--shuffle", "--seed", "-1"], "--seed"),
+    (["shard", ".", "--out", "s", "--shuffle", "--seed", "99999999999"], "--seed"),
+    (["tune", "--accuracy-rtol", "1e300"], "--accuracy-rtol"),
+    (["launch", "--dry-run", "--nnodes", "1000000000", "--rdzv-endpoint", "h:1", "--", "job.py"], "--nnodes"),
+    (["launch", "--dry-run", "--nnodes", "2", "--node-rank", "5", "--rdzv-endpoint", "h:1", "--", "job.py"], "--node-rank"),
+    (["launch", "--dry-run", "--nofile", "1000000000000", "--", "job.py"], "--nofile"),
+    (["bench", "--samples-per-step", "1000000000000", "--", "python", "job.py"], "--samples-per-step"),
+    (["launch", "--dry-run", "--rdzv-endpoint", "h:70000", "--", "job.py"], "--rdzv-endpoint"),
+    (["bench", "inference", "--set", "inference.batch_size=1000000000000", "--max-time", "1"], "inference.batch_size"),
+])
+def test_a_number_beyond_its_range_is_exit_2_naming_the_option_before_anything_starts(cli_run, tmp_path, args, named):
+    (tmp_path / "job.py").write_text("open('ran', 'w').write('yes')\n")
+    done = cli_run(*args, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert named in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "ran").exists() and not (tmp_path / ".torchpace").exists() and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("verb", [["bench"], ["tune"], ["compare", "--set", "threads.intra_op=1"]])
+def test_samples_per_step_without_a_script_is_refused_as_its_sibling_flag_is(cli_run, verb):
+    done = cli_run(*verb, "--samples-per-step", "32", "tabular", timeout=120)
+    assert done.returncode == 2 and "--samples-per-step" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("name, said", [("s" * 300, "at most"), ("", "empty"), ("a\nb", "control"), (".", "'.'"),
+                                        ("..", "'..'")])
+def test_a_study_name_that_cannot_be_one_is_exit_2_and_leaves_no_study(cli_run, tmp_path, name, said):
+    (tmp_path / "job.py").write_text("open('ran', 'w').write('yes')\n")
+    for argv in (["tune", "--study", name, "--max-trials", "1"], ["tune", "--study", name, "--", "python", "job.py"]):
+        done = cli_run(*argv, timeout=120)
+        assert done.returncode == 2 and "--study" in done.stderr and said in done.stderr, done.stderr[-3000:]
+        assert "Traceback" not in done.stderr and not (tmp_path / "ran").exists()
+        assert not (tmp_path / ".torchpace" / "studies.db").exists()
+
+
+def test_study_names_that_differ_only_in_characters_a_folder_name_replaces_get_their_own_log_folders():
+    from torchpace.trial.output import LOG_DIR, trial_log_path
+
+    names = ["a b", "a_b", "a/b", "a:b", "a__b", "a\\b", "..", ".", "-x", "é", "e", "s" * 128, "s" * 127 + "t", "A b"]
+    folders = [trial_log_path(name, 0).parent for name in names]
+    assert len(set(folders)) == len(names), folders
+    for folder in folders:
+        assert folder.parent == LOG_DIR and folder.name not in ("", ".", "..") and len(folder.name.encode()) <= 255
+        assert "/" not in folder.name and not folder.name.startswith(".")
+    assert trial_log_path("torchpace-train.py", 3).parent.name == "torchpace-train.py"  # a plain name stays readable
+
+
+@pytest.mark.parametrize("facts, named", [({"gpus": 2}, "gpus"), ({"usable_cores": 100000000}, "usable_cores"),
+                                          ({"numa_nodes": 100000000}, "numa_nodes"), ({"gpus": 100000000}, "gpus")])
+def test_faked_host_facts_beyond_a_real_host_or_this_torch_are_exit_2_before_anything_starts(cli_run, facts, named):
+    import json
+
+    import torch
+
+    if "gpus" in facts and facts["gpus"] < 64 and torch.cuda.is_available():
+        pytest.skip("a CUDA build of torch can plan for faked GPUs")
+    done = cli_run("bench", "--max-time", "1", env_extra={"TORCHPACE_HOST_FACTS": json.dumps(facts)}, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "TORCHPACE_HOST_FACTS" in done.stderr and named in done.stderr and "Traceback" not in done.stderr, done.stderr

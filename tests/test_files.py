@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +117,159 @@ def test_the_writers_share_one_helper():
                 if ".tmp\"" in text or ".tmp'" in text or ".replace(path)" in text or "os.replace(" in text:
                     hand_written.append(os.path.relpath(os.path.join(folder, name), root))
     assert hand_written == [], f"atomic writes by hand (use torchpace.files): {hand_written}"
+
+
+# ---- a folder prepared by someone else: symlinks, hard links and modes ---------------------------------
+
+def _victim(tmp_path):
+    victim = tmp_path / "elsewhere" / "victim.txt"
+    victim.parent.mkdir()
+    victim.write_text("precious\n")
+    return victim
+
+
+def test_a_symlink_planted_at_every_temporary_name_is_never_followed(tmp_path):
+    out, victim = tmp_path / "out", _victim(tmp_path)
+    out.mkdir()
+    for pid in range(os.getpid() - 20, os.getpid() + 20):  # every name the old writer could pick
+        (out / f".r.json.tmp-{pid}").unlink(missing_ok=True)
+        (out / f".r.json.tmp-{pid}").symlink_to(victim)
+    write_atomic(out / "r.json", '{"a": 1}')
+    assert victim.read_text() == "precious\n"
+    assert (out / "r.json").is_file() and not (out / "r.json").is_symlink()
+    assert (out / "r.json").read_text() == '{"a": 1}'
+
+
+def test_an_output_that_is_a_symlink_is_replaced_never_written_through(tmp_path):
+    out, victim = tmp_path / "out", _victim(tmp_path)
+    out.mkdir()
+    (out / "r.json").symlink_to(victim)
+    write_atomic(out / "r.json", "new")
+    assert victim.read_text() == "precious\n" and not (out / "r.json").is_symlink()
+    assert (out / "r.json").read_text() == "new"
+
+
+def test_a_rewrite_keeps_the_mode_of_the_file_it_replaces_and_a_new_file_follows_the_umask(tmp_path):
+    private = tmp_path / "private.json"
+    private.write_text("old")
+    private.chmod(0o600)
+    write_atomic(private, "new")
+    assert private.stat().st_mode & 0o777 == 0o600
+    shared = tmp_path / "shared.json"
+    shared.write_text("old")
+    shared.chmod(0o664)
+    write_atomic(shared, "new")
+    assert shared.stat().st_mode & 0o777 == 0o664
+    old = os.umask(0o027)
+    try:
+        write_atomic(tmp_path / "fresh.json", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "fresh.json").stat().st_mode & 0o777 == 0o640
+
+
+@pytest.mark.parametrize("planted", ["symlink", "hard link", "fifo"])
+def test_a_log_opened_fresh_never_writes_through_what_was_planted_at_its_name(tmp_path, planted):
+    from torchpace.files import open_fresh
+
+    victim = _victim(tmp_path)
+    log = tmp_path / "trial-0.log"
+    if planted == "symlink":
+        log.symlink_to(victim)
+    elif planted == "hard link":
+        os.link(victim, log)
+    else:
+        os.mkfifo(log)
+    with open_fresh(log) as stream:
+        stream.write(b"the script's output\n")
+    assert victim.read_text() == "precious\n"
+    assert log.is_file() and not log.is_symlink() and log.read_bytes() == b"the script's output\n"
+
+
+def test_a_log_rewritten_keeps_its_mode(tmp_path):
+    from torchpace.files import open_fresh
+
+    log = tmp_path / "trial-0.log"
+    log.write_text("before")
+    log.chmod(0o600)
+    with open_fresh(log, "w", encoding="utf-8") as stream:
+        stream.write("after")
+    assert log.read_text() == "after" and log.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("link", [".torchpace", ".torchpace/logs", ".torchpace/logs/study"])
+def test_torchpace_s_own_folder_is_never_a_symlink_to_somewhere_else(tmp_path, monkeypatch, link):
+    from torchpace.errors import UsageError
+    from torchpace.files import own_folder
+
+    monkeypatch.chdir(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    Path(link).parent.mkdir(parents=True, exist_ok=True)
+    Path(link).symlink_to(elsewhere)
+    with pytest.raises(UsageError, match=rf"'{link}' is a symlink .*elsewhere"):
+        own_folder(Path(".torchpace/logs/study"))
+    assert list(elsewhere.iterdir()) == []
+    assert own_folder(Path("other/logs")) == Path("other/logs") and Path("other/logs").is_dir()
+
+
+def test_a_tune_never_follows_a_log_planted_in_the_project_folder(cli_run, tmp_path):
+    victim = _victim(tmp_path)
+    script = tmp_path / "job.py"
+    script.write_text("import torch\nprint('script output')\nm = torch.nn.Linear(4, 1)\n"
+                      "opt = torch.optim.SGD(m.parameters(), lr=0.01)\n"
+                      "for _ in range(100000):\n    opt.zero_grad(); m(torch.randn(8, 4)).sum().backward(); opt.step()\n")
+    logs = tmp_path / ".torchpace" / "logs" / "torchpace-job.py"
+    logs.mkdir(parents=True)
+    (logs / "trial-0.log").symlink_to(victim)
+    done = cli_run("tune", "--max-trials", "1", "--trial-time", "1", "--guard-steps", "0", "--json", "--",
+                   "python", "job.py")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert victim.read_text() == "precious\n"
+    assert not (logs / "trial-0.log").is_symlink() and "script output" in (logs / "trial-0.log").read_text()
+
+
+
+# ---- a working folder or temporary folder that cannot take torchpace's own files ---------------------
+
+_JOB = ("import torch\nprint('script output')\nm = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.01)\n"
+        "for _ in range(100000):\n    opt.zero_grad(); m(torch.randn(8, 4)).sum().backward(); opt.step()\n")
+_SCRIPT_VERBS = {
+    "bench": ["bench", "--max-time", "2", "--", "python", "job.py"],
+    "profile": ["profile", "--steps", "2", "--python-steps", "0", "--trace", "TRACE", "--", "python", "job.py"],
+    "tune": ["tune", "--max-trials", "1", "--trial-time", "1", "--guard-steps", "0", "--out", "OUT", "--", "python",
+             "job.py"],
+}
+
+
+def _not_the_scripts_fault(done) -> str:
+    line = _one_error_line(done.stderr)
+    assert "YOUR" not in done.stderr and "the script's own failure" not in done.stderr, done.stderr[-3000:]
+    return line
+
+
+@pytest.mark.parametrize("verb", sorted(_SCRIPT_VERBS))
+def test_a_read_only_working_folder_is_torchpace_s_error_exit_2_before_the_script_runs(verb, read_only_folder, tmp_path,
+                                                                                       cli_run):
+    folder = read_only_folder({"job.py": _JOB + "open('/dev/null', 'w')\n"})
+    argv = [a.replace("TRACE", str(tmp_path / "t.json.gz")).replace("OUT", str(tmp_path / "t.toml"))
+            for a in _SCRIPT_VERBS[verb]]
+    done = cli_run(*argv, cwd=folder)
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = _not_the_scripts_fault(done)
+    assert ".torchpace" in line and "writ" in line, line
+    assert "script output" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("verb", sorted(_SCRIPT_VERBS))
+def test_a_full_working_folder_is_torchpace_s_error_never_the_script_s(verb, small_disk, tmp_path, cli_run):
+    from _support import fill_disk
+
+    (small_disk / "job.py").write_text(_JOB)
+    fill_disk(small_disk)
+    argv = [a.replace("TRACE", str(tmp_path / "t.json.gz")).replace("OUT", str(tmp_path / "t.toml"))
+            for a in _SCRIPT_VERBS[verb]]
+    done = cli_run(*argv, cwd=small_disk)
+    assert done.returncode == 1, done.stderr[-3000:]
+    line = _not_the_scripts_fault(done)
+    assert "no space left on device" in line and (str(small_disk) in line or ".torchpace" in line), line

@@ -120,3 +120,83 @@ def test_a_speedup_row_reads_the_ratio_its_ci_the_tuned_rate_and_its_mfu(tmp_pat
     assert unknown(doc, tmp_path).endswith("MFU - (GPU not in the table)")
     with pytest.raises(ValueError, match="an arm failed"):
         read({"verdict": "failed", "ratio": None, "summary": "an arm failed"}, tmp_path)
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "60", "90", "nan", "inf", "ten", ""])
+def test_minutes_out_of_the_box_are_exit_2_in_minutes(text):
+    done = subprocess.run([sys.executable, str(_SCRIPT), "--minutes", text, "--dry-run"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "--minutes" in done.stderr and "minutes, a number above 0 and below 60" in done.stderr
+    assert "seconds" not in done.stderr
+
+
+def test_a_box_of_part_of_a_minute_is_named_as_given(tmp_path):
+    outcomes = gpu_check.run_check(gpu_check.plan_steps(tmp_path), tmp_path, 15, lambda *a: None, clock=lambda: 0.0)
+    assert {o.status for o in outcomes} == {"skipped"} and "the 0.25-minute time box" in outcomes[0].detail
+
+
+def test_a_keep_that_cannot_be_a_folder_is_exit_2_naming_it(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine\n")
+    for keep, said in ((tmp_path / "notes.txt", "it is a file"),
+                       (tmp_path / "notes.txt" / "runs", "is a file, so no folder can be made under it"),
+                       ("", "name a folder")):
+        done = subprocess.run([sys.executable, str(_SCRIPT), "--keep", str(keep), "--dry-run"], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "--keep" in done.stderr and said in done.stderr, done.stderr
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_dry_run_names_the_folder_a_run_would_keep_and_makes_nothing(tmp_path):
+    keep = tmp_path / "kept"
+    done = subprocess.run([sys.executable, str(_SCRIPT), "--keep", str(keep), "--dry-run"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"sqlite:///{keep / 'run-1' / 'studies.db'}" in done.stdout and not keep.exists()
+
+
+def _fake_gpu_host(workdirs):
+    """A runner that answers as a CUDA host does (each verb's JSON), and records the folder each run used."""
+
+    def runner(argv, timeout_s, cwd):
+        workdirs.add(cwd)
+        answers = _answers(cwd)
+        return answers[argv[3]]
+
+    return runner
+
+
+def test_a_rerun_with_the_same_keep_starts_in_a_folder_of_its_own(tmp_path, capsys):
+    """The studies a first run kept are never resumed or refused by the second (tune refuses an existing
+    study without --resume): each run gets `run-N`, and what the first kept is left as it was."""
+    keep = tmp_path / "kept"
+    workdirs: set[Path] = set()
+    assert gpu_check.main(["--keep", str(keep)], _fake_gpu_host(workdirs), cuda_absent=lambda: None) == 0
+    (keep / "run-1" / "studies.db").write_bytes(b"first run's studies")
+    assert gpu_check.main(["--keep", str(keep)], _fake_gpu_host(workdirs), cuda_absent=lambda: None) == 0
+    assert workdirs == {(keep / "run-1").absolute(), (keep / "run-2").absolute()}
+    assert (keep / "run-1" / "studies.db").read_bytes() == b"first run's studies"
+    err = capsys.readouterr().err
+    assert f"are in {(keep / 'run-2').absolute()}" in err
+    plans = [gpu_check.plan_steps(folder) for folder in sorted(workdirs)]
+    storages = [[s.args[s.args.index("--storage") + 1] for s in steps if "--storage" in s.args] for steps in plans]
+    assert storages[0] and not set(storages[0]) & set(storages[1])
+
+
+def test_a_keep_that_cannot_be_read_is_exit_2_naming_why(tmp_path):
+    done = subprocess.run([sys.executable, str(_SCRIPT), "--keep", str(tmp_path / ("k" * 300)), "--dry-run"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "--keep" in done.stderr and "File name too long" in done.stderr
+
+
+def test_a_keep_folder_that_cannot_be_made_when_the_run_starts_is_exit_2(tmp_path, capsys):
+    keep = tmp_path / "kept"
+    args = gpu_check.parse_args(["--keep", str(keep)])
+    keep.write_text("made after the arguments were read\n")  # a file took the folder's place before the run started
+    assert gpu_check.run(args, _fake_gpu_host(set()), cuda_absent=lambda: None) == 2
+    err = capsys.readouterr().err
+    assert "--keep" in err and "cannot make a folder for this run there (File exists)" in err
+    assert "nothing was run" in err and "Traceback" not in err
+    assert keep.read_text() == "made after the arguments were read\n"

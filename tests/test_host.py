@@ -65,6 +65,27 @@ def test_host_facts_can_be_those_of_another_host():
             override_host_facts(real, bad)
 
 
+def test_faked_counts_beyond_a_real_host_and_gpus_torch_cannot_see_are_refused():
+    import pytest
+
+    from torchpace.host import GpuInfo, HostFacts, check_faked_gpus, override_host_facts
+
+    real = HostFacts(cpu_model="x", logical_cpus=4, usable_cores=4)
+    for bad, named in (({"usable_cores": 8193}, "usable_cores = 8193 is more than a host has: at most 8192"),
+                       ({"numa_nodes": 5}, "numa_nodes = 5 is more than a host has: at most 4"),
+                       ({"numa_nodes": 10**8, "usable_cores": 8192}, "at most 1024"),
+                       ({"gpus": 65}, "gpus = 65 is more than a host has: at most 64")):
+        with pytest.raises(UsageError, match=named):
+            override_host_facts(real, bad)
+    assert len(override_host_facts(real, {"usable_cores": 8192, "numa_nodes": 1024, "gpus": 64}).numa_nodes) == 1024
+    with pytest.raises(UsageError, match="gpus = 2, but torch 2.9.0[+]cpu here is a CPU-only build"):
+        check_faked_gpus({"gpus": 2}, (), "2.9.0+cpu", None)
+    with pytest.raises(UsageError, match="a CUDA 12.8 build with no device visible"):
+        check_faked_gpus({"gpus": 1}, (), "2.9.0", "12.8")
+    check_faked_gpus({"gpus": 0}, (), "2.9.0+cpu", None)  # hiding GPUs: always
+    check_faked_gpus({"gpus": 4}, (GpuInfo(0, "H100", 80 << 30),), "2.9.0", "12.8")  # planning for more where one runs
+
+
 def test_probe_host_takes_the_facts_the_environment_names(monkeypatch):
     import json
 

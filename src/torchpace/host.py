@@ -9,7 +9,8 @@ Knobs and the child planner read these facts only; they never search the machine
 `TORCHPACE_HOST_FACTS` (a JSON object, read by `probe_host`) makes the probed facts those of another
 host: `{"bf16": false, "usable_cores": 2, "numa_nodes": 1, "gpus": 0}` (any subset). torchpace then
 plans, checks and refuses as it would there; what really runs is still this machine (a faked GPU or
-NUMA node can be planned for, not used). `override_host_facts` is the same change in-process. The
+NUMA node can be planned for, not used). Counts beyond a real host are refused (exit 2), and so are
+GPUs claimed where torch sees none (a process that runs torch work would then try to use them). `override_host_facts` is the same change in-process. The
 variable fakes this machine only: a probe of another root (a fixture tree of another host) reads that
 host's files as they are.
 """
@@ -38,6 +39,10 @@ ALLOCATOR_LIBRARIES = {
 HOST_FACTS_ENV = "TORCHPACE_HOST_FACTS"  # JSON: the facts of another host (see the module docstring)
 _BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 _FAKED_GPU_BYTES = 16 << 30  # what a faked GPU is said to hold
+# the most a faked host may claim: beyond a real machine, a count only makes lists that fill the memory
+_MAX_CPUS = 8192  # Linux's largest CONFIG_NR_CPUS
+_MAX_NUMA_NODES = 1024  # Linux's MAX_NUMNODES (NODES_SHIFT 10)
+_MAX_GPUS = 64  # torch's MAX_CUDA_DEVICES (torch/csrc/cuda/device_set.h)
 _SYSTEM_LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 
 
@@ -177,6 +182,43 @@ class HostSummary:
         known = {f.name for f in fields(cls)}
         values = {name: value for name, value in summary.items() if name in known}
         return cls(**{**values, "gpus": tuple(values.get("gpus") or ()), "overridden": tuple(values.get("overridden") or ())})
+
+
+# what each field of a stored host summary (`HostFacts.summary`) holds: a reader checks a summary read back from a
+# study or a result with `host_summary_problem`; a field an older torchpace did not write is simply absent
+_SUMMARY_FIELDS: dict[str, tuple[str, Any]] = {
+    "fingerprint": ("a string", lambda v: isinstance(v, str)),
+    "cpu_model": ("a string", lambda v: isinstance(v, str)),
+    "logical_cpus": ("a whole number >= 1", lambda v: whole_number_in(v, 1)),
+    "usable_cores": ("a whole number >= 1", lambda v: whole_number_in(v, 1)),
+    "native_bf16": ("true or false", lambda v: isinstance(v, bool)),
+    "numa_nodes": ("a whole number >= 0", lambda v: whole_number_in(v, 0)),
+    "memory_bytes": ("a whole number >= 0 or null", lambda v: v is None or whole_number_in(v, 0)),
+    "distro": ("a string", lambda v: isinstance(v, str)),
+    "torch_version": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "cuda_version": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "gpus": ("a list of GPU names", lambda v: isinstance(v, list) and all(isinstance(g, str) for g in v)),
+    "overridden": ("a list of fact names", lambda v: isinstance(v, list) and all(isinstance(g, str) for g in v)),
+}
+
+
+def host_summary_problem(summary: Any) -> str | None:
+    """Why `summary` is not a host summary as `HostFacts.summary` writes it, naming the field, what it holds
+    and what it should (pure); None when it is one. None and {} (no host recorded) are fine, and so are
+    fields this torchpace does not know (a newer one wrote them)."""
+    if summary is None:
+        return None
+    if not isinstance(summary, Mapping):
+        return f"host: expected an object of the host's facts, found {_shown_value(summary)}"
+    for name, (expected, ok) in _SUMMARY_FIELDS.items():
+        if name in summary and not ok(summary[name]):
+            return f"host.{name}: expected {expected}, found {_shown_value(summary[name])}"
+    return None
+
+
+def _shown_value(value: Any) -> str:
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def read_text(root: Path, rel: str) -> str | None:
@@ -412,18 +454,20 @@ def override_host_facts(facts: HostFacts, overrides: Mapping[str, Any], source: 
 
     Args:
         facts: the probed facts.
-        overrides: any of `bf16` (bool: the CPU computes bf16 natively), `usable_cores` (int >= 1),
-            `numa_nodes` (int >= 0: the logical CPUs split evenly into that many nodes), `gpus`
-            (int >= 0: that many CUDA devices; 0 hides the real ones).
+        overrides: any of `bf16` (bool: the CPU computes bf16 natively), `usable_cores` (int, 1 to 8192),
+            `numa_nodes` (int from 0 to the logical CPUs, at most 1024: the logical CPUs split evenly into
+            that many nodes), `gpus` (int, 0 to 64: that many CUDA devices; 0 hides the real ones).
         source: where the overrides came from, for error messages.
 
     Raises:
         UsageError: an unknown fact, or a value of the wrong type or range.
     """
-    def count(name: str, least: int) -> int:
+    def count(name: str, least: int, most: int, why: str) -> int:
         value = overrides[name]
         if not whole_number_in(value, least):
             raise UsageError(f"{source}: {name} = {value!r}; expected a whole number >= {least}")
+        if value > most:
+            raise UsageError(f"{source}: {name} = {value!r} is more than a host has: at most {most} ({why})")
         return value
 
     unknown = sorted(set(overrides) - {"bf16", "usable_cores", "numa_nodes", "gpus"})
@@ -436,14 +480,17 @@ def override_host_facts(facts: HostFacts, overrides: Mapping[str, Any], source: 
         flags = facts.cpu_flags - _BF16_FLAGS
         changes["cpu_flags"] = flags | {"avx512_bf16"} if overrides["bf16"] else flags
     if "usable_cores" in overrides:
-        changes["usable_cores"] = count("usable_cores", 1)
+        changes["usable_cores"] = count("usable_cores", 1, _MAX_CPUS, "Linux runs on at most 8192 CPUs")
         changes["logical_cpus"] = max(facts.logical_cpus, changes["usable_cores"])
     if "numa_nodes" in overrides:
-        nodes, cpus = count("numa_nodes", 0), changes.get("logical_cpus", facts.logical_cpus)
+        cpus = changes.get("logical_cpus", facts.logical_cpus)
+        nodes = count("numa_nodes", 0, min(cpus, _MAX_NUMA_NODES), f"a faked node holds at least one of the {cpus} "
+                      f"logical CPUs, and Linux has at most {_MAX_NUMA_NODES} nodes")
         changes["numa_nodes"] = tuple(NumaNode(i, tuple(range(i * cpus // nodes, (i + 1) * cpus // nodes)))
                                       for i in range(nodes))
     if "gpus" in overrides:
-        changes["gpus"] = tuple(GpuInfo(i, "faked GPU", _FAKED_GPU_BYTES) for i in range(count("gpus", 0)))
+        gpus = count("gpus", 0, _MAX_GPUS, f"torch handles at most {_MAX_GPUS} CUDA devices in a process")
+        changes["gpus"] = tuple(GpuInfo(i, "faked GPU", _FAKED_GPU_BYTES) for i in range(gpus))
     return replace(facts, **changes, overridden=tuple(sorted({*facts.overridden, *overrides})))
 
 
@@ -459,6 +506,19 @@ def host_overrides_from_env(env: Mapping[str, str] | None = None) -> dict[str, A
     if not isinstance(value, dict):
         raise UsageError(f"{HOST_FACTS_ENV} = {raw!r}: expected a JSON object of facts, e.g. '{{\"bf16\": false}}'")
     return value
+
+
+def check_faked_gpus(overrides: Mapping[str, Any], real: tuple[GpuInfo, ...], torch_version: str | None,
+                     cuda_version: str | None) -> None:
+    """UsageError when `TORCHPACE_HOST_FACTS` claims GPUs where torch sees none (pure): a process that runs
+    torch work would plan for a CUDA device, then fail to use it. Hiding GPUs (`gpus: 0`) is always allowed,
+    and so is planning for GPUs without torch (`launch`, which probes without it)."""
+    claimed = overrides.get("gpus")
+    if not whole_number_in(claimed, 1) or real:
+        return
+    build = f"a CUDA {cuda_version} build with no device visible" if cuda_version else "a CPU-only build"
+    raise UsageError(f"{HOST_FACTS_ENV}: gpus = {claimed!r}, but torch {torch_version} here is {build}: it cannot run "
+                     "on a faked GPU; valid here: gpus = 0 (faked facts change what is planned, not what torch can use)")
 
 
 def probe_host(root: str | Path = "/", with_gpus: bool = True, env: Mapping[str, str] | None = None) -> HostFacts:
@@ -493,6 +553,8 @@ def probe_host(root: str | Path = "/", with_gpus: bool = True, env: Mapping[str,
     )
     overrides = host_overrides_from_env() if str(root) == "/" else {}
     if overrides:
+        if with_gpus:
+            check_faked_gpus(overrides, gpus, torch_version, cuda_version)
         facts = override_host_facts(facts, overrides, HOST_FACTS_ENV)
     if _log.isEnabledFor(logging.DEBUG):
         _log.debug("host facts (root %s): %s; allocators %s, numactl %s, C compiler %s", root, facts.summary(),

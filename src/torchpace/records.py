@@ -191,6 +191,54 @@ def _typed(tp: Any, value: Any) -> Any:
     return value
 
 
+def type_problem(cls: type, data: Mapping[str, Any], prefix: str = "") -> str | None:
+    """The first value of a JSON object that is not of the type `cls` declares for it (`ratio: expected a
+    number, found 'x'`), None when every one is; a null, a field the object lacks and a name `cls` does not
+    know are left to `from_json`. For a document read from a file (hand-edited or damaged) before its
+    record is rendered."""
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        meta = field_spec(f)
+        tp, nullable = _optional(hints[f.name])
+        if meta.rest:
+            continue
+        if meta.inline is not None:
+            part = {name[len(meta.inline):]: data[name] for name in data if name.startswith(meta.inline)}
+            problem = None if nullable and all(v is None for v in part.values()) else \
+                type_problem(tp, part, prefix + meta.inline)
+        else:
+            problem = _value_problem(tp, data.get(f.name), prefix + f.name)
+        if problem:
+            return problem
+    return None
+
+
+_EXPECTED = {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}
+
+
+def _value_problem(tp: Any, value: Any, name: str) -> str | None:
+    if value is None:
+        return None
+    tp, _ = _optional(tp)
+    origin = typing.get_origin(tp)
+    if _is_record(tp) or origin in (Mapping, dict) or tp in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            return f"{name}: expected an object, found {value!r}"[:200]
+        return type_problem(tp, value, name + ".") if _is_record(tp) else None
+    if origin in (tuple, list, Sequence):
+        if not isinstance(value, list):
+            return f"{name}: expected a list, found {value!r}"[:200]
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        item = args[0] if len(args) == 1 else Any
+        return next((p for i, v in enumerate(value) if (p := _value_problem(item, v, f"{name}[{i}]"))), None)
+    ok = {str: lambda v: isinstance(v, str), bool: lambda v: isinstance(v, bool),
+          int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}.get(tp)
+    if ok is not None and not ok(value):
+        return f"{name}: expected {_EXPECTED[tp]}, found {value!r}"[:200]
+    return None
+
+
 # ---- the schema ------------------------------------------------------------------------------------
 
 

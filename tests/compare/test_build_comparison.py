@@ -52,7 +52,7 @@ def test_fewer_rounds_than_a_95_percent_ci_needs_give_no_verdict_and_name_the_ci
 
 
 def test_the_json_holds_each_arms_turns_and_the_rounds_come_from_them():
-    from torchpace.compare.result import Comparison
+    from torchpace.measure.comparison import Comparison
     from torchpace.trial.schedule import paired_ratios
 
     comparison = build_comparison(_pair(SWITCHING_A, SWITCHING_B, 1.0), "tabular", DEFAULTS, DEFAULTS)
@@ -87,6 +87,8 @@ def test_each_arms_config_is_what_it_ran_with_a_workloads_own_loader_arguments_i
     comparison = build_comparison(_pair(STEADY, STEADY, 1.5), label, a, b)
     assert (comparison.a.config, comparison.b.config) == (dict(a.values), dict(b.values))  # what each set, a default too
     assert "data.num_workers" in comparison.other_load_note  # the compared knob whose gain depends on free cores
+
+
 def test_each_arm_says_what_it_ran_a_scripts_own_settings_and_a_default_set_over_them():
     """`compare --set data.num_workers=0 -- python train.py --workers 2`: arm A runs the script's own settings (read
     from its DataLoader), arm B the default set over them; neither is "PyTorch defaults", and B's config keeps the

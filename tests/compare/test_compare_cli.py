@@ -43,6 +43,8 @@ def test_four_loader_workers_against_one_on_an_input_bound_workload(cli_run, tmp
     assert payload["ratio_ci_low"] <= payload["ratio"] <= payload["ratio_ci_high"]
     assert payload["rounds"] == len(payload["ratios"]) >= 1
     assert payload["b"]["figure"] > payload["a"]["figure"] and payload["a"]["other_load_cores"] is not None
+    report = cli_run("report", "four.json", "--no-doctor", "-o", "four.html")  # what compare saved, rendered
+    assert report.returncode == 0 and payload["summary"] in (tmp_path / "four.html").read_text(), report.stderr
 
 
 @pytest.mark.slow

@@ -299,6 +299,7 @@ def test_missing_tools_and_impossible_limits_are_usage_errors(options, host, mes
     ({"nnodes": 2}, "--nnodes 2 needs --rdzv-endpoint"),
     ({"nnodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"}, "--node-rank 2 is out of range"),
     ({"rdzv_endpoint": "nohostport"}, "is not HOST:PORT"),
+    ({"rdzv_endpoint": "h:0"}, "port 0 is not a TCP port"), ({"rdzv_endpoint": "h:65536"}, "valid: 1 to 65535"),
     ({"nproc_per_node": 0}, "--nproc-per-node must be 1 or more"),
     ({"numa": "socket"}, "valid values: auto, off, node"),
 ])

@@ -24,6 +24,16 @@ def test_csv_has_a_header_and_one_row_per_sample(tmp_path, make_sample):
     assert rows[0]["cpu_pressure_frac"] == "" and rows[0]["gpu0_mem_total_bytes"] == str(80 * 2**30)
 
 
+def test_a_csv_at_a_planted_symlink_replaces_the_link_and_never_writes_through_it(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tmp_path / "run.csv").symlink_to(victim)
+    sink = CsvSink(tmp_path / "run.csv", ["t_s"])
+    sink.close()
+    assert victim.read_text() == "precious\n"
+    assert not (tmp_path / "run.csv").is_symlink() and (tmp_path / "run.csv").read_text().startswith("t_s")
+
+
 def test_csv_values_are_plain_numbers():
     assert [format_csv_value(v) for v in (None, 3, 0.123456789, 1e20, "a|b")] == ["", "3", "0.1235", "1e+20", "a|b"]
 

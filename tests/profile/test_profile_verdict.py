@@ -134,7 +134,7 @@ def _remedy_commands(verdict) -> str:
 
 
 def test_no_advice_for_a_knob_this_host_refuses_and_the_reason_is_said():
-    verdict = build_verdict(_findings(), offer=build_offer(AVX2, MLP, script=True), workload_spec="python train.py")
+    verdict = build_verdict(_findings(), offer=build_offer(AVX2, MLP, script=True), workload_spec=("python", "train.py"))
     assert "precision.amp" not in _remedy_commands(verdict) and "bf16" not in " ".join(r.remedy.text for r in verdict.remedies)
     assert "--set compile.mode=default -- python train.py" in _remedy_commands(verdict)  # compile reaches a script now
     reasons = dict(verdict.not_offered)
@@ -160,7 +160,7 @@ def test_no_advice_for_what_the_run_already_does():
 
 
 def test_a_knob_that_needs_prepare_is_not_offered_to_a_script():
-    verdict = build_verdict(_findings(memory=0.95), offer=build_offer(BF16, MLP, script=True), workload_spec="python train.py")
+    verdict = build_verdict(_findings(memory=0.95), offer=build_offer(BF16, MLP, script=True), workload_spec=("python", "train.py"))
     assert "activation_checkpointing" not in _remedy_commands(verdict)
     assert "does not reach an unmodified script" in dict(verdict.not_offered)["model.activation_checkpointing"]
     assert "prepare()" in dict(verdict.not_offered)["model.activation_checkpointing"]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 from datetime import datetime
+from pathlib import Path
 
 import optuna
 import pytest
@@ -127,6 +129,12 @@ def test_results_are_told_by_kind():
             build_result_data({k: v for k, v in profile.items() if k != lacking}, "p.json")
     with pytest.raises(UsageError, match="cannot read .*'slow-bound' is not a valid VerdictKind"):
         build_result_data({**profile, "verdict": {"kind": "slow-bound"}}, "p.json")
+    compared = json.loads((Path(__file__).parents[1] / "fixtures" / "results" / "compare_tabular.json").read_text())
+    with pytest.raises(UsageError, match=r"is a compare result without the field\(s\) a, b; write it again"):
+        build_result_data({k: v for k, v in compared.items() if k not in ("a", "b")}, "c.json")
+    for kind in ("torchpace.bench-data", "torchpace.shards"):  # another torchpace document: named, with what report reads
+        with pytest.raises(UsageError, match=f"torchpace document of kind '{kind}', which report does not render"):
+            build_result_data({"kind": kind, "schema_version": 1}, "x.json")
 
 
 def test_study_and_json_result_cannot_be_combined(tmp_path):
@@ -158,3 +166,26 @@ def test_a_latency_study_reads_back_with_its_objective(latency_tune):
     for key in ("best_config", "speedup", "accepted"):
         assert stored[key] == live[key], key
     assert stored["best"]["samples_per_s"] == pytest.approx(live["best"]["samples_per_s"])
+
+
+@pytest.mark.parametrize("verb,fixture", [("compare", "compare_tabular.json"), ("bench", "bench_with_steps.json")])
+def test_a_result_with_a_value_of_the_wrong_type_is_named_not_rendered(verb, fixture, tmp_path, cli_run):
+    """A hand-edited or damaged result: each value of another type than torchpace writes is exit 2 naming the
+    field, what it should be and what it holds, before anything is rendered (not a traceback while it is)."""
+    doc = json.loads((Path(__file__).parents[1] / "fixtures" / "results" / fixture).read_text())
+    figure = "ratio" if verb == "compare" else "samples_per_s"
+    listed = "ratios" if verb == "compare" else "window_samples_per_s"
+    config = ("a", {**doc["a"], "config": [1]}, "a.config") if verb == "compare" else ("config", [1], "config")
+    for field, value, said in ((figure, "fast", f"{figure}: expected a number, found 'fast'"),
+                               (figure, True, f"{figure}: expected a number, found True"),
+                               (listed, 3, f"{listed}: expected a list, found 3"),
+                               (listed, [1.0, "x"], f"{listed}[1]: expected a number, found 'x'"),
+                               (counted := "rounds" if verb == "compare" else "windows", 2.5,
+                                f"{counted}: expected a whole number, found 2.5"),
+                               (config[0], config[1], f"{config[2]}: expected an object, found [1]")):
+        with pytest.raises(UsageError, match=re.escape(f"is a {verb} result this torchpace cannot read ({said})")):
+            build_result_data({**doc, field: value}, "r.json")
+    (tmp_path / "edited.json").write_text(json.dumps({**doc, figure: "fast"}))
+    done = cli_run("report", "edited.json", "--no-doctor", "-o", "r.html")
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "expected a number" in done.stderr
+    assert not (tmp_path / "r.html").exists()

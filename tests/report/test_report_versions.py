@@ -81,3 +81,22 @@ def test_the_report_writes_each_figure_with_the_digits_its_ci_supports_as_the_te
     render_outcome(console, outcome)
     terminal = console.file.getvalue()
     assert "1.3 [1.0, 13.0]" in terminal and "9.5 [9.1, 9.9]" in terminal
+
+
+def test_a_recorded_comparison_renders_its_verdict_each_arm_and_config_b(tmp_path, cli_run):
+    import json
+
+    from torchpace.measure.render import comparison_rows
+    from torchpace.measure.stats import ratio_text
+
+    data = load_report_data(str(RESULTS / "compare_tabular.json"))
+    assert data.kind == "compare" and data.config == {"threads.intra_op": 1} and data.workload == "tabular"
+    html = write_report(data, tmp_path / "compare.html", with_doctor=False).read_text(encoding="utf-8")
+    doc = json.loads((RESULTS / "compare_tabular.json").read_text())
+    ratio = ratio_text(doc["ratio"], doc["ratio_ci_low"], doc["ratio_ci_high"], doc["rounds"]).replace("x", "×", 1)
+    assert doc["summary"] in html and "B / A" in html and ratio in html and ratio.startswith("7.59× [3.42, 17.04]")
+    for row in comparison_rows(data.compare):  # the cells the terminal's table shows, the same text
+        assert all(cell in html for cell in row), row
+    assert "Config B and how to apply it" in html and "threads.intra_op" in html and "torchpace.load_workload" not in html
+    done = cli_run("report", str(RESULTS / "compare_tabular.json"), "--no-doctor", "-o", "c.html")
+    assert done.returncode == 0 and (tmp_path / "c.html").read_text(encoding="utf-8").count(doc["summary"]) == 1, done.stderr

@@ -96,3 +96,20 @@ def test_a_profile_sees_the_dataloader_knob_the_hook_applied_and_leaves_no_folde
                    env_extra={"TMPDIR": str(short_tmpdir)}, timeout=400)
     assert done.returncode == 0 and "built no" not in done.stderr, done.stderr[-3000:]  # the knob reached the loader
     assert temp_leftovers(short_tmpdir) == []  # nor the profiler's raw trace
+
+
+# ---- the end of a measured script: its own clean-up runs ---------------------------------------------
+
+
+@pytest.mark.parametrize("verb, how", [(["bench", "--max-time", "2"], "loop"), (["bench", "--max-time", "3"], "stall"),
+                                       (["profile", "--steps", "2", "--python-steps", "0"], "loop")])
+def test_a_script_ended_by_torchpace_runs_its_finally_atexit_and_temporary_folder_clean_up(cli_run, tmp_path, verb, how):
+    paths, ran = tmp_path / "paths.txt", tmp_path / "ran.txt"
+    done = cli_run(*verb, "--", "python", str(SCRIPTS / "cleans_up.py"), str(paths), str(ran), "300", how, timeout=400)
+    if how == "loop":
+        assert done.returncode == 0, done.stderr[-3000:]
+    else:  # stalled: its windows, or a timeout naming the stall; the script's clean-up runs either way
+        assert done.returncode == 0 or "made no step for" in done.stderr, done.stderr[-3000:]
+    folders = [Path(p) for p in paths.read_text().split()]
+    assert folders and not any(folder.exists() for folder in folders), folders
+    assert sorted(ran.read_text().split()) == ["atexit", "finally"], ran.read_text()

@@ -20,7 +20,9 @@ def test_log_paths_name_the_verb_the_script_and_the_trial():
     path = plan_log_path("bench", ["python", "train_pl.py", "--epochs", "3"], now=datetime(2024, 5, 1, 12, 0, 7), pid=42)
     assert path == Path(".torchpace/logs/bench-train_pl-20240501-120007-42.log")
     assert plan_log_path("profile", ["python", "-m", "pkg.train"], pid=1).name.startswith("profile-pkg.train-")
-    assert trial_log_path("torchpace-train pl.py", 7) == Path(".torchpace/logs/torchpace-train_pl.py/trial-7.log")
+    assert trial_log_path("torchpace-train_pl.py", 7) == Path(".torchpace/logs/torchpace-train_pl.py/trial-7.log")
+    spaced = trial_log_path("torchpace-train pl.py", 7)  # a name changed for its folder carries a digest of itself
+    assert spaced.name == "trial-7.log" and spaced.parent.name.startswith("torchpace-train_pl.py~")
 
 
 @pytest.mark.slow

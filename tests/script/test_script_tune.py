@@ -4,6 +4,7 @@ input-bound script is tuned on the knobs that reach it, and the tuned config run
 from __future__ import annotations
 
 import json
+import shlex
 import sqlite3
 import tomllib
 from pathlib import Path
@@ -81,7 +82,7 @@ def test_the_study_records_the_command_and_resume_refuses_another(tuned):
                             "--budget", "1m", "--", *command[:2], "--work", "3"],
                            cwd=folder, capture_output=True, text=True, timeout=300)
     assert other.returncode == 2, other.stderr
-    assert repr(" ".join(command)) in other.stderr and repr(" ".join([*command[:2], "--work", "3"])) in other.stderr
+    assert f"`{shlex.join(command)}`" in other.stderr and f"`{shlex.join([*command[:2], '--work', '3'])}`" in other.stderr
 
 
 @pytest.mark.slow

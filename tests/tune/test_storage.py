@@ -161,3 +161,33 @@ def test_a_missing_driver_is_exit_2_in_every_verb_with_nothing_written(verb, cli
     done = cli_run(*argv)
     assert done.returncode == 2 and "mysqlclient" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert "hunter22" not in done.stderr and not (tmp_path / "t.toml").exists() and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("planted", [".torchpace", ".torchpace/studies.db"])
+def test_a_default_study_storage_planted_as_a_symlink_is_refused_untouched(tmp_path, planted):
+    from torchpace.tune.storage import default_storage_url
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if planted.endswith(".db"):
+        (tmp_path / ".torchpace").mkdir()
+        (tmp_path / planted).symlink_to(elsewhere / "studies.db")  # a link to nothing yet: SQLite would create it
+    else:
+        (tmp_path / planted).symlink_to(elsewhere)
+    with pytest.raises(UsageError, match=rf"'.*{planted}' is a symlink"):
+        default_storage_url(tmp_path)
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_the_assignment_lock_never_opens_through_a_symlink(tmp_path):
+    from torchpace.tune.storage import assignment_lock
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    victim.chmod(0o600)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    (tmp_path / "s.db.lock").symlink_to(victim)
+    storage = open_storage(url)
+    with assignment_lock(storage, 1):
+        pass
+    assert victim.read_text() == "precious\n" and not (tmp_path / "s.db.lock").is_symlink()

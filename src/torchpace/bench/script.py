@@ -5,6 +5,7 @@ its own process, as a script-mode trial (`torchpace.trial.script`), with a spinn
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from dataclasses import replace
@@ -67,7 +68,7 @@ def bench_script(command: Sequence[str], config: RunConfig, max_time_s: float, h
         raise UsageError(result.error)
     if not result.ok:
         hint = f"; {too_short_hint(result, '--max-time')}" if result.ended_after else ""
-        raise script_failure(result, f"the script `{' '.join(command)}` ({result.status}): {result.error}{hint}")
+        raise script_failure(result, f"the script `{shlex.join(command)}` ({result.status}): {result.error}{hint}")
     bench = result.bench
     return replace(bench, script=replace(bench.script or ScriptInfo(command=tuple(command)), output_log=str(log)))
 
@@ -146,7 +147,7 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
         if result.status == INVALID:
             raise UsageError(result.error)
         if not result.ok:
-            raise script_failure(result, f"the script `{' '.join(command)}` under the profiler ({result.status}): "
+            raise script_failure(result, f"the script `{shlex.join(command)}` under the profiler ({result.status}): "
                                          f"{result.error}")
         document = json.loads(raw.read_text())
     document[METADATA_KEY]["config"] = config.non_default()
@@ -159,7 +160,7 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
     trace = parse_trace(document)
     offer = build_offer(host, target, script=True, candidates={k.name: list(k.values) for k in space},
                         in_effect=settings_in_effect(trace))
-    result = build_profile_result(trace, workload_spec=" ".join(command), knobs_by_stage=knobs_by_stage,
+    result = build_profile_result(trace, workload_spec=shlex.join(command), knobs_by_stage=knobs_by_stage,
                                   offer=offer, command=command, trace_path=written,
                                   wall_time_s=time.perf_counter() - start, usable_cores=host.usable_cores,
                                   other_load_cores=document[METADATA_KEY].get("other_load_cores"))

@@ -3,6 +3,7 @@ check every verb that writes makes before it starts (`check_outputs`)."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import sys
@@ -13,21 +14,26 @@ import click
 
 from torchpace.errors import ScriptFailed, TorchpaceError, UsageError, UserCodeError
 from torchpace.files import write_atomic
+from torchpace.redact import redacting_streams, remember_command_secrets
 from torchpace.stop_policy import stop_exit_code, stop_reason, stop_signals_raise
-from torchpace.redact import redacting_streams
 
 PathLike = str | os.PathLike
+# what a program imports as Python: source, bytecode and extension modules
+_PYTHON_SUFFIXES = frozenset({*importlib.machinery.SOURCE_SUFFIXES, *importlib.machinery.BYTECODE_SUFFIXES,
+                              ".so", ".pyd", ".pth"})
 
 
 def run_cli(group: click.Group, argv: list[str] | None) -> int:
-    """Run the click group under the one stop-signal policy and with secrets masked in every output;
-    map torchpace errors to a stderr message and their exit code.
+    """Run the click group under the one stop-signal policy and with secrets masked in every output (the
+    secrets on its own command line remembered, in every spelling); map torchpace errors to a stderr message
+    and their exit code.
 
     SIGINT, SIGTERM and SIGHUP unwind the command (every child's tree stopped, temporary folders
     removed: `torchpace.stop_policy.stop_signals_raise`) and exit 130, 143 and 129."""
     def say_emergency(line: str) -> None:
         click.echo(f"torchpace: {line}", err=True)
 
+    remember_command_secrets(sys.argv[1:] if argv is None else argv)  # a URL's password, `--token X`: masked wherever they show
     with redacting_streams():
         try:
             with stop_signals_raise(say_emergency):
@@ -106,23 +112,29 @@ def output_result(payload: dict[str, Any], out_path: str | None, as_json: bool, 
 
 
 def check_outputs(outputs: Mapping[str, PathLike | None], inputs: Iterable[tuple[str, PathLike | None]] = (),
-                  input_dirs: Iterable[tuple[str, PathLike | None]] = (), out_dirs: Iterable[str] = ()) -> None:
+                  input_dirs: Iterable[tuple[str, PathLike | None]] = (), out_dirs: Iterable[str] = (),
+                  source_dirs: Iterable[tuple[str, PathLike | None]] = ()) -> None:
     """UsageError (exit 2) before any work when an output of this run could destroy data or cannot be written.
 
     The rule: no output is an input of the same run (the same file, through a symlink or a hard link
-    too: same device and inode), none lies inside an input folder, no two outputs are one file, and
-    each can be written.
+    too: same device and inode), none lies inside an input folder, none is an existing Python file (source,
+    bytecode, extension) in a folder the program imports from, no two outputs are one file, and each can
+    be written.
 
     Args:
         outputs: option name (e.g. "--out") -> path this run writes (None: not asked for).
         inputs: (what it is, e.g. "the workload file", its path) for each file this run reads.
         input_dirs: (what it is, its path) for each folder this run reads (nothing is written inside).
         out_dirs: the option names in `outputs` that name a folder (created when missing).
+        source_dirs: (what it is, its path) for each folder the program imports Python from (a script's
+            folder, its package: `cli/_script.script_sources`); outputs may be written there, but not over
+            the Python files in it or below it.
     """
     given = {name: Path(path) for name, path in outputs.items() if path is not None}
-    inputs, input_dirs = list(inputs), list(input_dirs)
+    inputs, input_dirs, source_dirs = list(inputs), list(input_dirs), list(source_dirs)
     for name, path in given.items():
         _check_not_an_input(name, path, inputs, input_dirs)
+        _check_not_a_source(name, path, source_dirs)
         _check_can_write(name, path, is_dir=name in out_dirs)
     seen: dict[Path, str] = {}
     for name, path in given.items():
@@ -142,6 +154,20 @@ def _check_not_an_input(name: str, path: Path, inputs: list[tuple[str, PathLike 
         if folder is not None and path.resolve().is_relative_to(Path(folder).resolve()):
             raise UsageError(f"{name} {str(path)!r} is inside {what} {str(folder)!r}, which this run reads; "
                              "choose a path outside it")
+
+
+def _check_not_a_source(name: str, path: Path, source_dirs: list[tuple[str, PathLike | None]]) -> None:
+    """UsageError when `path` is an existing Python file (through a link too) the program can import."""
+    if not os.path.lexists(path):
+        return
+    found = [p for p in (path, path.resolve()) if p.suffix in _PYTHON_SUFFIXES]
+    for what, folder in source_dirs:
+        if folder is None:
+            continue
+        root = Path(folder).resolve()
+        if any(p.resolve().is_relative_to(root) or p.absolute().is_relative_to(Path(folder).absolute()) for p in found):
+            raise UsageError(f"{name} {str(path)!r} is Python source the script can import (in {what}, {str(folder)!r}): "
+                             "writing it would destroy that input; choose another path")
 
 
 def is_same_file(a: Path, b: Path) -> bool:

@@ -41,7 +41,10 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
-SECONDS = FiniteFloat(min=0, min_open=True)  # every duration option: finite and > 0
+# the longest duration any option takes: past it a value is a slip (an extra zero, hours for seconds), and
+# past about 24.8 days a wait no longer fits the C int of milliseconds the kernel's poll() takes
+MAX_SECONDS = 7 * 24 * 3600.0
+SECONDS = FiniteFloat(min=0, min_open=True, max=MAX_SECONDS)  # every duration option: finite, > 0, at most a week
 
 
 def objective_option(help_text: str):

@@ -6,8 +6,8 @@ import click
 
 from torchpace.cli._common import check_outputs, json_option, output_result
 from torchpace.cli._options import SECONDS, build_config, config_options, device_option, workload_argument, workload_inputs
-from torchpace.cli._script import (ScriptVerb, check_show_output, samples_per_step_option, script_command,
-                                     script_inputs, show_output_option)
+from torchpace.cli._script import (ScriptVerb, check_script_options, samples_per_step_option, script_command,
+                                     script_inputs, script_sources, show_output_option)
 from torchpace.protocol import MAX_EVAL_BATCHES
 
 
@@ -39,9 +39,9 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     from torchpace.bench.run import bench_workload, nonfinite_loss_message
 
     command_argv = script_command(workload)
-    check_show_output(show_output, command_argv)
+    check_script_options(command_argv, show_output, samples_per_step)
     inputs = script_inputs(command_argv, config_path) if command_argv else workload_inputs(workload, config_path)
-    check_outputs({"--out": out_path}, inputs)
+    check_outputs({"--out": out_path}, inputs, source_dirs=script_sources(command_argv) if command_argv else ())
     config = build_config(config_path, assignments)
     host = probe_host()
     if command_argv:

@@ -11,6 +11,7 @@ import click
 from torchpace.cli._common import check_knob_limit, check_outputs, json_option, make_console, output_result
 from torchpace.cli._options import SECONDS
 
+MAX_BATCH_SIZE = 1 << 16  # 65,536 decoded images in one batch are tens of GiB: a larger batch is a slip
 _DECODERS = ("pillow", "simplejpeg", "turbojpeg", "torchvision", "torchvision-cuda")
 
 
@@ -39,7 +40,7 @@ def _progress_bar(enabled: bool) -> Iterator:
               help="Decoder to measure (repeatable; default: every one usable here).")
 @click.option("--num-workers", "num_workers", multiple=True, type=click.IntRange(min=0),
               help="DataLoader workers for the loader figures (repeatable; default: 0 and the usable cores).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Loader batch size.")
+@click.option("--batch-size", type=click.IntRange(1, MAX_BATCH_SIZE), default=64, show_default=True, help="Loader batch size.")
 @click.option("--max-time", "max_time_s", type=SECONDS, default=3.0, show_default=True,
               help="Time cap of EACH measurement, seconds.")
 @click.option("--shards", default="auto", show_default=True, metavar="auto|none|DIR",

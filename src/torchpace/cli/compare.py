@@ -6,7 +6,8 @@ import click
 
 from torchpace.cli._common import check_outputs, json_option, output_result
 from torchpace.cli._options import SECONDS, device_option, objective_option, workload_argument, workload_inputs
-from torchpace.cli._script import ScriptVerb, samples_per_step_option, script_command, script_inputs
+from torchpace.cli._script import (ScriptVerb, check_script_options, samples_per_step_option, script_command, script_inputs,
+                                     script_sources)
 from torchpace.errors import UsageError
 
 
@@ -47,11 +48,12 @@ def command(workload, config_paths, assignments, max_time_s, sequential, objecti
     from torchpace.host import probe_host
 
     command_argv = script_command(workload)
+    check_script_options(command_argv, samples_per_step=samples_per_step)
     if len(config_paths) > 2:
         raise UsageError(f"--config is given {len(config_paths)} times; give at most two (A's, then B's)")
     inputs = [*(script_inputs(command_argv, None) if command_argv else workload_inputs(workload)),
               *(("a config", path) for path in config_paths)]
-    check_outputs({"--out": out_path}, inputs)
+    check_outputs({"--out": out_path}, inputs, source_dirs=script_sources(command_argv) if command_argv else ())
     config_a, config_b = build_pair(config_paths, assignments)
     options = CompareOptions(max_time_s=max_time_s, sequential=sequential, samples_per_step=samples_per_step, device=device,
                              objective=objective)

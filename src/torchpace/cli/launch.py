@@ -17,6 +17,7 @@ from torchpace.cli._common import check_knob_limit, emit_json, json_option
 from torchpace.errors import UsageError
 from torchpace.knobs import REGISTRY
 
+MAX_NODES = 65_536  # nodes in one job: the largest training jobs run on some thousands; more is a slip
 _EPILOG = """\b
 Sources, highest first: cli > env > config > auto > default. A variable already set in your
 environment (OMP_NUM_THREADS, LD_PRELOAD, MALLOC_CONF, ...) wins over the config and torchpace's
@@ -121,8 +122,8 @@ def check_here(config, given: dict, host) -> None:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="A torchpace.toml: process-level knobs go to the env, global and DataLoader knobs to a sitecustomize hook.")
 @knob_options
-@click.option("--nnodes", type=click.IntRange(min=1), default=None, help="Nodes in the job (needs --rdzv-endpoint).  [default: 1]")
-@click.option("--node-rank", type=click.IntRange(min=0), default=None,
+@click.option("--nnodes", type=click.IntRange(1, MAX_NODES), default=None, help="Nodes in the job (needs --rdzv-endpoint).  [default: 1]")
+@click.option("--node-rank", type=click.IntRange(0, MAX_NODES - 1), default=None,
               help="This node's rank; node 0 hosts the c10d rendezvous store.")
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", default=None, help="c10d rendezvous address every node can reach.")
 @click.option("--nofile", type=click.IntRange(min=1), default=None,

@@ -14,6 +14,7 @@ import click
 
 from torchpace.cli._common import check_outputs, command_files, emit_json, json_option, make_console
 from torchpace.cli._options import FiniteFloat
+from torchpace.cli._script import python_sources
 from torchpace.monitor import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 
@@ -52,7 +53,9 @@ def command(interval_s: float, csv_path: Path | None, tensorboard_dir: Path | No
     running when it exits is stopped. Exit codes: CMD's own; 127 when CMD does not exist,
     126 when it cannot be executed, 2 for bad options (nothing is started then).
     """
-    check_outputs({"--csv": csv_path, "--tensorboard": tensorboard_dir}, command_files(cmd), out_dirs=["--tensorboard"])
+    files, sources = python_sources(cmd)
+    check_outputs({"--csv": csv_path, "--tensorboard": tensorboard_dir}, [*files, *command_files(cmd)],
+                  out_dirs=["--tensorboard"], source_dirs=sources)
     # lazy: `torchpace monitor --help` loads this module; the verb's work loads only when it runs
     from torchpace.monitor.live import LiveView, PlainView, render_summary
     from torchpace.monitor.run import MonitorOptions, build_summary, probe_cores, run_monitor

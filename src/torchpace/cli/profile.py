@@ -11,7 +11,8 @@ import click
 
 from torchpace.cli._common import check_outputs, emit_json, json_option, make_console
 from torchpace.cli._options import build_config, config_options, device_option, workload_argument, workload_inputs
-from torchpace.cli._script import ScriptVerb, check_show_output, script_command, script_inputs, show_output_option
+from torchpace.cli._script import (ScriptVerb, check_script_options, script_command, script_inputs, script_sources,
+                                   show_output_option)
 from torchpace.files import OutputWriteFailed
 from torchpace.logs import cli_flags
 from torchpace.profile.trace import MAX_PROFILED_STEPS
@@ -45,9 +46,9 @@ def command(workload, config_path, assignments, steps, trace_path, python_steps,
     traced, labelled by torchpace's hook (input wait, forward, backward, optimizer).
     """
     command_argv = script_command(workload)
-    check_show_output(show_output, command_argv)
+    check_script_options(command_argv, show_output)
     inputs = script_inputs(command_argv, config_path) if command_argv else workload_inputs(workload, config_path)
-    check_outputs({"--trace": trace_path}, inputs)
+    check_outputs({"--trace": trace_path}, inputs, source_dirs=script_sources(command_argv) if command_argv else ())
     config = build_config(config_path, assignments)
     if command_argv:
         return _profile_script(command_argv, config, steps, python_steps, trace_path, as_json, show_output)

@@ -25,10 +25,11 @@ DEFAULT_OUT = "torchpace-report.html"
 @click.option("--doctor/--no-doctor", "with_doctor", default=True, show_default=True,
               help="Run the doctor on this machine and include its findings that are not ok.")
 def command(source, out_path, study_name, storage, with_doctor):
-    """Write an HTML report of a tune study, a bench result or a profile result.
+    """Write an HTML report of a tune study, a bench, compare or profile result.
 
     STUDY_OR_RESULT is the SQLite file `torchpace tune` writes (default: .torchpace/studies.db
-    here, when it exists), a JSON file from `torchpace bench --out FILE`, or the output of
+    here, when it exists), a JSON file from `torchpace bench --out FILE` or `torchpace compare
+    --out FILE`, or the output of
     `torchpace profile --json`. The report is one file with inline charts and styles: no
     network, nothing else to ship.
     """

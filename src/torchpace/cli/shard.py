@@ -11,6 +11,10 @@ import click
 
 from torchpace.cli._common import check_outputs, emit_json, json_option, make_console
 
+# samples per shard: WebDataset's shards hold a few thousand images (hundreds of MB); a million is a slip
+MAX_SHARD_SIZE = 1 << 20
+MAX_SEED = 2**32 - 1  # the seeds numpy and most tools take, so the same --seed means the same elsewhere
+
 
 @contextmanager
 def _progress_bar(enabled: bool, total_samples: int) -> Iterator:
@@ -43,9 +47,10 @@ def _render(console, manifest, out_dir) -> None:
 @click.command("shard")
 @click.argument("src_dir", type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the shards (created).")
-@click.option("--shard-size", type=click.IntRange(min=1), default=1000, show_default=True, help="Samples per shard.")
+@click.option("--shard-size", type=click.IntRange(1, MAX_SHARD_SIZE), default=1000, show_default=True, help="Samples per shard.")
 @click.option("--shuffle", is_flag=True, help="Shuffle samples across shards (seeded), so each shard mixes the classes.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --shuffle.")
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
+              help=f"Seed of --shuffle (0 to {MAX_SEED}).")
 @click.option("--overwrite", is_flag=True, help="Replace shards already in --out.")
 @json_option
 def command(src_dir, out_dir, shard_size, shuffle, seed, overwrite, as_json):

@@ -10,31 +10,49 @@ from pathlib import Path
 import click
 
 from torchpace.cli._common import check_outputs, emit_json, study_file, json_option, make_console
-from torchpace.cli._options import SECONDS, FiniteFloat, objective_option, workload_argument, workload_inputs
-from torchpace.cli._script import (ScriptVerb, check_show_output, samples_per_step_option, script_command,
-                                     script_inputs, show_output_option)
+from torchpace.cli._options import MAX_SECONDS, SECONDS, FiniteFloat, objective_option, workload_argument, workload_inputs
+from torchpace.cli._script import (ScriptVerb, check_script_options, samples_per_step_option, script_command,
+                                     script_inputs, script_sources, show_output_option)
 from torchpace.errors import UsageError
 from torchpace.stop_policy import stop_exit_code, stop_reason
 from torchpace.tune.guard import MAX_GUARD_STEPS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+# more trials than any search here holds (the knobs' values, each tried once, number in the tens): a larger
+# cap is a slip, and the budget ends a tune long before
+MAX_TRIALS = 100_000
 
 
 def parse_duration_s(text: str) -> float:
-    """`90`, `90s`, `15m`, `1.5h` -> seconds; UsageError otherwise."""
+    """`90`, `90s`, `15m`, `1.5h` -> seconds, at most a week (`MAX_SECONDS`); UsageError otherwise."""
     match = _DURATION.match(str(text))
     if not match or float(match.group(1)) <= 0:
         raise UsageError(f"--budget {text!r} is not a duration; use e.g. 90s, 15m or 1h")
-    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    seconds = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    if seconds > MAX_SECONDS:
+        raise UsageError(f"--budget {text!r} is {seconds:g} s, more than a week ({MAX_SECONDS:g} s = "
+                         f"{MAX_SECONDS / 3600:g}h); give at most {MAX_SECONDS / 3600:g}h")
+    return seconds
+
+
+def _check_study_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--study: a name a study can have (`tune.study.check_study_name`), checked before anything starts."""
+    if value is None:
+        return None
+    # lazy: `torchpace tune --help` loads this module; the verb's work loads only when it runs
+    from torchpace.tune.study import check_study_name
+
+    return check_study_name(value)
 
 
 @click.command("tune", cls=ScriptVerb)
 @workload_argument
 @click.option("--budget", default="15m", show_default=True, help="Wall-time budget: 90s, 15m, 1h.")
-@click.option("--max-trials", type=click.IntRange(min=1), default=None, help="Stop after this many trials (this session).")
+@click.option("--max-trials", type=click.IntRange(1, MAX_TRIALS), default=None, help="Stop after this many trials (this session).")
 @click.option("--strategy", type=click.Choice(["greedy", "tpe", "random", "grid"]), default="greedy", show_default=True)
 @click.option("--storage", default=None, help="Optuna RDB URL (default: sqlite file .torchpace/studies.db here).")
-@click.option("--study", "study_name", default=None, help="Study name (default: torchpace-WORKLOAD).")
+@click.option("--study", "study_name", default=None, callback=_check_study_name,
+              help="Study name (default: torchpace-WORKLOAD).")
 @click.option("--resume", is_flag=True, help="Continue an existing study; finished trials are never re-run.")
 @click.option("--out", "out_path", default="torchpace.toml", show_default=True, type=click.Path(dir_okay=False))
 @click.option("--guard-steps", type=click.IntRange(0, MAX_GUARD_STEPS), default=30, show_default=True,
@@ -42,8 +60,8 @@ def parse_duration_s(text: str) -> float:
 @click.option("--trial-time", type=SECONDS, default=20.0, show_default=True, help="Measurement cap per trial, seconds.")
 @click.option("--knob", "knob_names", multiple=True, help="Tune only these knobs (repeatable).")
 @objective_option("Maximise samples/s at the batch size, or minimise batch-1 p50 latency (inference workloads).")
-@click.option("--accuracy-rtol", type=FiniteFloat(min=0), default=0.05, show_default=True,
-              help="Inference: max output error vs the fp32 eager reference, relative to its largest output.")
+@click.option("--accuracy-rtol", type=FiniteFloat(0, 1), default=0.05, show_default=True,
+              help="Inference: max output error vs the fp32 eager reference, relative to its largest output (0 to 1).")
 @click.option("--min-top1", "min_top1", type=FiniteFloat(0, 1), default=0.99, show_default=True,
               help="Inference classifiers: least share of samples whose top-1 class matches the fp32 reference.")
 @click.option("--export", "export_path", type=click.Path(dir_okay=False), default=None,
@@ -70,10 +88,11 @@ def command(workload, budget, max_trials, strategy, storage, study_name, resume,
 
     budget_s = parse_duration_s(budget)
     command_argv = script_command(workload)
-    check_show_output(show_output, command_argv)
+    check_script_options(command_argv, show_output, samples_per_step)
     inputs = script_inputs(command_argv, None) if command_argv else workload_inputs(workload)
     check_outputs({"--out": out_path, "--export": export_path, "--report": report_path},
-                  [*inputs, ("the study storage", study_file(storage))])
+                  [*inputs, ("the study storage", study_file(storage))],
+                  source_dirs=script_sources(command_argv) if command_argv else ())
     knobs = frozenset(get_knob(name).name for name in knob_names) or None
     options = TuneOptions(workload=workload, command=tuple(command_argv or ()), samples_per_step=samples_per_step,
                           show_output=show_output, budget_s=budget_s, max_trials=max_trials, strategy=strategy, storage=storage,

@@ -1,40 +1,24 @@
-"""Rich rendering of a comparison (`torchpace.compare.result.Comparison`)."""
+"""Rich rendering of a comparison (`torchpace.measure.comparison.Comparison`): the cells the report shows
+too (`torchpace.measure.render.comparison_rows`), in a terminal table."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
-from torchpace.compare.result import Comparison
-from torchpace.measure.render import config_label, format_latency
-from torchpace.measure.result import SECONDS
-from torchpace.measure.stats import figure_decimals
+from torchpace.measure.comparison import Comparison
+from torchpace.measure.render import comparison_columns, comparison_failures, comparison_mode, comparison_rows
 
 
 def render_comparison(console, r: Comparison) -> None:
-    latency = r.unit == SECONDS
-    digits = {name: figure_decimals(arm.figure, arm.ci_low, arm.ci_high) if arm.figure else 0
-              for name, arm in (("A", r.a), ("B", r.b))}
-    table = Table(title=f"compare {r.target}  ({_mode(r)})", title_justify="left")
-    for column in ("arm", "config", ("batch-1 p50" if latency else r.unit) + " (median of its turns)", "95% CI", "other load"):
+    table = Table(title=f"compare {escape(r.target)}  ({comparison_mode(r)})", title_justify="left")
+    for column in comparison_columns(r):
         table.add_column(column)
-    for name, arm in (("A", r.a), ("B", r.b)):
-        config = arm.label or config_label(arm.config)
-        value = format_latency if latency else (lambda v, d=digits[name]: f"{v:,.{d}f}")  # the digits its CI supports
-        figure = value(arm.figure) if arm.figure is not None else arm.status
-        ci = f"[{value(arm.ci_low)}, {value(arm.ci_high)}]" if arm.ci_low is not None else "-"
-        load = f"{arm.other_load_cores:.1f} cores" if arm.other_load_cores is not None else "-"
-        table.add_row(name, config, figure, ci, load)
+    for row in comparison_rows(r):
+        table.add_row(*(escape(cell) for cell in row))
     console.print(table)
-    console.print(f"[bold]{r.summary}[/bold]")
+    console.print(f"[bold]{escape(r.summary)}[/bold]")
     if r.other_load_note:
-        console.print(f"[yellow]{r.other_load_note}[/yellow]")
-    for name, arm in (("A", r.a), ("B", r.b)):
-        if not arm.ok and arm.error:
-            console.print(f"arm {name} {arm.status}: {arm.error}")
-
-
-def _mode(r: Comparison) -> str:
-    if r.mode == "alternating":
-        return (f"in alternation: turns of one length, A B A then B A B to a round, the other arm stopped; "
-                f"stopped by {r.stopped_by}")
-    return f"separate runs A B A B A B, because {r.mode_reason}"
+        console.print(f"[yellow]{escape(r.other_load_note)}[/yellow]")
+    for line in comparison_failures(r):
+        console.print(escape(line))

@@ -28,12 +28,12 @@ from typing import Iterator, Sequence
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from torchpace.compare.result import RESULT_KIND, RESULT_SCHEMA_VERSION, Comparison, ComparisonArm
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
 from torchpace.host import HostFacts
 from torchpace.knobs import REGISTRY, workload_defaults
 from torchpace.launch.command import parse_python_command
+from torchpace.measure.comparison import RESULT_KIND, RESULT_SCHEMA_VERSION, Comparison, ComparisonArm
 from torchpace.measure.contention import decision_note
 from torchpace.measure.render import config_label, settings_text
 from torchpace.measure.result import LATENCY, SAMPLES_PER_S, SECONDS, STEPS_PER_S, THROUGHPUT

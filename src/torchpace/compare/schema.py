@@ -1,7 +1,7 @@
 """JSON schema of a comparison (`torchpace compare --json`), derived from the records of
-`torchpace.compare.result`: each field is declared once, there."""
+`torchpace.measure.comparison`: each field is declared once, there."""
 
-from torchpace.compare.result import Comparison
+from torchpace.measure.comparison import Comparison
 from torchpace.records import json_schema
 
 COMPARE_RESULT_SCHEMA = json_schema(Comparison, "torchpace comparison")

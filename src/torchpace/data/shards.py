@@ -11,7 +11,7 @@ their sample counts and the class names; `torchpace.data.ShardDataset` reads it.
 Writing never leaves a half-written shard under a final name: each shard is written to a hidden
 temporary file, flushed to disk, then renamed into place; the manifest is written last the same way.
 A run that is interrupted removes its temporary file; one killed outright leaves only hidden
-`.shard-*.tmp-PID` files, which the next run into that folder removes. The source files are only
+`.shard-*.tmp-PID-RANDOM` files, which the next run into that folder removes. The source files are only
 ever opened for reading.
 """
 
@@ -45,7 +45,7 @@ _TAR_OWNER = "bigdata"  # user and group of every member, as webdataset writes t
 _ZERO_BLOCK = bytes(_TAR_BLOCK)
 _OCTAL_DIGITS = frozenset(b"01234567")
 _READ_BUFFER_BYTES = 1 << 20  # shards are read front to back: large buffered reads
-_TMP_PREFIX = "."  # the temporary files of `torchpace.files.atomic_output`: `.NAME.tmp-PID`
+_TMP_PREFIX = "."  # the temporary files of `torchpace.files.atomic_output`: `.NAME.tmp-PID-RANDOM`
 _TMP_MARK = ".tmp-"
 _CACHE_SHARDS = 16  # the cache splits a folder into about this many shards, so up to 16 loader workers each get one
 _CACHE_MAX_SHARD_SIZE = 1000

@@ -108,7 +108,19 @@ class BatchSizeKnob(IntKnob):
 
     def candidates(self, host, workload):
         sizes = [workload.batch_size // 2, workload.batch_size * 2, workload.batch_size * 4]
-        return ["workload", *[s for s in dict.fromkeys(sizes) if s >= 1 and s != workload.batch_size]]
+        return ["workload", *[s for s in dict.fromkeys(sizes) if s >= 1 and s != workload.batch_size
+                              and self.value_applies(s, host, workload) is None]]
+
+    def value_applies(self, value, host, workload):
+        """A batch no larger than the dataset: a larger one would be measured as the dataset's size, and its
+        figures divided by a batch that never ran."""
+        try:
+            samples = len(workload.dataset) if workload.dataset is not None else None
+        except TypeError:  # an iterable dataset has no length: nothing to check against
+            samples = None
+        if value != "workload" and samples is not None and value > samples:
+            return f"batch_size {value} is more than the workload's dataset holds ({samples} samples)"
+        return None
 
     def apply(self, value, target, ctx):
         if value != "workload":

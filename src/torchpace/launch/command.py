@@ -20,7 +20,9 @@ from __future__ import annotations
 import importlib.machinery
 import os
 import re
+import shlex
 import sys
+import zipfile
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -113,22 +115,62 @@ def check_program_exists(program: PythonCommand, cwd: str | os.PathLike | None =
     package, each part of its dotted name, and the `__main__` of a package run with `-m`).
 
     Finding a module runs none of its code (`importlib.machinery.PathFinder`)."""
+    _find_program(program, cwd, pythonpath)
+
+
+def _find_program(program: PythonCommand, cwd: str | os.PathLike | None, pythonpath: str | None):
+    """The spec of the module `program` runs (a package's `__main__`), None for a script or a module that is not
+    a file (built in, frozen); UsageError as `check_program_exists`."""
     cwd = os.fspath(cwd or os.getcwd())
     if program.script is not None:
         path = os.path.join(cwd, program.script)
         if os.path.isfile(path) or os.path.isfile(os.path.join(path, "__main__.py")):
-            return
+            return None
         what = "has no __main__.py to run" if os.path.isdir(path) else "not found"
         raise UsageError(f"script {program.script!r} {what} (relative paths start from {cwd})")
     top = str(program.module).split(".")[0]
     if top in sys.builtin_module_names or importlib.machinery.FrozenImporter.find_spec(top) is not None:
-        return
+        return None
     search = [cwd, *[p for p in (pythonpath or "").split(os.pathsep) if p], *sys.path[1:]]
     spec = importlib.machinery.PathFinder.find_spec(top, search) or _meta_path_spec(top)
     if spec is None:
         raise UsageError(f"module {program.module!r} not found: no {top!r} in {cwd} or on this Python's path "
                          "(is it installed in the environment torchpace runs in?)")
-    _check_submodules(str(program.module), spec)
+    return _check_submodules(str(program.module), spec)
+
+
+def program_sources(program: PythonCommand, cwd: str | os.PathLike | None = None,
+                    pythonpath: str | None = None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """What `program` runs and can import of the user's own, as inputs no output may overwrite: (files, folders).
+
+    Files: the script (a folder's `__main__.py`) or the module's source file. Folders, whose Python files
+    are the program's source: the script's folder (Python puts it first on `sys.path`: its siblings and the
+    packages beside it are what it imports), a folder run as `python app/`, the working folder for `-m`
+    (Python puts it first then) and the module's top-level package. A zip archive is its own source.
+    Each is (what it is, as messages name it; its path). Finding them imports nothing.
+
+    Raises:
+        UsageError: the program is not there (as `check_program_exists`).
+    """
+    cwd = os.fspath(cwd or os.getcwd())
+    spec = _find_program(program, cwd, pythonpath)
+    if program.script is not None:
+        path = os.path.join(cwd, program.script)
+        if os.path.isdir(path):
+            return [("the script's __main__.py", os.path.join(program.script, "__main__.py"))], [("the folder it runs", path)]
+        if zipfile.is_zipfile(path):  # Python imports from the archive itself, not from its folder
+            return [("the script", program.script)], []
+        return [("the script", program.script)], [("the script's folder", os.path.dirname(path))]
+    folders = [("the working folder (`python -m` imports from it)", cwd)]
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        return [], folders
+    top = str(program.module).split(".")[0]
+    found = importlib.machinery.PathFinder.find_spec(top, [cwd, *[p for p in (pythonpath or "").split(os.pathsep) if p],
+                                                           *sys.path[1:]])
+    if found is not None and found.submodule_search_locations:
+        folders += [(f"package {top!r}", location) for location in found.submodule_search_locations]
+    return [(f"the module {program.module!r}" + (f" ({os.path.relpath(spec.origin, cwd)!r})"
+                                                   if spec.name.endswith(".__main__") else ""), spec.origin)], folders
 
 
 def _meta_path_spec(top: str):
@@ -146,19 +188,22 @@ def _meta_path_spec(top: str):
     return None
 
 
-def _check_submodules(module: str, spec) -> None:
-    """UsageError when `python -m module` could not run, past its top-level package `spec`: a part of the
-    dotted name that is not in its package's folders, or a package without a `__main__` (what `-m PKG` runs).
-    Found as Python's path finder finds them, importing nothing."""
+def _check_submodules(module: str, spec):
+    """The spec of what `python -m module` runs (a package's `__main__`), past its top-level package `spec`;
+    UsageError when it could not run: a part of the dotted name that is not in its package's folders, or a
+    package without a `__main__` (what `-m PKG` runs). Found as Python's path finder finds them, importing nothing."""
     parts = module.split(".")
     for index in range(1, len(parts) + 1):
         name = ".".join(parts[:index])
         locations = spec.submodule_search_locations
         if index == len(parts):
-            if locations is not None and importlib.machinery.PathFinder.find_spec(f"{name}.__main__", list(locations)) is None:
+            if locations is None:
+                return spec
+            main = importlib.machinery.PathFinder.find_spec(f"{name}.__main__", list(locations))
+            if main is None:
                 raise UsageError(f"module {module!r} is a package with no __main__ to run (`python -m {module}` runs "
                                  f"{module.replace('.', '/')}/__main__.py): name the module to run, e.g. `python -m {module}.train`")
-            return
+            return main
         following = f"{name}.{parts[index]}"
         if locations is None:
             raise UsageError(f"module {module!r} not found: {name!r} is a module, not a package, so it holds no "
@@ -190,7 +235,7 @@ def _parse_interpreter_args(interpreter: str, rest: Sequence[str]) -> PythonComm
         taken = _interpreter_option(interpreter, arg, rest[i + 1] if i + 1 < len(rest) else None)
         options += [arg] if taken == 1 else [arg, rest[i + 1]]
         i += taken
-    raise UsageError(f"`{' '.join([interpreter, *rest])}` runs no program: give a script (`{interpreter} train.py`) "
+    raise UsageError(f"`{shlex.join([interpreter, *rest])}` runs no program: give a script (`{interpreter} train.py`) "
                      f"or a module (`{interpreter} -m pkg.module`)")
 
 

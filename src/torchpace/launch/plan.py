@@ -258,6 +258,9 @@ def _check_distributed(options: ChildOptions) -> None:
         host, sep, port = options.rdzv_endpoint.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise UsageError(f"--rdzv-endpoint {options.rdzv_endpoint!r} is not HOST:PORT (e.g. 10.0.0.1:29500)")
+        if not 1 <= int(port) <= 65535:
+            raise UsageError(f"--rdzv-endpoint {options.rdzv_endpoint!r}: port {int(port)} is not a TCP port "
+                             "(valid: 1 to 65535)")
 
 
 def _build_argv(options: ChildOptions, host: HostFacts, nproc: int, torchrun: bool,

@@ -7,6 +7,7 @@ process by `torchpace.script.probe`). Running a workload's step under a config i
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,7 +94,7 @@ def build_script_bench(real: Throughput, *, samples_known: bool, device, losses:
     peak_bytes, peak_kind = read_peak_memory(device)
     info = from_json(ScriptInfo, script)
     return BenchResult(
-        workload=" ".join(info.command) or "script", config={}, device=str(device),
+        workload=shlex.join(info.command) or "script", config={}, device=str(device),
         step=StepShape(batch_size=batch_size, grad_accumulation=max(1, backwards_per_step), world_size=1,
                        global_batch_size=batch_size),
         throughput=throughput_figures(real, samples_known), compute_only_samples_per_s=None,

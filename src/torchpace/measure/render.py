@@ -1,13 +1,16 @@
-"""Rich rendering of a bench result (`torchpace.measure.result.BenchResult`)."""
+"""Rich rendering of a bench result (`torchpace.measure.result.BenchResult`), and the cells of a comparison
+(`torchpace.measure.comparison.Comparison`) that its terminal table and the report show alike."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from rich.markup import escape
 from rich.table import Table
 
+from torchpace.measure.comparison import Comparison
 from torchpace.measure.contention import contention_note
-from torchpace.measure.result import BenchResult, ScriptInfo
+from torchpace.measure.result import SECONDS, BenchResult, ScriptInfo
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, figure_decimals, figure_text
 
 
@@ -157,7 +160,7 @@ def inference_rows(r: BenchResult) -> list[tuple[str, str]]:
 
 def render_bench(console, r: BenchResult) -> None:
     config = config_label(r.config, r.script is not None)
-    table = Table(title=f"torchpace bench: {r.workload} on {r.device} ({config})", show_header=False)
+    table = Table(title=f"torchpace bench: {escape(r.workload)} on {r.device} ({escape(config)})", show_header=False)
     table.add_column(style="bold")
     table.add_column()
     for label, value in bench_rows(r):
@@ -185,3 +188,39 @@ def noise_warnings(noisy: bool, iqr_frac: float | None, what: str, remedy: str, 
     if note:
         warnings.append(note + ".")
     return warnings
+
+
+# ---- a comparison's cells ---------------------------------------------------------------------------
+
+
+def comparison_columns(r: Comparison) -> tuple[str, ...]:
+    """The heads of a comparison's table: arm, config, its figure (median of its turns), the CI, other load."""
+    figure = ("batch-1 p50" if r.unit == SECONDS else r.unit) + " (median of its turns)"
+    return ("arm", "config", figure, "95% CI", "other load")
+
+
+def comparison_rows(r: Comparison) -> list[tuple[str, str, str, str, str]]:
+    """One row of cells per arm (A, then B), as `comparison_columns` names them."""
+    rows = []
+    for name, arm in (("A", r.a), ("B", r.b)):
+        config = arm.label or config_label(arm.config)
+        digits = figure_decimals(arm.figure, arm.ci_low, arm.ci_high) if arm.figure else 0
+        value = format_latency if r.unit == SECONDS else (lambda v, d=digits: f"{v:,.{d}f}")  # the digits its CI supports
+        figure = value(arm.figure) if arm.figure is not None else arm.status
+        ci = f"[{value(arm.ci_low)}, {value(arm.ci_high)}]" if arm.ci_low is not None else "-"
+        load = f"{arm.other_load_cores:.1f} cores" if arm.other_load_cores is not None else "-"
+        rows.append((name, config, figure, ci, load))
+    return rows
+
+
+def comparison_mode(r: Comparison) -> str:
+    """How the arms were measured: in alternation (and what stopped it), or in separate runs and why."""
+    if r.mode == "alternating":
+        return (f"in alternation: turns of one length, A B A then B A B to a round, the other arm stopped; "
+                f"stopped by {r.stopped_by}")
+    return f"separate runs A B A B A B, because {r.mode_reason}"
+
+
+def comparison_failures(r: Comparison) -> list[str]:
+    """A line per arm that failed, with its status and error."""
+    return [f"arm {name} {arm.status}: {arm.error}" for name, arm in (("A", r.a), ("B", r.b)) if not arm.ok and arm.error]

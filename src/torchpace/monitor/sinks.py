@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from torchpace.errors import TorchpaceError, UsageError
-from torchpace.files import OutputWriteFailed, describe_write_error
+from torchpace.files import OutputWriteFailed, describe_write_error, open_fresh
 from torchpace.monitor.samples import Value
 
 _TENSORBOARD_MISSING = (
@@ -52,7 +52,7 @@ class CsvSink:
     def __init__(self, path: Path, columns: list[str]):
         self.path = Path(path)
         try:
-            self._file = open(self.path, "w", newline="", encoding="utf-8")
+            self._file = open_fresh(self.path, "w", newline="", encoding="utf-8")  # never through a link at its name
         except OSError as err:
             raise _open_failed("--csv", self.path, err, "give a file path in a writable directory") from None
         self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore", restval="")

@@ -44,7 +44,7 @@ def profile_warnings(result: ProfileResult) -> list[str]:
 def render_profile(console, result: ProfileResult) -> None:
     """Print the verdict, the step split, findings, top operators, remedies and the trace path."""
     config = ", ".join(f"{k}={v}" for k, v in result.config.items()) or "defaults"
-    console.print(f"[bold]torchpace profile[/]: {result.workload} on {result.device} ({config}), "
+    console.print(f"[bold]torchpace profile[/]: {escape(result.workload)} on {result.device} ({escape(config)}), "
                   f"{result.steps} profiled steps")
     verdict = result.verdict
     body = "\n".join(f"• {line}" for line in verdict.evidence)
@@ -107,7 +107,8 @@ def _render_remedies(console, verdict: Verdict) -> None:
         text = remedy.remedy.text if remedy.remedy else ""
         console.print(f"• {remedy.title}: {text}")
         if remedy.remedy and remedy.remedy.command:
-            console.print(f"    $ {remedy.remedy.command}")
+            # as it is, on one line (a terminal folds it without a line break): copied, it pastes whole
+            console.print(f"    $ {remedy.remedy.command}", markup=False, highlight=False, soft_wrap=True)
     for _, reason in verdict.not_offered:
         console.print(f"[dim]• not offered: {escape(reason)}[/]", highlight=False)
     knobs = ", ".join(verdict.knobs_to_try) or "none registered yet"

@@ -10,7 +10,7 @@ from torchpace.measure.stats import summarize
 from torchpace.profile.analyzers import run_analyzers
 from torchpace.profile.figures import StepSplit, figures_of
 from torchpace.profile.trace import Trace
-from torchpace.profile.verdict import Offer, Verdict, build_verdict
+from torchpace.profile.verdict import Offer, Verdict, WorkloadSpec, build_verdict
 
 RESULT_KIND = "torchpace.profile"
 RESULT_SCHEMA_VERSION = 1
@@ -83,7 +83,7 @@ class ProfileResult:
         return split if split is not None and split.labelled else None
 
 
-def analyze_trace(trace: Trace, *, workload_spec: str = "WORKLOAD",
+def analyze_trace(trace: Trace, *, workload_spec: WorkloadSpec = "WORKLOAD",
                   knobs_by_stage: Mapping[str, Sequence[str]] | None = None,
                   offer: Offer | None = None) -> tuple[list[Finding], Verdict]:
     """Run every registered analyzer on `trace` and build the verdict from their findings.
@@ -101,9 +101,11 @@ def build_profile_result(trace: Trace, *, workload_spec: str = "WORKLOAD",
                          trace_path: str | None = None, wall_time_s: float | None = None,
                          other_load_cores: float | None = None, usable_cores: int | None = None,
                          command: Sequence[str] | None = None) -> ProfileResult:
-    """A ProfileResult for `trace` (workload, device and config read from its torchpace metadata)."""
+    """A ProfileResult for `trace` (workload, device and config read from its torchpace metadata); the
+    remedies name `command` (a script's, after `--`) when given, else `workload_spec`."""
     spread = summarize([s.dur_us for s in trace.steps]) if trace.steps else None
-    findings, verdict = analyze_trace(trace, workload_spec=workload_spec, knobs_by_stage=knobs_by_stage, offer=offer)
+    findings, verdict = analyze_trace(trace, workload_spec=tuple(command) if command else workload_spec,
+                                      knobs_by_stage=knobs_by_stage, offer=offer)
     meta = trace.metadata
     return ProfileResult(
         workload=str(meta.get("workload", workload_spec)),

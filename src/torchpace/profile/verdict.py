@@ -16,6 +16,7 @@ Other candidates are reported in `also`, so a second bottleneck is not hidden by
 from __future__ import annotations
 
 import enum
+import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -24,6 +25,8 @@ from torchpace.knobs import REGISTRY
 from torchpace.profile.figures import (Communication, GpuIdle, HostSync, Memory, PythonOverhead, StepShares, StepSplit,
                                        TopOps, figures_of)
 from torchpace.records import from_json, to_json
+
+WorkloadSpec = str | Sequence[str]  # a Workload spec, or a script's command as its words
 
 _INPUT_BOUND_FRAC = 0.25  # a quarter of the step waiting for data is more than workers usually cost to hide
 _HOST_SYNC_BOUND_FRAC = 0.15  # 15% of the step blocked on the device, on top of launch gaps, caps throughput
@@ -209,14 +212,15 @@ def rank_bottlenecks(shares: StepShares, on_gpu: bool) -> list[VerdictKind]:
     return ranked
 
 
-def build_verdict(findings: Sequence[Finding], *, on_gpu: bool = False, workload_spec: str = "WORKLOAD",
+def build_verdict(findings: Sequence[Finding], *, on_gpu: bool = False, workload_spec: WorkloadSpec = "WORKLOAD",
                   knobs_by_stage: Mapping[str, Sequence[str]] | None = None, offer: Offer | None = None) -> Verdict:
     """The verdict from the analyzers' findings (see the module docstring for the rules).
 
     Args:
         findings: what `run_analyzers` returned.
         on_gpu: the run was on a CUDA device (host syncs only limit a step there).
-        workload_spec: how the user named the workload, for the remedy commands.
+        workload_spec: how the user named the workload, for the remedy commands: a Workload spec, or a
+            script's command as its words.
         knobs_by_stage: knob names per stage to offer (e.g. only those that apply on this host);
             default: every registered knob.
         offer: which knob values a remedy may set here and why the others are not offered
@@ -307,25 +311,26 @@ def _toml(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _bench_command(spec: str, offer: Offer, wanted: Sequence[str]) -> str | None:
+def _bench_command(spec: WorkloadSpec, offer: Offer, wanted: Sequence[str]) -> str | None:
     """`torchpace bench SPEC --set K=V ...` for the wanted knobs that are on offer here."""
-    sets = [f"--set {k}={_toml(offer.first_try(k))}" for k in wanted if offer.first_try(k) is not None]
-    return verb_command("bench", spec, " ".join(sets)) if sets else None
+    sets = [part for k in wanted if offer.first_try(k) is not None for part in ("--set", f"{k}={_toml(offer.first_try(k))}")]
+    return verb_command("bench", spec, sets) if sets else None
 
 
-def verb_command(verb: str, spec: str, options: str = "") -> str:
-    """`torchpace VERB SPEC OPTIONS`, or for a script-mode command (a spec with spaces: `python train.py`)
-    `torchpace VERB OPTIONS -- COMMAND`."""
-    if " " in spec:
-        return " ".join(filter(None, ["torchpace", verb, options, "--", spec]))
-    return " ".join(filter(None, ["torchpace", verb, spec, options]))
+def verb_command(verb: str, spec: WorkloadSpec, options: Sequence[str] = ()) -> str:
+    """`torchpace VERB SPEC OPTIONS` for a Workload spec (a string), or `torchpace VERB OPTIONS -- COMMAND` for
+    a script's command (a sequence of words), quoted for the shell (`shlex.join`): pasted, it runs exactly
+    these words, whatever they hold."""
+    if isinstance(spec, str):
+        return shlex.join(["torchpace", verb, spec, *options])
+    return shlex.join(["torchpace", verb, *options, "--", *spec])
 
 
 def _remedy(key: str, title: str, text: str, command: str | None, severity: Severity = Severity.WARN) -> Finding:
     return Finding(id=f"profile.remedy.{key}", severity=severity, title=title, remedy=Remedy(text, command), area="profile")
 
 
-def _remedies(kind: VerdictKind, offer: Offer, spec: str, on_gpu: bool) -> list[Finding]:
+def _remedies(kind: VerdictKind, offer: Offer, spec: WorkloadSpec, on_gpu: bool) -> list[Finding]:
     """The remedies for `kind`; one that sets a knob only where `offer` offers it, else the tuner as a last one."""
     if kind is VerdictKind.INPUT:
         remedies = [_remedy("data_cost", "make each sample cheaper to load",
@@ -363,7 +368,7 @@ def _remedies(kind: VerdictKind, offer: Offer, spec: str, on_gpu: bool) -> list[
     return remedies
 
 
-def _compute_remedies(offer: Offer, spec: str, on_gpu: bool) -> list[Finding]:
+def _compute_remedies(offer: Offer, spec: WorkloadSpec, on_gpu: bool) -> list[Finding]:
     remedies = []
     precision = [k for k in ("precision.amp", "precision.matmul") if (on_gpu or k == "precision.amp") and offer.first_try(k)]
     if precision:

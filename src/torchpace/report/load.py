@@ -1,8 +1,8 @@
 """Reading what a report shows: a torchpace study, or a saved bench or profile result.
 
 The kind of input is told by its content, never by its file name: an SQLite file holding Optuna's
-tables is a study storage; a JSON object whose `kind` is `torchpace.bench` or `torchpace.profile`
-is a result. Anything else is a usage error that says what was expected.
+tables is a study storage; a JSON object whose `kind` is `torchpace.bench`, `torchpace.compare` or
+`torchpace.profile` is a result. Anything else is a usage error that says what was expected.
 
 A stored study is turned into the same `TuneOutcome` a live tune returns, by the tuner's own
 code (`torchpace.tune.outcome.build_outcome`): the greedy policy is replayed over the stored
@@ -21,24 +21,30 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from torchpace.errors import UsageError
+from torchpace.host import host_summary_problem
+from torchpace.measure.comparison import RESULT_KIND as COMPARE_KIND
+from torchpace.measure.comparison import Comparison
 from torchpace.knobs import REGISTRY, knobs_in_stage_order
 from torchpace.measure.result import RESULT_KIND as BENCH_KIND
 from torchpace.measure.result import BenchResult
 from torchpace.profile.result import RESULT_KIND as PROFILE_KIND
 from torchpace.profile.result import ProfileResult
-from torchpace.records import MissingFields
-from torchpace.tune.attrs import STUDY_SCHEMA_VERSION, StudyAttrs
+from torchpace.records import MissingFields, type_problem
+from torchpace.tune.attrs import StudyAttrs
 from torchpace.tune.outcome import StudyMeta, TrialRow, TuneOutcome, build_guard_note, build_outcome, trial_rows
 from torchpace.tune.space import KnobSpace
 from torchpace.tune.storage import mask_url, sqlite_database  # noqa: F401  (mask_url: report/__init__ imports it here)
 from torchpace.tune.storage import STUDY_CORE_TABLES, open_storage, read_table_names
 from torchpace.tune.strategy import make_strategy
+from torchpace.tune.study import check_stored_study
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _SUPPORTED_RESULT_SCHEMA = 1
 EXPECTED = ("a torchpace study (the SQLite file `torchpace tune` writes, e.g. .torchpace/studies.db; or "
-            "--storage URL), or a JSON result: `torchpace bench --out FILE` (kind torchpace.bench) or "
-            "`torchpace profile --json > FILE` (kind torchpace.profile)")
+            "--storage URL), or a JSON result: `torchpace bench --out FILE` (kind torchpace.bench), "
+            "`torchpace compare --out FILE` (kind torchpace.compare) or `torchpace profile --json > FILE` "
+            "(kind torchpace.profile)")
+_RESULT_KINDS = (BENCH_KIND, COMPARE_KIND, PROFILE_KIND)
 
 
 @dataclass(frozen=True)
@@ -60,16 +66,17 @@ class DoctorSummary:
 
 @dataclass(frozen=True)
 class ReportData:
-    """Everything one report shows. Exactly one of `tune`, `bench` and `profile` is set.
+    """Everything one report shows. Exactly one of `tune`, `bench`, `compare` and `profile` is set.
 
     Attributes:
-        kind: ``study``, ``bench`` or ``profile``.
+        kind: ``study``, ``bench``, ``compare`` or ``profile``.
         source: what was read (a file, or a storage URL without its password, and the study name).
         workload: the workload spec that was measured.
         config: the final config (tuned, benched or profiled): knob name -> value, defaults left out.
         host: the measured host's summary (`HostFacts.summary()`), None when the input has none.
         tune: the outcome of a study.
         bench: a bench result.
+        compare: a comparison of two configs (its `config` is B's, the one compared with A).
         profile: a profile result.
         config_path: where the config was saved as TOML, when known.
         note: a line about how the input was read (e.g. which of several studies).
@@ -89,6 +96,7 @@ class ReportData:
     note: str | None = None
     doctor: DoctorSummary | None = None
     command: tuple[str, ...] | None = None
+    compare: Comparison | None = None
 
 
 # ---- dispatch --------------------------------------------------------------------------------------
@@ -143,18 +151,29 @@ def read_result_json(path: str | Path) -> dict[str, Any]:
 
 
 def build_result_data(doc: Mapping[str, Any], source: str) -> ReportData:
-    """ReportData of a bench or profile result document (pure; UsageError for other documents)."""
+    """ReportData of a bench, compare or profile result document (pure; UsageError for other documents,
+    naming what the document is when it is another torchpace document)."""
     kind = doc.get("kind") if isinstance(doc, Mapping) else None
-    if kind not in (BENCH_KIND, PROFILE_KIND):
+    if isinstance(kind, str) and kind.startswith("torchpace.") and kind not in _RESULT_KINDS:
+        raise UsageError(f"{source!r} is a torchpace document of kind {kind!r}, which report does not render; "
+                         f"report reads {EXPECTED}")
+    if kind not in _RESULT_KINDS:
         raise UsageError(f"{source!r} is JSON but not a torchpace result (kind {kind!r}); expected {EXPECTED}")
     if doc.get("schema_version") != _SUPPORTED_RESULT_SCHEMA:
         raise UsageError(f"{source!r} has {kind} schema_version {doc.get('schema_version')!r}; this torchpace reads "
                          f"{_SUPPORTED_RESULT_SCHEMA} (a newer torchpace wrote it?)")
+    problem = host_summary_problem(doc.get("host"))
+    if problem:
+        raise UsageError(f"{source!r} is a {kind} result whose host record is not one ({problem}): it was changed or "
+                         "damaged outside torchpace; measure again to write it anew")
     if kind == BENCH_KIND:
         bench = read_bench(doc, source)
         command = bench.script.command if bench.script is not None else ()
         return ReportData("bench", source, bench.workload, dict(bench.config), host=bench.host or None, bench=bench,
                           command=tuple(command) or None)
+    if kind == COMPARE_KIND:
+        comparison = read_comparison(doc, source)
+        return ReportData("compare", source, comparison.target, dict(comparison.b.config), compare=comparison)
     profile = read_profile(doc, source)
     return ReportData("profile", source, profile.workload, dict(profile.config), profile=profile, command=profile.command)
 
@@ -171,13 +190,30 @@ def read_profile(doc: Mapping[str, Any], source: str) -> ProfileResult:
                          "`torchpace profile --json > FILE`") from None
 
 
+def read_comparison(doc: Mapping[str, Any], source: str) -> Comparison:
+    """The comparison of a document (UsageError naming the fields it lacks or a value it cannot read)."""
+    return _read_record(Comparison, doc, source, "compare", "torchpace compare --out FILE")
+
+
 def read_bench(doc: Mapping[str, Any], source: str) -> BenchResult:
-    """The bench result of a document of any version written so far (UsageError naming the fields it lacks)."""
+    """The bench result of a document of any version written so far (UsageError naming the fields it lacks or a
+    value it cannot read)."""
+    return _read_record(BenchResult, doc, source, "bench", "torchpace bench --out FILE")
+
+
+def _read_record(record, doc: Mapping[str, Any], source: str, verb: str, writes_it: str):
+    problem = type_problem(record, doc)  # a hand-edited or damaged value: named here, never a traceback when shown
+    if problem:
+        raise UsageError(f"{source!r} is a {verb} result this torchpace cannot read ({problem}); write it again with "
+                         f"`{writes_it}`")
     try:
-        return BenchResult.from_dict(doc)
+        return record.from_dict(doc)
     except MissingFields as err:
-        raise UsageError(f"{source!r} is a bench result without the field(s) {', '.join(err.names)}; write it again "
-                         "with `torchpace bench --out FILE`") from None
+        raise UsageError(f"{source!r} is a {verb} result without the field(s) {', '.join(err.names)}; write it again "
+                         f"with `{writes_it}`") from None
+    except (TypeError, ValueError, AttributeError) as err:  # a field of the wrong type: a file edited or damaged
+        raise UsageError(f"{source!r} is a {verb} result this torchpace cannot read ({err}); write it again with "
+                         f"`{writes_it}`") from None
 
 
 # ---- studies ---------------------------------------------------------------------------------------
@@ -228,9 +264,7 @@ def pick_study(candidates: list[tuple[str, StudyAttrs | None, datetime | None, i
         wanted = max(ours, key=lambda c: (c[2] or datetime.min, c[3]))[0]
         if len(ours) > 1:
             note = f"{len(ours)} torchpace studies in {source} ({names}); this report shows {wanted!r} (choose with --study NAME)"
-    version = next(c[1].schema_version for c in ours if c[0] == wanted)
-    if version != STUDY_SCHEMA_VERSION:
-        raise UsageError(f"study {wanted!r} has torchpace study schema {version!r}; this torchpace reads {STUDY_SCHEMA_VERSION}")
+    check_stored_study(wanted, next(c[1] for c in ours if c[0] == wanted))
     return wanted, note
 
 

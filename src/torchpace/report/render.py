@@ -15,6 +15,7 @@ from typing import Any
 from torchpace._version import __version__
 from torchpace.files import write_atomic
 from torchpace.measure.render import config_label
+from torchpace.redact import redact_data
 from torchpace.report import charts
 from torchpace.report.load import ReportData
 from torchpace.report.view import build_view, guard_curves, tuned_row
@@ -65,7 +66,7 @@ def render_html(data: ReportData, generated_at: datetime | None = None) -> str:
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     template = env.from_string(_template_text())
-    view: dict[str, Any] = build_view(data)
+    view: dict[str, Any] = redact_data(build_view(data))  # before HTML escapes the quotes a secret's mask looks for
     svgs = build_charts(data)
     view["charts"] = {name: Markup(svgs[name]) if name in svgs else None for name in CHART_NAMES}
     view["generated_at"] = (generated_at or datetime.now().astimezone()).strftime("%Y-%m-%d %H:%M %Z").strip()

@@ -15,7 +15,9 @@ import tomli_w
 from torchpace.config import SCHEMA_VERSION
 from torchpace.host import HostSummary
 from torchpace.knobs import REGISTRY
-from torchpace.measure.render import bench_rows, bench_warnings, config_label, format_bytes, step_time_text
+from torchpace.measure.comparison import Comparison
+from torchpace.measure.render import (bench_rows, bench_warnings, comparison_columns, comparison_failures, comparison_mode,
+                                      comparison_rows, config_label, format_bytes, step_time_text)
 from torchpace.measure.result import BenchResult, Objective
 from torchpace.measure.stats import ci_name, figure_text, ratio_text
 from torchpace.profile.render import SHOWN_AS_TABLES, profile_warnings, split_rows, top_op_rows
@@ -123,6 +125,7 @@ def build_view(data: ReportData) -> dict[str, Any]:
         "host_rows": host_rows(data.host), "doctor": data.doctor, "config": config_view(data),
         "tune": tune_view(data.tune) if data.tune else None,
         "bench": bench_view(data.bench) if data.bench else None,
+        "compare": compare_view(data.compare) if data.compare else None,
         "profile": profile_view(data.profile) if data.profile else None,
     }
     view["cards"] = summary_cards(data)
@@ -174,6 +177,12 @@ def summary_cards(data: ReportData) -> list[dict[str, str]]:
                 {"label": "input-bound", "value": "-" if b.input_bound_frac is None else f"{b.input_bound_frac:.0%}",
                  "detail": "of the step waits for data"},
                 {"label": "peak memory", "value": format_bytes(b.peak_memory_bytes), "detail": b.peak_memory_kind}]
+    if data.compare:
+        c = data.compare
+        ratio = ratio_text(c.ratio, c.ratio_ci_low, c.ratio_ci_high, c.rounds).replace("x", "×", 1)
+        return [{"label": "B / A", "value": ratio.partition(" ")[0].rstrip(","), "detail": ratio},
+                {"label": "verdict", "value": c.verdict, "detail": c.mode},
+                {"label": "wall time", "value": f"{c.wall_time_s:.0f} s", "detail": f"stopped by {c.stopped_by}"}]
     p = data.profile
     split = p.step_split if p else None
     return [{"label": "verdict", "value": p.verdict.kind.value if p else "-", "detail": f"{p.steps if p else '?'} profiled steps"},
@@ -305,6 +314,14 @@ def bench_view(bench: BenchResult) -> dict[str, Any]:
             "has_windows": bool(bench.throughput.window_rates), "unit": bench.objective.unit}
 
 
+def compare_view(comparison: Comparison) -> dict[str, Any]:
+    """The comparison section: each arm's cells as the terminal shows them, the verdict, how it was measured."""
+    return {"columns": comparison_columns(comparison), "rows": comparison_rows(comparison),
+            "summary": comparison.summary, "mode": comparison_mode(comparison), "load_note": comparison.other_load_note,
+            "failures": comparison_failures(comparison),
+            "ratios": ", ".join(f"{ratio:.3f}" for ratio in comparison.ratios) or "none"}
+
+
 def profile_view(profile: ProfileResult) -> dict[str, Any]:
     """The profile section: verdict, evidence, remedies, the split table, other findings, top operators."""
     verdict = profile.verdict
@@ -333,8 +350,9 @@ def config_view(data: ReportData) -> dict[str, Any]:
                      if name not in REGISTRY or REGISTRY[name].script_reach is None or REGISTRY[name].script_reason(value)]
     path = data.config_path or DEFAULT_CONFIG_FILE
     command = list(data.command) if data.command else ["train.py"]
-    return {"rows": rows, "empty": not config, "path": path, "saved": data.config_path is not None,
-            "toml": config_toml(config), "python": None if data.command else python_snippet(data, config),
+    compared = data.kind == "compare"  # B's config; what ran (a Workload or a script) is not recorded
+    return {"rows": rows, "empty": not config, "path": path, "saved": data.config_path is not None, "compared": compared,
+            "toml": config_toml(config), "python": None if data.command or compared else python_snippet(data, config),
             "script": data.command is not None,
             "launch": shlex.join(["torchpace", "launch", "--config", path, "--", *command]), "needs_prepare": needs_prepare}
 

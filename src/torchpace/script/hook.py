@@ -18,8 +18,9 @@ config's knobs are applied by `torchpace.script.inprocess`). What it observes, w
 
 The first step (imports, compile, worker start-up) is excluded: the `WindowMeter` of `measure.timing`,
 the same one the Workload bench uses, starts when it ends, then decides warm-up, windows and the CI
-with one device sync per window. When it is done the result is written and the process ends at once
-(`os._exit`; the parent ends the rest of the tree). A script that finishes first leaves the windows
+with one device sync per window. When it is done the result is written and the process ends as a
+program ends, its own `finally` blocks, context managers and exit handlers run, within a bound
+(`torchpace.script.ending`; the parent ends the rest of the tree). A script that finishes first leaves the windows
 it had, marked `script-ended`; one that shows no step within `no_step_timeout_s` leaves a `timeout`
 naming what was looked for; one that stops stepping (`ScriptProbe.check_stall`) leaves what was measured,
 marked `script-stalled`, or a `timeout` naming the stall; time spent in torch.compile is no stall
@@ -35,6 +36,7 @@ import random
 import sys
 import threading
 
+from torchpace.script import ending
 from torchpace.script.autocast import OutermostModule
 from torchpace.script.inprocess import HookReport
 from torchpace.script.probe import ScriptProbe
@@ -61,6 +63,7 @@ def install(spec: ScriptMeasure, report: HookReport) -> ScriptProbe:
     _hook_backward(torch, probe)
     _hook_loader(probe)
     watch_compiles(probe)
+    ending.install()  # before the probe's exit handler: the ending's runs after every other one
     atexit.register(_own, probe, probe.on_exit)
     _excepthook_marks_crash(probe)
     watchdog = threading.Timer(spec.no_step_timeout_s, _own, (probe, probe.on_no_step))

@@ -4,8 +4,9 @@ steps, samples, input wait and losses, fed to the Workload bench's `WindowMeter`
 written for the parent, and the process ends when the measurement is done.
 
 Everything it depends on is passed in: the spec, the process's `HookReport` (what the config's knobs
-did, and the compile the meter waits for), the clock and the call that ends the process (`os._exit` in
-a script; a test passes a scripted clock and an exit that records, as the meter's tests do).
+did, and the compile the meter waits for), the clock and the call that ends the process
+(`torchpace.script.ending.end_script` in a script: its own clean-up runs, within a bound; a test passes a
+scripted clock and an exit that records, as the meter's tests do).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from torchpace.measure.timing import WindowMeter
 from torchpace.process import owner_pid
 from torchpace.protocol import CRASH, INVALID, NONFINITE, OK, TIMEOUT, TrialResult, is_nonfinite
 from torchpace.script.inprocess import HookReport
+from torchpace.script.ending import end_script
 from torchpace.script.knobs import unreached_knobs
 from torchpace.script.spec import (NO_STEP_MESSAGE, OWN_FAILURE, OWN_FAILURE_EXIT, OWN_FAILURE_LINE, STEPS_SUFFIX,
                                    ScriptMeasure)
@@ -45,7 +47,7 @@ class ScriptProbe:
 
     label_phases = False  # profile mode: record_function labels around the script's phases
 
-    def __init__(self, spec: ScriptMeasure, report: HookReport, clock=time.perf_counter, exit=os._exit):
+    def __init__(self, spec: ScriptMeasure, report: HookReport, clock=time.perf_counter, exit=end_script):
         self.gate = Gate.open(spec.gate)  # a paired comparison: the meter takes turns on the gate's clock
         self.spec, self.clock = spec, self.gate.clock if self.gate else clock
         self.report, self._exit = report, exit
@@ -417,8 +419,8 @@ class ScriptProbe:
             self.finished = True
 
     def end(self, status: int = 0) -> None:
-        """End the script now, with exit `status`: flush what it printed, skip its teardown (the parent
-        ends its workers)."""
+        """End the script now, with exit `status`: flush what it printed; its own clean-up (`finally`, `with`,
+        `atexit`) runs within a bound (`torchpace.script.ending`), and the parent ends what is left of its tree."""
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import cProfile
 import json
 import pstats
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +168,7 @@ class ScriptProfiler(ScriptProbe):
 
         device = self.device if self.device is not None else torch.device("cpu")
         peak_bytes, peak_kind = read_peak_memory(device)
-        return {"schema_version": METADATA_SCHEMA_VERSION, "workload": " ".join(self.spec.command), "device": str(device),
+        return {"schema_version": METADATA_SCHEMA_VERSION, "workload": shlex.join(self.spec.command), "device": str(device),
                 "config": {}, "batch_size": self.last_step_samples, "steps": self.active, "wait_steps": self.wait,
                 "warmup_steps": self.warmup, "peak_memory_bytes": peak_bytes, "peak_memory_kind": peak_kind,
                 "memory_capacity_bytes": _capacity_bytes(device), "torch_version": torch.__version__,

@@ -29,7 +29,8 @@ from torchpace.measure.gate import READY, REPORT, REPORTED, WINDOW, GateEvent
 from torchpace.measure.render import config_label
 from torchpace.process import StoppedGroupGuard, signal_group, start_child, stop_tree
 from torchpace.protocol import TrialResult, TrialSpec
-from torchpace.trial.runner import child_stdout, plan_trial_child, read_trial_result, trial_dir, trial_paths
+from torchpace.trial.runner import (child_stdout, open_trial_output, plan_trial_child, read_trial_result, trial_dir,
+                                    trial_paths)
 from torchpace.trial.schedule import fits_beside, sequential_reason
 
 _KILL_GRACE_S = 3.0
@@ -99,7 +100,7 @@ class Arm:
     def start(self, host: HostFacts, base_env: Mapping[str, str], timeout_s: float, guard: StoppedGroupGuard) -> None:
         self.spec.save(self.spec_path)
         argv, env, nofile = plan_trial_child(self.spec, host, base_env, self.spec_path, self.result_path, timeout_s)
-        with open(self.err_path, "wb") as err:
+        with open_trial_output(self.err_path) as err:
             self.proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env,
                                     stdout=child_stdout(self.spec, err), stderr=err, pass_fds=(self.control_r, self.event_w))
         guard.hold(self.proc.pid)

@@ -10,6 +10,7 @@ is a thread that follows the file.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import os
 import re
 import threading
@@ -22,6 +23,9 @@ from torchpace.launch.command import parse_python_command
 
 LOG_DIR = Path(".torchpace") / "logs"  # beside the default study storage, relative to the working folder
 _FOLLOW_POLL_S = 0.1  # how often a followed log is read for new output
+_PLAIN_MAX = 128  # characters of a study's name kept in its log folder's name (a folder's name holds 255 bytes)
+_PLAIN_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{_PLAIN_MAX - 1}}}")  # a study name its folder keeps as it is
+_DIGEST_CHARS = 12  # hex digits of the name's SHA-256 beside a changed name: 48 bits, no two names of a project meet
 
 
 def plan_log_path(verb: str, command: list[str] | tuple[str, ...], root: Path = LOG_DIR, now: datetime | None = None,
@@ -30,12 +34,23 @@ def plan_log_path(verb: str, command: list[str] | tuple[str, ...], root: Path = 
     program = parse_python_command(command)
     name = Path(program.script).stem if program.script else str(program.module)
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
-    return root / f"{verb}-{_safe(name)}-{stamp}-{pid or os.getpid()}.log"
+    return root / f"{verb}-{_safe(name)[:_PLAIN_MAX]}-{stamp}-{pid or os.getpid()}.log"
 
 
 def trial_log_path(study: str, number: int, root: Path = LOG_DIR) -> Path:
-    """`.torchpace/logs/STUDY/trial-N.log`: the output of trial N of a script study."""
-    return root / _safe(study) / f"trial-{number}.log"
+    """`.torchpace/logs/STUDY/trial-N.log`: the output of trial N of a script study (`study_log_folder`)."""
+    return root / study_log_folder(study) / f"trial-{number}.log"
+
+
+def study_log_folder(study: str) -> str:
+    """The name of a study's log folder: the study's name when a folder can have it as it is (letters,
+    digits, `_.-`, not leading with `.` or `-`, at most `_PLAIN_MAX` characters), else its readable part
+    with a digest of the whole name (`my_study~1f2e3d4c5b6a`), so no two study names share a folder and
+    none is hidden, `.`, `..` or too long. A plain name never holds `~`, so it never meets a digested one."""
+    if _PLAIN_NAME.fullmatch(study):
+        return study
+    digest = hashlib.sha256(study.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_CHARS]
+    return f"{_safe(study).lstrip('.-')[:_PLAIN_MAX] or 'study'}~{digest}"
 
 
 def _safe(name: str) -> str:

@@ -22,6 +22,7 @@ import psutil
 
 from torchpace.config import RunConfig
 from torchpace.errors import UsageError
+from torchpace.files import check_disk_left, open_fresh, own_folder, writing
 from torchpace.host import HostFacts
 from torchpace.knobs.distributed import nproc_of
 from torchpace.launch.command import PythonCommand
@@ -81,7 +82,8 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
     remove_orphan_trial_dirs(workdir)
     with trial_dir(workdir) as tmp:
         spec_path, result_path, err_path = trial_paths(tmp, spec, log_path)
-        spec.save(spec_path)
+        with writing(spec_path):
+            spec.save(spec_path)
         try:
             argv, env, nofile = plan_trial_child(spec, host, base_env, spec_path, result_path, timeout_s)
         except UsageError as err:  # e.g. numactl or an allocator the config needs is not installed
@@ -89,7 +91,7 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
         start = time.perf_counter()
         dead: list[int] = []
         said = ""  # what the trial had written to stderr by its cap
-        with open(err_path, "wb") as err_file, follow(err_path, echo if spec.command else None):
+        with open_trial_output(err_path) as err_file, follow(err_path, echo if spec.command else None):
             proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env, stderr=err_file,
                                stdout=child_stdout(spec, err_file))
             _log.info("trial process %d started (cap %.0f s) for %s", proc.pid, timeout_s, spec.config or "the defaults")
@@ -124,12 +126,19 @@ def trial_dir(workdir: Path | None = None) -> Iterator[Path]:
 def trial_paths(folder: Path, spec: TrialSpec | None = None, log_path: Path | None = None) -> tuple[Path, Path, Path]:
     """(spec, result, output) paths of the trial in `folder`. The output is the child's stderr, and for a
     script-mode trial the script's whole output (stdout too, `child_stdout`): in `log_path` when given
-    (its folder is made), else in `folder`."""
+    (its folder is made: torchpace's own, never through a symlink, `own_folder`), else in `folder`."""
     output = folder / "stderr.txt"
     if spec is not None and spec.command:
         output = Path(log_path) if log_path is not None else folder / "output.log"
-        output.parent.mkdir(parents=True, exist_ok=True)
+        own_folder(output.parent)
     return folder / "spec.json", folder / "result.json", output
+
+
+def open_trial_output(path: Path):
+    """The trial's output file (`trial_paths`), opened new (`open_fresh`); one that cannot be made (a full disk,
+    a read-only folder) is `OutputWriteFailed` naming it, torchpace's error before the trial starts."""
+    with writing(path):
+        return open_fresh(path)
 
 
 def child_stdout(spec: TrialSpec, output_file):
@@ -153,7 +162,14 @@ def plan_trial_child(spec: TrialSpec, host: HostFacts, base_env: Mapping[str, st
 
 
 def read_trial_result(spec: TrialSpec, result_path: Path, err_path: Path, returncode: int, wall_s: float) -> TrialResult:
-    """The result of a trial process that ended with `returncode`: its result file, or its failure."""
+    """The result of a trial process that ended with `returncode`: its result file, or its failure.
+
+    Raises:
+        OutputWriteFailed: it failed where the disk that holds its output log or its result is full: the
+            disk's failure (exit 1, the space left), not the script's.
+    """
+    if returncode != 0 or not result_path.exists():
+        check_disk_left([err_path, result_path], "the trial's output" if not spec.command else "the script's output log")
     if spec.command:
         return read_script_result(spec, result_path, returncode, _tail(err_path), wall_s)
     if returncode != 0 and nproc_of(spec.config) > 1:

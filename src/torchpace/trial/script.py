@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -62,7 +63,7 @@ def plan_script_launch(command: Sequence[str], config: RunConfig, host: HostFact
 
 def read_script_result(spec: TrialSpec, result_path: Path, returncode: int, stderr_tail: str, wall_s: float) -> TrialResult:
     """The trial's result: the hook's file when the script's process ended cleanly, else the script's failure."""
-    label = " ".join(spec.command)
+    label = shlex.join(spec.command)
     if returncode == 0 and result_path.exists():
         result = TrialResult.from_dict(json.loads(result_path.read_text()))
         # every value the config set, a default too: it replaced the script's own argument
@@ -105,7 +106,7 @@ def script_trial_spec(command: Sequence[str], config: RunConfig, max_time_s: flo
                       samples_per_step: int | None = None, **fields: Any) -> TrialSpec:
     """The TrialSpec of one script-mode run of `command` under `config` (with the compile allowance of that config)."""
     fields.setdefault("compile_allowance_s", compile_allowance_s(config.values))
-    return TrialSpec(workload=" ".join(command), command=list(command), config=dict(config.values), max_time_s=max_time_s,
+    return TrialSpec(workload=shlex.join(command), command=list(command), config=dict(config.values), max_time_s=max_time_s,
                      guard_steps=guard_steps, samples_per_step=samples_per_step, sys_path=[os.getcwd()], **fields)
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from torchpace.errors import whole_number_in
+from torchpace.host import host_summary_problem
 from torchpace.measure.result import AccuracyReport, BenchResult, Objective
 from torchpace.records import from_json, to_json
 from torchpace.trial.schedule import SEQUENTIAL, TURNS_PER_ROUND
@@ -48,6 +50,7 @@ class StudyAttrs:
             a study is replayed, resumed and reported with its own.
         objective: `throughput` or `latency`.
         command: script mode: the command (None for a Workload).
+        torchpace_version: the torchpace that created the study (None for studies from before it was recorded).
         defaults: knob name -> the default the search started from, where the workload gave its own
             (`Workload.loader_options`, e.g. `data.num_workers` 4); a knob not named has its registry
             default. The report replays the search from these.
@@ -63,10 +66,31 @@ class StudyAttrs:
     greedy_revision: int = 1
     objective: str = "throughput"
     command: tuple[str, ...] | None = None
+    torchpace_version: str | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def to_attrs(self) -> dict[str, Any]:
         return to_json(self)
+
+    def problem(self) -> str | None:
+        """What in this metadata torchpace never writes, naming the field, what it holds and what it should
+        (a study changed or damaged outside torchpace); None when every field is as torchpace writes it."""
+        def words(v):
+            return isinstance(v, (list, tuple)) and all(isinstance(w, str) for w in v)
+
+        checks = (("workload", "a string", lambda v: v is None or isinstance(v, str)),
+                  ("host_fingerprint", "a string", lambda v: v is None or isinstance(v, str)),
+                  ("strategy", "a strategy's name", lambda v: isinstance(v, str)),
+                  ("paired", "true or false", lambda v: isinstance(v, bool)),
+                  ("greedy_revision", "a whole number >= 1", lambda v: whole_number_in(v, 1)),
+                  ("objective", "throughput or latency", lambda v: v in ("throughput", "latency")),
+                  ("command", "a list of the command's words", lambda v: v is None or words(v)),
+                  ("torchpace_version", "a version string", lambda v: v is None or isinstance(v, str)),
+                  ("defaults", "a table of knob names and values", lambda v: isinstance(v, Mapping)))
+        for name, expected, ok in checks:
+            if not ok(getattr(self, name)):
+                return f"{name}: expected {expected}, found {getattr(self, name)!r}"[:200]
+        return host_summary_problem(self.host)
 
     @classmethod
     def from_attrs(cls, attrs: Any) -> "StudyAttrs | None":

@@ -5,8 +5,10 @@ Every figure is printed in its own unit (`Objective.unit`): a study measured in 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 
+from rich.markup import escape
 from rich.table import Table
 
 from torchpace.measure.render import config_label, format_bytes, format_latency
@@ -41,7 +43,7 @@ def render_outcome(console, o: TuneOutcome) -> None:
     elif base and o.paired:
         _render_paired_waterfall(console, o)
     elif base:
-        table = Table(title=f"torchpace tune: {o.workload} ({o.strategy}, {len(o.trials)} trials, stopped: {o.stopped})")
+        table = Table(title=f"torchpace tune: {escape(o.workload)} ({o.strategy}, {len(o.trials)} trials, stopped: {o.stopped})")
         for column in ("change", f"{o.unit} [95% CI]", "step gain", "speedup vs baseline", "peak memory"):
             table.add_column(column)
         table.add_row(f"baseline ({o.baseline_label})", figure_text(base.throughput), "", "1.00x", format_bytes(base.peak_memory_bytes))
@@ -64,10 +66,16 @@ def render_outcome(console, o: TuneOutcome) -> None:
     if o.figures_note:
         console.print(f"[dim]{o.figures_note}[/]")
     if o.out_path:
-        console.print(f"wrote {o.out_path}  (apply it: torchpace.prepare(workload, '{o.out_path}') or "
-                      f"torchpace launch --config {o.out_path} -- train.py)")
+        console.print(launch_hint(o.out_path, o.command), markup=False, highlight=False, soft_wrap=True)
     _render_export(console, o.export)
     console.print(f"[dim]{o.guard_note}[/]")
+
+
+def launch_hint(out_path, command: Sequence[str] | None) -> str:
+    """`wrote PATH (apply it: ... or torchpace launch --config PATH -- COMMAND)`, the command quoted for the
+    shell (a Workload's hint names `train.py`, a script's its own command)."""
+    launch = shlex.join(["torchpace", "launch", "--config", str(out_path), "--", *(command or ("train.py",))])
+    return f"wrote {out_path}  (apply it: torchpace.prepare(workload, {str(out_path)!r}) or {launch})"
 
 
 def best_line(o: TuneOutcome) -> str:
@@ -90,7 +98,7 @@ def best_line(o: TuneOutcome) -> str:
 def _render_paired_waterfall(console, o: TuneOutcome) -> None:
     """Greedy by paired comparisons: each accepted change with its comparison's ratio and CI."""
     base = o.baseline
-    table = Table(title=f"torchpace tune: {o.workload} ({o.strategy}, each change compared in alternation with "
+    table = Table(title=f"torchpace tune: {escape(o.workload)} ({o.strategy}, each change compared in alternation with "
                         f"the config before it; {len(o.trials)} comparisons, stopped: {o.stopped})")
     for column in ("change", f"{o.unit} [95% CI]", "gain [95% CI]", "cumulative", "peak memory"):
         table.add_column(column, overflow="fold")
@@ -131,7 +139,7 @@ def _accuracy_cell(accuracy: AccuracyReport | None) -> str:
 def _render_inference_waterfall(console, o: TuneOutcome) -> None:
     """Inference: batch-1 latency and throughput of the baseline and each accepted change."""
     base = o.baseline
-    table = Table(title=f"torchpace tune: {o.workload} (objective {o.objective}, {o.strategy}, "
+    table = Table(title=f"torchpace tune: {escape(o.workload)} (objective {o.objective}, {o.strategy}, "
                         f"{len(o.trials)} trials, stopped: {o.stopped})")
     for column in ("change", "p50 batch 1", "p99", o.unit, "speedup", "size", "rel err / top-1"):
         table.add_column(column)

@@ -19,10 +19,12 @@ an open storage:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import importlib.util
 import logging
+import os
 import sqlite3
 import time
 import warnings
@@ -30,6 +32,8 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from torchpace.files import (OutputWriteFailed, cannot_keep_own_files, check_not_a_link, describe_write_error, free_bytes,
+                             open_lock, own_folder)
 from torchpace.errors import TorchpaceError, UsageError
 from torchpace.redact import redact, redact_url, remember_secrets
 
@@ -74,9 +78,10 @@ DEFAULT_STUDY_FILE = Path(".torchpace") / "studies.db"  # the default storage, r
 
 
 def default_storage_url(workdir: Path | None = None) -> str:
-    """`sqlite:///WORKDIR/.torchpace/studies.db` (the folder is created)."""
-    path = (workdir or Path.cwd()) / DEFAULT_STUDY_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """`sqlite:///WORKDIR/.torchpace/studies.db` (the folder is created: a real one, and the file not a link,
+    else UsageError naming it: `torchpace.files.own_folder`)."""
+    path = own_folder(DEFAULT_STUDY_FILE.parent, root=workdir or Path.cwd()) / DEFAULT_STUDY_FILE.name
+    check_not_a_link(path, "a file of its own (or give --storage)")
     return f"sqlite:///{path}"
 
 
@@ -217,6 +222,84 @@ def _sqlite_tables(path: str, timeout_s: float) -> frozenset[str]:
         raise UsageError(f"{path!r} is not a usable Optuna database: not a readable SQLite database ({err})") from None
 
 
+def read_schema_versions(url: str) -> tuple[str | None, str | None]:
+    """(the revision of Optuna's table schema, the Optuna version that created the tables) of the database
+    `url` names, read without writing anything; None for what it does not hold (a new, empty database).
+
+    Raises:
+        UsageError: as `read_table_names`: the database cannot be read or reached.
+    """
+    tables = read_table_names(url)
+    queries = [f"SELECT {column} FROM {table}" if table in tables else None
+               for table, column in (("alembic_version", "version_num"), ("version_info", "library_version"))]
+    database = sqlite_database(url)
+    if database is not None:
+        try:
+            with closing(sqlite3.connect(f"{Path(database).resolve().as_uri()}?mode=ro", uri=True,
+                                         timeout=sqlite_timeout_s(url))) as conn:
+                rows = [conn.execute(query).fetchone() if query else None for query in queries]
+        except sqlite3.DatabaseError as err:
+            raise UsageError(f"{database!r} is not a usable Optuna database: its schema version cannot be read ({err})") from None
+    else:
+        import sqlalchemy
+        from sqlalchemy.exc import SQLAlchemyError
+        from sqlalchemy.pool import NullPool
+
+        resolved = resolve_storage_url(url)
+        engine = sqlalchemy.create_engine(resolved, connect_args=connect_args(resolved), poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                rows = [conn.execute(sqlalchemy.text(query)).first() if query else None for query in queries]
+        except SQLAlchemyError as err:
+            raise UsageError(describe_connect_error(url, err)) from None
+        finally:
+            engine.dispose()
+    revision, made_by = (str(row[0]) if row and row[0] is not None else None for row in rows)
+    return revision, made_by
+
+
+@functools.lru_cache(maxsize=1)
+def optuna_schema_revisions() -> tuple[str, ...]:
+    """The revisions of Optuna's table schema this Optuna knows, newest first (read from its Alembic scripts;
+    empty where they cannot be read: Optuna's own check on opening then refuses another schema)."""
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
+    import optuna.storages._rdb as rdb
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    try:
+        scripts = ScriptDirectory(os.path.join(os.path.dirname(rdb.__file__), "alembic"))
+        return tuple(revision.revision for revision in scripts.walk_revisions())
+    except (CommandError, OSError):
+        return ()
+
+
+def check_schema(url: str) -> None:
+    """UsageError (exit 2) when the database holds Optuna tables of another schema than this Optuna reads,
+    naming both versions, before anything is written (Optuna itself would add its newer tables, then refuse).
+
+    Tables an older Optuna made can be upgraded (`optuna storage upgrade`); tables a newer Optuna made need
+    that Optuna. A new or empty database passes (its tables are created)."""
+    # lazy: optuna (hundreds of ms) loads only when a study is opened
+    import optuna
+
+    database = sqlite_database(url)
+    known = optuna_schema_revisions()
+    if (database is not None and not Path(database).exists()) or not known:
+        return
+    revision, made_by = read_schema_versions(url)
+    if revision is None or revision == known[0]:
+        return
+    made = f"Optuna {made_by}" if made_by else "another Optuna"
+    if revision in known:
+        remedy = (f"upgrade its tables with `optuna storage upgrade --storage {mask_url(url)}` (copy the database first: "
+                  f"{made} cannot read it after)")
+    else:
+        remedy = "install the Optuna that made them (pip install -U optuna), or give another --storage"
+    raise UsageError(f"the study storage {mask_url(url)} holds studies in the table schema of {made} (revision {revision}), "
+                     f"and this Optuna {optuna.__version__} reads revision {known[0]}: {remedy}; nothing was written")
+
+
 def check_storage(url: str, on_wait: Callable[[str], None] | None = None) -> None:
     """Refuse, before anything is written, a storage that cannot be reached or that is another application's.
 
@@ -292,6 +375,7 @@ def open_storage(url: str, read_only: bool = False):
 
     resolved = resolve_storage_url(url)
     _log.info("opening the study storage %s%s", mask_url(resolved), " to read" if read_only else "")
+    check_schema(url)  # before Optuna adds a table to a database of another schema
     if not read_only:
         _make_sqlite_parent(resolved)
     try:
@@ -300,15 +384,34 @@ def open_storage(url: str, read_only: bool = False):
             return _storage_class()(resolved, engine_kwargs={"connect_args": connect_args(resolved)},
                                     heartbeat_interval=_HEARTBEAT_INTERVAL_S, grace_period=_GRACE_PERIOD_S,
                                     skip_table_creation=read_only)
+    except RuntimeError as err:  # Optuna's own refusal of another table schema, where `check_schema` could not tell
+        if "table schema" not in str(err):
+            raise
+        raise UsageError(f"--storage {mask_url(url)}: {redact(str(err))}") from None
     except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, ValueError, ImportError) as err:
+        full = _full_disk(resolved, err)
+        if full is not None:
+            raise full from None
         raise UsageError(f"--storage {mask_url(url)} is not a usable Optuna database: {root_cause_line(err, url)}") from None
+
+
+def _full_disk(url: str, err: BaseException) -> OutputWriteFailed | None:
+    """The full-disk error (exit 1, the space left) of an SQLite storage that could not be written for lack
+    of space, else None: the disk's failure, not a storage that is unusable."""
+    database = sqlite_database(url)
+    if database is None or ("disk is full" not in str(err) and free_bytes(Path(database)) != 0):
+        return None
+    return OutputWriteFailed(Path(database), describe_write_error(Path(database), OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
 
 
 def _make_sqlite_parent(url: str) -> None:
     """Create the directory of an SQLite URL's file (the file SQLite creates itself)."""
     database = sqlite_database(url)
     if database:
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise cannot_keep_own_files(Path(database).parent, err) from None
 
 
 @functools.lru_cache(maxsize=None)
@@ -435,7 +538,7 @@ def assignment_lock(storage, study_id: int) -> Iterator[None]:
     if database is None:
         yield
         return
-    with open(f"{database}.lock", "a") as handle:
+    with open_lock(f"{database}.lock") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shlex
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,14 +19,38 @@ from typing import Any
 
 import psutil
 
+from torchpace._version import __version__
 from torchpace.errors import UsageError
+from torchpace.redact import redact_words
 from torchpace.tune.attrs import (ATTR, STUDY_KIND, STUDY_SCHEMA_VERSION, PairRecord, StudyAttrs,  # noqa: F401
                                   TrialRecord)
 from torchpace.tune.guard import check_trial_guard, guard_cannot_judge
-from torchpace.tune.policy import COMPLETE, RETRY, RUNNING, Record
+from torchpace.tune.policy import COMPLETE, GREEDY_REVISION, RETRY, RUNNING, Record
 from torchpace.tune.storage import default_storage_url, open_storage  # noqa: F401  (where callers found them)
 
 _log = logging.getLogger(__name__)
+# a study's name is shown in tables and messages and typed again with --resume: longer is a slip (a path or a
+# command pasted); Optuna itself stores up to 512 characters
+MAX_STUDY_NAME = 200
+
+
+def check_study_name(name: str) -> str:
+    """`name` when it can name a study, else UsageError (exit 2) saying why: a name is at most `MAX_STUDY_NAME`
+    printable characters (no control or invisible character: it is shown in a terminal and names a log
+    folder), not only spaces, and not `.` or `..` (which name folders)."""
+    shown = repr(name if len(name) <= 60 else name[:60] + "...")
+    if not name.strip():
+        problem = "is empty"
+    elif len(name) > MAX_STUDY_NAME:
+        problem = f"is {len(name)} characters long"
+    elif not name.isprintable():
+        problem = f"holds a control or invisible character ({next(c for c in name if not c.isprintable())!r})"
+    elif name in (".", ".."):
+        problem = f"is {name!r}, which names a folder"
+    else:
+        return name
+    raise UsageError(f"--study {shown} {problem}; a study name is at most {MAX_STUDY_NAME} printable characters, not "
+                     "empty, and not '.' or '..' (e.g. --study resnet-bf16)")
 
 
 def study_metadata(workload: str, host, strategy: str, objective: str = "throughput",
@@ -33,20 +58,49 @@ def study_metadata(workload: str, host, strategy: str, objective: str = "through
                    **strategy_attrs: Any) -> StudyAttrs:
     """A new study's metadata, with what its strategy records of itself (`Strategy.study_attrs`: greedy's
     `paired` and `greedy_revision`, with which a study tuned before either is resumed and reported);
-    `defaults`: the workload's own knob defaults (`StudyAttrs.defaults`)."""
+    `defaults`: the workload's own knob defaults (`StudyAttrs.defaults`); the torchpace that made it."""
+    if command is not None:  # a study may live in a shared database: no secret of the command is stored
+        command = redact_words(command)
+        workload = shlex.join(command)
     return StudyAttrs(workload=workload, host_fingerprint=host.fingerprint(), host=host.summary(), strategy=strategy,
-                      objective=objective, command=command, defaults=dict(defaults or {}), **strategy_attrs)
+                      objective=objective, command=command, defaults=dict(defaults or {}),
+                      torchpace_version=__version__, **strategy_attrs)
+
+
+def check_stored_study(name: str, meta: StudyAttrs) -> None:
+    """UsageError (exit 2) when this torchpace cannot read a torchpace study as it was tuned: one written with
+    another study schema, or with a newer revision of the greedy policy than this torchpace knows (a newer
+    torchpace tuned it: resumed or reported here, it would be replayed under an older policy), or one whose
+    stored metadata is not what torchpace writes (`StudyAttrs.problem`: a host record that is not one, a
+    revision that is not a number). Both versions are named."""
+    made_by = f"torchpace {meta.torchpace_version}" if isinstance(meta.torchpace_version, str) else "another torchpace"
+    if meta.schema_version != STUDY_SCHEMA_VERSION:
+        raise UsageError(f"study {name!r} was written by {made_by} with torchpace study schema {meta.schema_version!r}, "
+                         f"and this torchpace {__version__} reads schema {STUDY_SCHEMA_VERSION}: open it with the "
+                         "torchpace that wrote it, or start a new --study")
+    problem = meta.problem()
+    if problem:
+        raise UsageError(f"study {name!r} holds metadata torchpace did not write ({problem}): it was changed or damaged "
+                         "outside torchpace; start a new --study (its trials are in the storage as they were)")
+    if meta.greedy_revision > GREEDY_REVISION:
+        raise UsageError(f"study {name!r} was tuned by {made_by} with revision {meta.greedy_revision} of the greedy "
+                         f"policy, and this torchpace {__version__} knows revisions up to {GREEDY_REVISION}: here it would "
+                         "be resumed and reported under an older policy; upgrade torchpace (pip install -U torchpace) "
+                         "to go on with it, or start a new --study")
 
 
 def check_study_metadata(name: str, meta: StudyAttrs | None, expected: StudyAttrs) -> None:
-    """UsageError when an existing study is not torchpace's, or was tuned elsewhere or on another workload."""
+    """UsageError when an existing study is not torchpace's, cannot be read by this torchpace
+    (`check_stored_study`), or was tuned elsewhere or on another workload."""
     if meta is None:
         raise UsageError(f"study {name!r} exists but is not a torchpace study; choose another --study name")
-    if meta.schema_version != STUDY_SCHEMA_VERSION:
-        raise UsageError(f"study {name!r} has torchpace study schema {meta.schema_version!r}; this torchpace reads {STUDY_SCHEMA_VERSION}")
+    check_stored_study(name, meta)
     for key, label in (("command", "command"), ("workload", "workload"), ("host_fingerprint", "host fingerprint"),
                        ("strategy", "strategy")):
-        if getattr(meta, key) != getattr(expected, key):
+        if key == "workload" and meta.command is not None and expected.command is not None:
+            continue  # a script's study is its command (compared above); its workload is how a version spelled it
+        stored = redact_words(meta.command) if key == "command" and meta.command is not None else getattr(meta, key)
+        if stored != getattr(expected, key):
             raise UsageError(f"study {name!r} was tuned with {label} {_shown(getattr(meta, key))}, not "
                              f"{_shown(getattr(expected, key))}: its measurements do not transfer; use a new --study name")
     if meta.objective != expected.objective:
@@ -55,8 +109,8 @@ def check_study_metadata(name: str, meta: StudyAttrs | None, expected: StudyAttr
 
 
 def _shown(value: Any) -> str:
-    """A metadata value in a message: a command as the user typed it, anything else as repr."""
-    return repr(" ".join(value)) if isinstance(value, (list, tuple)) else repr(value)
+    """A metadata value in a message: a command as a shell runs it (`shlex.join`, in backticks), anything else as repr."""
+    return f"`{shlex.join(value)}`" if isinstance(value, (list, tuple)) else repr(value)
 
 
 def stored_study(storage, name: str, meta: StudyAttrs, resume: bool) -> StudyAttrs | None:

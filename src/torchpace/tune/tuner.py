@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from torchpace.config import RunConfig, save_config
 from torchpace.errors import UsageError
-from torchpace.files import OutputWriteFailed
+from torchpace.files import OutputWriteFailed, own_folder
 from torchpace.knobs import REGISTRY
 from torchpace.launch.command import parse_python_command
 from torchpace.protocol import check_eval_batches
@@ -94,7 +94,7 @@ class Tuner:
         self.storage_url = options.storage or default_storage_url()
         # before the workload is built: a storage that cannot be used is refused with nothing started or written
         check_storage(self.storage_url, on_wait=lambda message: self.on_event("notice", message=message))
-        self.spec = " ".join(options.command) if options.command else options.workload or DEFAULT_WORKLOAD
+        self.spec = shlex.join(options.command) if options.command else options.workload or DEFAULT_WORKLOAD
         workload = self._target()
         self.is_inference = not workload.is_training
         check_objective(options.objective, workload.is_training, self.spec)
@@ -106,6 +106,8 @@ class Tuner:
         self.conflicts = make_conflicts(self.space)
         suffix = "-latency" if options.objective == "latency" else ""
         self.study_name = options.study or f"torchpace-{workload.name}{suffix}"
+        if options.command:  # the trials' log folder, before the study exists: one that cannot be made is refused first
+            own_folder(trial_log_path(self.study_name, 0).parent)
         self.budget = Budget(options.budget_s)
         with storage_failures(self.storage_url):
             self._open()

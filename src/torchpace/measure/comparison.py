@@ -1,5 +1,6 @@
 """A comparison of two configs, as frozen records (`build_comparison` in `torchpace.compare.run` fills
-them; `torchpace.compare.schema` is derived from them). JSON: `Comparison.to_dict`."""
+them; `torchpace.compare.schema` is derived from them). JSON: `Comparison.to_dict`. They live beside the
+bench's records so that every verb that shows a comparison (`compare`, `report`) reads the same ones."""
 
 from __future__ import annotations
 
