@@ -38,7 +38,7 @@ def test_shard_writes_verifies_and_reports(cli_run, folder, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["{empty}", "--out", "{tmp}/o"], "has no class sub-folders"),
     (["{folder}", "--out", "{folder}/class_0/o"], "inside the source folder"),
-    (["{folder}", "--out", "{tmp}/o", "--shard-size", "0"], "x>=1"),
+    (["{folder}", "--out", "{tmp}/o", "--shard-size", "0"], "1<=x<=1048576"),
 ])
 def test_shard_bad_input_exits_2(cli_run, folder, tmp_path, args, message):
     (tmp_path / "empty").mkdir()
