@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,18 @@ def test_the_plain_scripts_train_the_same_models_under_bench(cli_run, examples_c
     payload = _bench(cli_run, examples_cache, "--", "python", str(SCRIPTS / script), *args)
     assert payload["steps_per_s"] > 0 and payload["samples_per_s"] > 0
     assert payload["batch_size"] == int(args[3])  # the script's own batches, counted by the hook
+
+
+def test_the_image_folders_writers_end_quietly_under_a_commands_stop_policy(tmp_path):
+    # the pool ends its workers with SIGTERM; a forked copy of the command's stop policy must not turn that
+    # into a worker's traceback on the user's terminal (seen under `bench inference` with a bad --set)
+    code = ("import sys, pathlib\n"
+            "from torchpace.stop_policy import stop_signals_raise\n"
+            "from torchpace.examples.vision import write_jpeg_folder\n"
+            "with stop_signals_raise():\n"
+            "    for n in range(3):\n"
+            "        write_jpeg_folder(pathlib.Path(sys.argv[1]) / str(n), classes=4, per_class=2, sides=(16, 16))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Terminated" not in done.stderr, done.stderr
+    assert len(list((tmp_path / "2").glob("class_*/*.jpg"))) == 8

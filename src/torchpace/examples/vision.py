@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -75,7 +76,9 @@ def write_jpeg_folder(root: Path, classes: int = N_CLASSES, per_class: int = IMA
     jobs = [(tmp / f"class_{label:0{digits}d}", label, classes, per_class, sides) for label in range(classes)]
     processes = min(len(jobs), len(os.sched_getaffinity(0)))
     if processes > 1:
-        with multiprocessing.get_context("fork").Pool(processes) as pool:  # numpy + Pillow only: fork is safe
+        # numpy + Pillow only: fork is safe; each worker dies quietly of the SIGTERM the pool ends it with (a
+        # forked copy of a command's stop policy would raise it there, and print a worker's traceback)
+        with multiprocessing.get_context("fork").Pool(processes, initializer=_default_stop_signals) as pool:
             pool.starmap(_write_class, jobs)
     else:
         for job in jobs:
@@ -86,6 +89,12 @@ def write_jpeg_folder(root: Path, classes: int = N_CLASSES, per_class: int = IMA
     except OSError:  # another process finished first: keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
     return root
+
+
+def _default_stop_signals() -> None:
+    """In a worker of the pool that writes the images: the stop signals do what they do by default."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _write_class(folder: Path, label: int, classes: int, per_class: int, sides: tuple[int, int]) -> None:
