@@ -4,6 +4,7 @@ bench. Each rank writes what it saw to OUT/rank{R}.json (gradients as full tenso
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -44,8 +45,10 @@ def main(out: Path) -> None:
     report["local_peak_bytes"] = read_peak_memory(torch.device("cpu"))[0]
     report["still_initialized"] = torch.distributed.is_initialized()  # prepare() must not leave a group it joined
     (out / f"rank{rank}.json").write_text(json.dumps(report))
-    torch.distributed.barrier()  # leave together: a gloo rank whose peer tore down first can abort
-    torch.distributed.destroy_process_group()
+    torch.distributed.barrier()  # leave together, and at once, as a trial's rank does (`trial.__main__.end_rank`):
+    sys.stdout.flush()  # tearing gloo down at exit, even after destroy_process_group(), aborted a rank now
+    sys.stderr.flush()  # and then ("terminate called without an active exception") after both had written
+    os._exit(0)
 
 
 if __name__ == "__main__":
