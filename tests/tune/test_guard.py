@@ -67,6 +67,25 @@ def test_the_baseline_guard_drops_the_curve_when_it_cannot_judge():
     assert baseline_guard([_trial("baseline", falling, status="crash")]).guard_losses == ()  # no finished baseline
 
 
+def test_a_greedy_study_tuned_before_revision_6_keeps_the_guard_rule_it_was_tuned_with():
+    from torchpace.tune.policy import GREEDY_REVISION, guard_scatter
+    from torchpace.tune.study import baseline_guard
+
+    # a small batch's scattered curve (about 0.1 +- 0.2 in its second half) and another draw of it 0.12 higher
+    scattered = [2.3, 2.1, 1.9, 1.6, 1.4, 1.2, 1.0, 0.8, 0.7, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3,
+                 0.1, 0.5, 0.05, 0.3, 0.1, 0.6, 0.05, 0.2, 0.4, 0.05, 0.1, 0.5, 0.1, 0.05, 0.3]
+    other_draw = [v + 0.12 for v in scattered]
+    trials = [_trial("baseline", scattered), _trial("cand:data.num_workers=2", other_draw)]
+
+    def verdict(revision: int):
+        base = baseline_guard(trials, guard_scatter(True, revision))
+        return check_trial_guard(base, trials[1], base.scatter)
+
+    assert GREEDY_REVISION >= 6 and verdict(GREEDY_REVISION).ok  # within the curve's own scatter
+    assert not verdict(5).ok and "tolerance 10%)" in verdict(5).reason  # 10% and 0.05 absolute
+    assert not guard_scatter(False, 6)  # a study tuned before paired comparisons
+
+
 @pytest.mark.parametrize("steps", ["-1", "1001", "1000000000000"])
 def test_guard_steps_are_from_0_to_the_most_a_trial_runs_before_anything_starts(capsys, tmp_path, monkeypatch, host,
                                                                                  steps):

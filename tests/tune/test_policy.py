@@ -3,6 +3,8 @@ recorded trial tables (pure: no timing, no processes): such a study is still res
 The paired policy of every new study is tested in test_policy_paired.py."""
 
 import functools
+import math
+import random
 
 from torchpace.tune import policy
 from torchpace.tune.guard import check_guard, smooth
@@ -128,6 +130,29 @@ def test_guard_accepts_small_wobble_and_rejects_divergence():
     assert not verdict.ok and "vs baseline" in verdict.reason
     assert not check_guard(base, base[:-1] + [float("nan")]).ok
     assert smooth([1.0, 0.0]) == [1.0, 0.7]
+
+
+def _noisy_curve(seed: int, trend) -> list[float]:
+    """30 per-step losses about `trend(step)`, scattered as a small batch's are (sd 0.15, never under 0.01)."""
+    draw = random.Random(seed)
+    return [max(0.01, trend(i) + draw.gauss(0, 0.15)) for i in range(30)]
+
+
+def test_guard_takes_a_scattered_curves_own_noise_as_its_tolerance():
+    # a knob that only draws other random numbers (loader workers seed augmentations per worker) gives the same
+    # curve with other scatter: passed, where a 10% / 0.05 rule on a loss near 0.1 failed it
+    falling = lambda i: 2.3 * math.exp(-i / 6)  # noqa: E731
+    for seed in range(1, 21):
+        verdict = check_guard(_noisy_curve(0, falling), _noisy_curve(seed, falling))
+        assert verdict.ok, (seed, verdict.reason)
+    # the same scatter with real divergence fails: a loss that climbs back, or one that stops falling
+    climbs = lambda i: falling(i) if i < 15 else 0.15 * (i - 14)  # noqa: E731
+    stalls = lambda i: max(falling(i), 0.9)  # noqa: E731
+    for trend in (climbs, stalls):
+        verdict = check_guard(_noisy_curve(0, falling), _noisy_curve(1, trend))
+        assert not verdict.ok and "absolute, the baseline's own step-to-step scatter" in verdict.reason
+    # a smooth baseline keeps the 0.05 floor: no scatter widens it
+    assert "absolute" not in check_guard([2.0 - 0.05 * i for i in range(30)], [2.0] * 30).reason
 
 
 def test_profile_verdict_of_the_baseline_orders_the_stages():

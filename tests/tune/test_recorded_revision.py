@@ -47,7 +47,7 @@ def test_the_current_revision_decides_the_same_records_otherwise(recorded):
 
     trials = optuna.load_study(study_name=name, storage=f"sqlite:///{db}").get_trials(deepcopy=False)
     space, records = rebuild_space(load_report_data(str(db)).tune.trials), build_records(trials)
-    assert GREEDY_REVISION == 5
+    assert GREEDY_REVISION == 6  # revision 6 changed the guard only: this study's tabular curves are smooth
     tuned = plan_greedy(space, records, revision=4)
     assert_decided_as_printed(tuned.decisions)
     assert tuned.done

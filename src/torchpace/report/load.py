@@ -275,8 +275,11 @@ def build_stored_outcome(study, name: str, url: str, meta: StudyAttrs) -> TuneOu
     `stopped` says whether that replay finds the search complete.
     """
     rows = trial_rows(study, meta.objective)
+    strategy = make_strategy(meta.strategy, rebuild_space(rows, meta.defaults), stored=meta)
+    if not strategy.guard_scatter:  # a greedy study tuned before revision 6: its guard's verdicts by the rule then
+        rows = trial_rows(study, meta.objective, scatter=False)
     base = next((r for r in rows if r.slot == "baseline" and r.status == "ok"), None)
-    state = make_strategy(meta.strategy, rebuild_space(rows, meta.defaults), stored=meta).replay(study.get_trials(deepcopy=False))
+    state = strategy.replay(study.get_trials(deepcopy=False))
     stopped = "stored"  # a search that decides nothing step by step
     if state is not None:
         stopped = "done" if state.done else ("baseline failed" if state.failed_baseline else "unfinished")

@@ -7,17 +7,24 @@ The measuring side, which runs those steps in the trial process, is `torchpace.t
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from torchpace.errors import UsageError, whole_number_in
 
-# The guard's defaults: a candidate's smoothed loss may sit at most 10% (and 0.05 absolute) above the
-# baseline's over the second half of the guard steps; bf16 and reordered reductions move curves a
+# The guard's defaults: a candidate's smoothed loss may sit at most 10% (and 0.05 absolute, or its own noise
+# where it is wider) above the baseline's over the second half of the guard steps; bf16 and reordered reductions move curves a
 # few percent, real divergence moves them far more.
 GUARD_REL_TOLERANCE = 0.10
 GUARD_ABS_TOLERANCE = 0.05
 _EMA_ALPHA = 0.3  # smoothing of per-step losses before comparing curves
+# A curve whose per-step losses scatter (small batches, augmentation) moves its smoothed loss by chance: a knob
+# that only draws other random numbers (loader workers seed their augmentations per worker) moves it as much.
+# The absolute tolerance is at least this many standard deviations of the difference of two smoothed curves
+# with the baseline's step-to-step scatter (`_scatter`), so a curve is failed for departing more than its own
+# noise does; real divergence (a loss that climbs back or explodes) departs by far more.
+_NOISE_SIGMAS = 3.0
 GUARD_METRIC_TOLERANCE = 0.02  # evaluate() may drop at most 2% (relative) below the baseline's
 # The most guard steps a trial runs (`tune --guard-steps`): a curve of a thousand steps is plenty to compare,
 # and every trial runs them before it is measured, within its time limit.
@@ -48,13 +55,14 @@ def smooth(values: list[float], alpha: float = _EMA_ALPHA) -> list[float]:
     return out
 
 
-def check_trial_guard(baseline: Any, candidate: Any) -> GuardVerdict | None:
+def check_trial_guard(baseline: Any, candidate: Any, scatter: bool = True) -> GuardVerdict | None:
     """The guard verdict of a candidate trial against the baseline's (each with `guard_losses` and
-    `guard_metric`, e.g. a `TrialRecord`), or None when there is nothing to compare (no guard steps recorded)."""
+    `guard_metric`, e.g. a `TrialRecord`), or None when there is nothing to compare (no guard steps recorded).
+    `scatter`: `check_guard`'s (False for a study tuned before it, `tune.policy.guard_scatter`)."""
     base_losses, losses = list(baseline.guard_losses), list(candidate.guard_losses)
     if not base_losses or not losses:
         return None
-    verdict = check_guard(base_losses, losses)
+    verdict = check_guard(base_losses, losses, scatter=scatter)
     base_metric, metric = baseline.guard_metric, candidate.guard_metric
     if verdict.ok and base_metric is not None and metric is not None:
         drop = (base_metric - metric) / max(abs(base_metric), 1e-12)
@@ -65,13 +73,15 @@ def check_trial_guard(baseline: Any, candidate: Any) -> GuardVerdict | None:
 
 
 def check_guard(baseline: list[float], candidate: list[float], rel_tol: float = GUARD_REL_TOLERANCE,
-                abs_tol: float = GUARD_ABS_TOLERANCE) -> GuardVerdict:
+                abs_tol: float = GUARD_ABS_TOLERANCE, scatter: bool = True) -> GuardVerdict:
     """Compare a candidate's loss curve with the baseline's over the same seeded steps.
 
     Fails when a loss is NaN/Inf, or when the candidate's smoothed loss sits above the baseline's by
-    more than `rel_tol` (relative) and `abs_tol` (absolute) anywhere in the second half. Lower loss
-    is never a failure. A short guard shows the early curve only: it catches divergence and broken
-    numerics, not a slightly worse final accuracy after many epochs.
+    more than `rel_tol` (relative) and the absolute tolerance anywhere in the second half: `abs_tol`, or
+    `_NOISE_SIGMAS` standard deviations of two smoothed curves' difference where the baseline's per-step
+    losses scatter more (`_scatter`). Lower loss is never a failure. A short guard shows the early curve
+    only: it catches divergence and broken numerics, not a slightly worse final accuracy after many epochs.
+    `scatter=False` keeps `abs_tol` alone, the rule a study tuned before the scatter came was tuned with.
     """
     if not all(math.isfinite(v) for v in candidate):
         return GuardVerdict(False, "loss became NaN/Inf", math.inf)
@@ -79,16 +89,29 @@ def check_guard(baseline: list[float], candidate: list[float], rel_tol: float = 
     if n == 0:
         return GuardVerdict(True, "no guard steps to compare", 0.0)
     base, cand = smooth(baseline[:n]), smooth(candidate[:n])
+    noise = _NOISE_SIGMAS * _scatter(baseline[n // 2:n]) * math.sqrt(2 * _EMA_ALPHA / (2 - _EMA_ALPHA)) if scatter else 0.0
+    tolerance = f"tolerance {rel_tol:.0%}" if noise <= abs_tol else \
+        f"tolerance {rel_tol:.0%} and {noise:.3g} absolute, the baseline's own step-to-step scatter"
     worst = 0.0
     for b, c in zip(base[n // 2:], cand[n // 2:]):
         rel = (c - b) / max(abs(b), 1e-12)
-        if rel > rel_tol and c - b > abs_tol:
-            return GuardVerdict(False, f"smoothed loss {c:.4g} vs baseline {b:.4g} ({rel:+.1%}, tolerance {rel_tol:.0%})", rel)
+        if rel > rel_tol and c - b > max(abs_tol, noise):
+            return GuardVerdict(False, f"smoothed loss {c:.4g} vs baseline {b:.4g} ({rel:+.1%}, {tolerance})", rel)
         worst = max(worst, rel)
-    return GuardVerdict(True, f"within tolerance (worst {worst:+.1%} vs baseline)", worst)
+    return GuardVerdict(True, f"within tolerance (worst {worst:+.1%} vs baseline; {tolerance})", worst)
 
 
-def guard_cannot_judge(first: Any, again: Any) -> str | None:
+def _scatter(losses: list[float]) -> float:
+    """The standard deviation of one step's loss about the curve's trend, from successive differences (a
+    slow trend cancels in them): the sample standard deviation of the differences over sqrt(2); 0 for
+    fewer than three losses."""
+    if len(losses) < 3:
+        return 0.0
+    diffs = [b - a for a, b in zip(losses, losses[1:])]
+    return statistics.stdev(diffs) / math.sqrt(2)
+
+
+def guard_cannot_judge(first: Any, again: Any, scatter: bool = True) -> str | None:
     """Why the guard cannot judge this workload, or None: two runs of the *baseline* (the `baseline`
     trial and the defaults' second run, each with `guard_losses`) already depart from each other by the
     guard's own rule.
@@ -100,7 +123,7 @@ def guard_cannot_judge(first: Any, again: Any) -> str | None:
     a, b = list(first.guard_losses), list(again.guard_losses)
     if not a or not b:
         return None
-    worst = max((check_guard(a, b), check_guard(b, a)), key=lambda v: (not v.ok, v.max_rel_departure))
+    worst = max((check_guard(a, b, scatter=scatter), check_guard(b, a, scatter=scatter)), key=lambda v: (not v.ok, v.max_rel_departure))
     if worst.ok:
         return None
     return (f"two runs of the baseline already depart from each other ({worst.reason}): its own randomness "

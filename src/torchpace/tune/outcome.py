@@ -129,7 +129,7 @@ class TrialRow:
                                      "this was written")
         if record.slot == "baseline" and baseline.cannot_judge:
             row = replace(row, guard_cannot_judge=baseline.cannot_judge)
-        verdict = check_trial_guard(baseline, record) if status == "ok" else None
+        verdict = check_trial_guard(baseline, record, baseline.scatter) if status == "ok" else None
         if verdict is not None:
             row = replace(row, guard="pass" if verdict.ok else "fail", guard_reason=verdict.reason)
         if record.accuracy:  # inference: the accuracy guard's verdict
@@ -302,10 +302,11 @@ class StudyMeta:
     command: tuple[str, ...] | None = None
 
 
-def trial_rows(study, objective: str = THROUGHPUT) -> list[TrialRow]:
-    """One row per torchpace trial of an Optuna study: slot, config, status, figures, guard verdict, error."""
+def trial_rows(study, objective: str = THROUGHPUT, scatter: bool = True) -> list[TrialRow]:
+    """One row per torchpace trial of an Optuna study: slot, config, status, figures, guard verdict (by the
+    study's rule, `scatter`: `policy.guard_scatter`), error."""
     records = trial_records(study.get_trials(deepcopy=False))
-    base = baseline_guard(records)
+    base = baseline_guard(records, scatter)
     return [TrialRow.from_record(r, base, objective) for r in records]
 
 

@@ -22,7 +22,7 @@ from optuna.samplers import BaseSampler
 
 from torchpace.tune.attrs import Assignment, TrialRecord
 from torchpace.tune.handle import StudyHandle
-from torchpace.tune.policy import GREEDY_REVISION, GreedyState, Proposal, plan_greedy
+from torchpace.tune.policy import GREEDY_REVISION, GreedyState, Proposal, guard_scatter, plan_greedy
 from torchpace.tune.space import KnobSpace
 from torchpace.tune.study import build_records
 
@@ -53,7 +53,7 @@ class GreedySampler(BaseSampler):
     def plan(self, trials: list) -> GreedyState:
         """Replay `trials` (the study's, as Optuna's `FrozenTrial`s) into the policy's state; when the budget is
         short of the next candidate's comparison and the final one, the final one is next."""
-        records = build_records(trials)
+        records = build_records(trials, guard_scatter(self.paired, self.revision))
         state = plan_greedy(self.space, records, self.conflicts, paired=self.paired, revision=self.revision)
         if self.paired and state.next is not None and state.next.kind == "candidate" and self.budget_short(state.next, trials):
             state = plan_greedy(self.space, records, self.conflicts, paired=True, revision=self.revision, finish=True)

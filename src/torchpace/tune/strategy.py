@@ -23,7 +23,7 @@ from typing import Any, Callable
 from torchpace.errors import UsageError
 from torchpace.tune.attrs import ATTR, Assignment, StudyAttrs, TrialRecord
 from torchpace.tune.handle import StudyHandle
-from torchpace.tune.policy import GREEDY_REVISION, GreedyState, Proposal
+from torchpace.tune.policy import GREEDY_REVISION, GreedyState, Proposal, guard_scatter
 from torchpace.tune.space import KnobSpace
 from torchpace.tune.study import fail_stale_trials
 
@@ -42,12 +42,15 @@ class Strategy:
         study_attrs: what a new study of it records besides its name (`StudyAttrs` fields).
         keeps_final_time: the budget keeps the time of a final comparison with the defaults back from the
             candidates compared after a config was kept (`TrialExecutor.keep_final_time`).
+        guard_scatter: the convergence guard's absolute tolerance widens to the baseline curve's own scatter
+            (`tune.guard.check_guard`): in every study but a greedy one tuned before revision 6.
     """
 
     name: str = ""
     space: list[KnobSpace]
     study_attrs: Mapping[str, Any] = {}
     keeps_final_time: bool = False  # the executor keeps the final comparison's time back from candidates
+    guard_scatter: bool = True
 
     @property
     def sampler(self):
@@ -96,6 +99,7 @@ class GreedyStrategy(Strategy):
         paired, revision = (stored.paired, stored.greedy_revision) if stored is not None else (True, GREEDY_REVISION)
         self.space, self.handle = space, handle
         self.keeps_final_time = paired and revision >= 5  # since revision 5; a study tuned before goes on as it was
+        self.guard_scatter = guard_scatter(paired, revision)
         self._sampler = GreedySampler(space, conflicts, handle, paired=paired, revision=revision,
                                       budget_short=budget_short)
 

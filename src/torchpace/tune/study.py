@@ -221,9 +221,10 @@ class BaselineGuard:
     guard_losses: tuple[float, ...] = ()
     guard_metric: float | None = None
     cannot_judge: str | None = None
+    scatter: bool = True  # the guard's rule (`check_guard`'s `scatter`): the study's, `policy.guard_scatter`
 
 
-def baseline_guard(records: Iterable[TrialRecord]) -> BaselineGuard:
+def baseline_guard(records: Iterable[TrialRecord], scatter: bool = True) -> BaselineGuard:
     """The guard's reference curve from the study's finished baseline trial.
 
     When the two baseline runs depart from each other by the guard's own rule, the guard cannot judge
@@ -235,22 +236,25 @@ def baseline_guard(records: Iterable[TrialRecord]) -> BaselineGuard:
     # the defaults run again: the A/A comparison's (paired studies), or the second baseline (studies tuned before)
     again = next((r for r in records if r.slot in ("noise", "baseline#2") and r.status == "ok"), None)
     if first is None:
-        return BaselineGuard()
-    why = guard_cannot_judge(first, again) if again is not None else None
-    return BaselineGuard(cannot_judge=why) if why else BaselineGuard(first.guard_losses, first.guard_metric)
+        return BaselineGuard(scatter=scatter)
+    why = guard_cannot_judge(first, again, scatter) if again is not None else None
+    if why:
+        return BaselineGuard(cannot_judge=why, scatter=scatter)
+    return BaselineGuard(first.guard_losses, first.guard_metric, scatter=scatter)
 
 
 _NO_VERDICT = ("budget", "lost", "interrupted", "partner")  # cut by the budget, its tuner died or was stopped, its partner failed
 
 
-def build_records(trials: Iterable[Any]) -> list[Record]:
-    """Policy records from Optuna trials, with the guard checked against the baseline's curve."""
+def build_records(trials: Iterable[Any], scatter: bool = True) -> list[Record]:
+    """Policy records from Optuna trials, with the guard checked against the baseline's curve by the study's
+    rule (`scatter`: `policy.guard_scatter`)."""
     # lazy: optuna (hundreds of ms) loads only when a study is opened
     import optuna
 
     waiting = (optuna.trial.TrialState.PRUNED.name, optuna.trial.TrialState.WAITING.name)
     records = [r for r in trial_records(trials) if r.state not in waiting]
-    baseline = baseline_guard(records)
+    baseline = baseline_guard(records, scatter)
     return [_record(r, baseline) for r in records]
 
 
@@ -264,7 +268,7 @@ def record_status(record: TrialRecord) -> str:
 def _record(trial: TrialRecord, baseline: BaselineGuard) -> Record:
     status = record_status(trial)
     state = {"running": RUNNING}.get(status, RETRY if status in _NO_VERDICT else COMPLETE)
-    verdict = check_trial_guard(baseline, trial) if status == "ok" else None
+    verdict = check_trial_guard(baseline, trial, baseline.scatter) if status == "ok" else None
     bench, pair = trial.bench, trial.pair
     figure, ci_rel = trial.ranked_figure()
     return Record(trial.slot, dict(trial.assignment.config), state, status, figure, ci_rel, verdict.ok if verdict else None,

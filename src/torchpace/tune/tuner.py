@@ -263,7 +263,8 @@ class Tuner:
     # ---- the outcome ----------------------------------------------------------------------------
     def _finish(self, stopped: str) -> TuneOutcome:
         state = self.strategy.replay(self._trials())
-        outcome = build_outcome(trial_rows(self.study, self.options.objective), state, self._study_meta(), stopped)
+        rows = trial_rows(self.study, self.options.objective, self.strategy.guard_scatter)
+        outcome = build_outcome(rows, state, self._study_meta(), stopped)
         _log.info("tune stopped (%s); best config: %s", stopped,
                   "none" if outcome.best is None else dict(outcome.best_config) or "the defaults")
         if outcome.best is not None:
