@@ -125,9 +125,10 @@ def test_toml_json_and_report_show_the_same_figures_by_one_stated_definition(stu
         else:  # nothing kept: the defaults are the tuned config
             assert outcome["speedup"] == 1.0 and outcome["best_config"] == {}
         judged = [d for d in outcome["extras"]["decisions"] if d["ratio"] is not None]
-        # TOML keeps a float's repr: the same numbers, not close ones
-        assert judged and [(d["knob"], d["ratio"], d["ratio_ci_low"], d["ratio_ci_high"], d["rounds"]) for d in judged] == \
-            [(d["knob"], d["ratio"], d["ratio_ci_low"], d["ratio_ci_high"], d["rounds"]) for d in toml["decisions"]]
+        # TOML keeps a float's repr: the same numbers, not close ones; every decision, judged on a ratio or not
+        assert judged and [(d["knob"], d["ratio"], d["ratio_ci_low"], d["ratio_ci_high"], d["reason"])
+                           for d in outcome["extras"]["decisions"]] == \
+            [(d["knob"], d.get("ratio"), d.get("ratio_ci_low"), d.get("ratio_ci_high"), d["reason"]) for d in toml["decisions"]]
         assert all(d["ratio_ci_low"] <= d["ratio"] <= d["ratio_ci_high"] for d in judged)
     html = study_report.read_text()
     # each figure with the digits its CI supports, by the one rule the terminal follows too

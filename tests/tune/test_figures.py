@@ -50,6 +50,21 @@ def test_the_speedup_is_the_ratio_of_the_two_figures_shown_and_the_toml_holds_th
     assert "other_load_cores" not in table  # no trial recorded it: nothing to say (and TOML has no null)
 
 
+def test_the_toml_lists_every_decision_those_no_comparison_judged_too():
+    from torchpace.tune.figures import ReportedDecision
+    from torchpace.tune.policy import Decision
+
+    baseline, best = _pooled_row(ROWS[0], ROWS), _pooled_row(ROWS[2], ROWS)
+    kept = Decision("data", "data.num_workers", 2, 96.0, 151.0, 0.01, "accepted: 1.57x", value=2, ratio=1.57,
+                    ratio_ci_low=1.5, ratio_ci_high=1.6, rounds=6)
+    guard = Decision("compute", "model.channels_last", None, None, None, 0.01,
+                     "rejected: every value failed the convergence guard")
+    table = result_table(outcome(baseline, best, 1.57, decisions=(ReportedDecision(kept), ReportedDecision(guard))))
+    assert [d["knob"] for d in table["decisions"]] == ["data.num_workers", "model.channels_last"]
+    assert table["decisions"][1] == {"knob": "model.channels_last", "kept": False, "rounds": 0,
+                                     "reason": "rejected: every value failed the convergence guard"}  # TOML has no null
+
+
 def test_a_study_measured_in_steps_per_s_names_its_figures_so_in_the_toml_and_the_json():
     steps = [row({}, [7.8, 8.0, 8.1], unit="steps/s"), row({"data.num_workers": 2}, [9.9, 10.0, 10.2], unit="steps/s")]
     baseline, best = _pooled_row(steps[0], steps), _pooled_row(steps[1], steps)

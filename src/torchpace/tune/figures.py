@@ -365,7 +365,8 @@ def result_table(outcome: Any) -> dict[str, Any]:
         table.update({k: v for k, v in speedup_figure.to_dict().items() if k not in ("speedup", "load_note")})
         if speedup_figure.source == SPEEDUP_FROM_FINAL:
             table["final_other_load_note"] = speedup_figure.load_note
-    table["decisions"] = [_drop_none(d.row()) for d in outcome.decisions if d.decision.ratio is not None]
+    # every decision, those without a comparison's ratio too (every value failed the guard, or none could run)
+    table["decisions"] = [_drop_none(d.row()) for d in outcome.decisions]
     return {key: value for key, value in table.items() if value not in (None, [])}  # TOML has no null
 
 
