@@ -102,6 +102,13 @@ def test_the_budget_is_short_when_it_would_not_hold_the_next_comparison_and_the_
     tuner.budget.deadline = time.monotonic() + 20.0
     assert not tuner.budget.short_of(candidate, trials)
     assert tuner.budget.short_of(replace(candidate, time_factor=2.0), trials)  # a stretched comparison: 20 s < 2 x 8.6 + 7.3
+    # the study's first compile: no comparison of it has compiled, so its compile is counted on top
+    compiles = Proposal("pair:compile.mode=default", "candidate", {"compile.mode": "default"}, reference={})
+    assert tuner.budget.short_of(compiles, trials)  # 20 s < 8.6 + 120 + 7.3
+    tuner.budget.deadline = time.monotonic() + 140.0
+    assert not tuner.budget.short_of(compiles, trials)
+    tuner.budget.deadline = time.monotonic() + 130.0  # an arm B that leaves compile (reference compiled) compiles too
+    assert tuner.budget.short_of(replace(compiles, config={}, reference={"compile.mode": "default"}), trials)
     # a second comparison of a candidate takes as long as its first one did (7.2 s for one worker, 8.4 s for two)
     tuner.budget.deadline = time.monotonic() + 23.0
     again = Proposal("confirm-pair:data.num_workers=1", "candidate", {}, time_factor=2.0)

@@ -50,6 +50,9 @@ _BASELINE_BUDGET_SHARE = 0.25
 _FITTED_CAP_FACTOR = 2.0  # once the baseline ran, a trial may take this many times its wall time
 _STORED_STDERR_CHARS = 1500
 _RECENT_STEP_TIMES = 3  # a short script's trials are sized at the median step time of the latest three measurements
+# what the budget counts for a study's first compile, before any comparison that compiled has shown its time: a
+# first compile took 189 s (resnet small) and 102 s (gpt small) on a 2-core CPU, 13 s from the warm cache after it
+_FIRST_COMPILE_S = 120.0
 
 
 class Budget:
@@ -81,13 +84,18 @@ class Budget:
         kind took: a candidate's, the median of the candidates' (a second comparison of a candidate, the
         first one's: the same two configs, the same kind of comparison, which may be separate runs under
         torchrun), times the proposal's time factor (a stretched second comparison); the final one, the
-        median of the A/A and final comparisons', which like it run to their CI target or the trial time.
+        median of the A/A and final comparisons', which like it run to their CI target or the trial time. A
+        proposal that compiles takes as long as the study's comparisons that compiled, or, before one has, a
+        candidate's time and `_FIRST_COMPILE_S` (its compile is not in the eager comparisons' walls).
         False until a comparison has finished."""
         walls = comparison_walls(trials)
         if not walls["candidate"] and not walls["whole"]:
             return False
         first_s = walls["first"].get(proposal.slot.removeprefix("confirm-")) if proposal.slot.startswith("confirm-") else None
-        candidate_s = (first_s or statistics.median(walls["candidate"] or walls["whole"])) * (proposal.time_factor or 1)
+        typical_s = statistics.median(walls["candidate"] or walls["whole"])
+        if compile_allowance_s({**(proposal.reference or {}), **proposal.config}):
+            typical_s = statistics.median(walls["compiled"]) if walls["compiled"] else typical_s + _FIRST_COMPILE_S
+        candidate_s = (first_s or typical_s) * (proposal.time_factor or 1)
         final_s = statistics.median(walls["whole"] or walls["candidate"])
         return self.left_s() < candidate_s + final_s
 
@@ -99,12 +107,15 @@ class Budget:
 
 def comparison_walls(trials: list) -> dict[str, Any]:
     """The wall times of the study's comparisons that ended ok: `candidate` (a candidate's), `whole` (the A/A and
-    final comparisons', run to their CI target or the trial time), `first` (each candidate's by slot)."""
-    walls: dict[str, Any] = {"candidate": [], "whole": [], "first": {}}
+    final comparisons', run to their CI target or the trial time), `first` (each candidate's by slot), `compiled`
+    (those in which an arm compiled, of any kind)."""
+    walls: dict[str, Any] = {"candidate": [], "whole": [], "first": {}, "compiled": []}
     for record in trial_records(trials):
         if record.status == "ok" and record.pair is not None and record.pair.wall_time_s:
             walls["candidate" if record.assignment.kind == "candidate" else "whole"].append(record.pair.wall_time_s)
             walls["first"][record.slot] = record.pair.wall_time_s
+            if _compile_allowance_s(record.assignment):
+                walls["compiled"].append(record.pair.wall_time_s)
     return walls
 
 
