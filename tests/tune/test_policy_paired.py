@@ -128,6 +128,16 @@ def test_failures_are_not_judged_guard_failures_are_rejected():
     assert state.done and state.incumbent == {}
 
 
+
+def test_a_knob_that_does_not_apply_to_the_model_says_why_in_its_decision():
+    why = "model.channels_last: GPT has no 2-D convolution: channels_last only changes the layout of 4-D convolutions"
+    space = [KnobSpace("compute", "model.channels_last", False, (False, True))]
+    table = [base(), aa(), Record("pair:model.channels_last=True", {"model.channels_last": True}, status="invalid",
+                                  reference={}, error=why)]
+    (layout,) = play(table, space).decisions
+    assert not layout.judged and layout.reason == f"not judged: no value could be compared (invalid): {why}"
+
+
 def test_a_comparison_cut_by_the_budget_or_its_partner_is_run_again():
     cut = Record("pair:precision.amp=bf16", BF16, state=RETRY, status="budget", reference={})
     assert play([base(), aa(), cut], SPACE[1:]).next.slot == "pair:precision.amp=bf16"

@@ -166,6 +166,7 @@ class Record:
     usable_cores: int | None = None
     script_settings: dict = field(default_factory=dict)
     ended: bool = False
+    error: str = ""  # a trial that failed: why, its first line (e.g. why a knob does not apply to the model)
 
     @property
     def usable(self) -> bool:
@@ -656,6 +657,9 @@ def _not_judged(knob: KnobSpace, records: list[Record]) -> Decision:
         statuses = ", ".join(sorted({r.status if r.status != "ok" else "guard" if r.guard_ok is False else "no round"
                                      for r in records}))
         reason, judged = f"not judged: no value could be compared ({statuses})", False
+        whys = {r.error for r in records if r.status == "invalid" and r.error}
+        if len(whys) == 1 and len(records) == sum(r.status == "invalid" for r in records):  # e.g. it does not apply
+            reason += f": {whys.pop()}"
     return Decision(knob.stage, knob.name, None, None, None, _NOISE_FLOOR, reason, judged=judged)
 
 

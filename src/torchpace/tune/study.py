@@ -275,6 +275,7 @@ def _record(trial: TrialRecord, baseline: BaselineGuard) -> Record:
                   bench.input_bound_frac if bench else None, trial.verdict,
                   bench.throughput.warmup_converged if bench else None, bench.throughput.windows if bench else None,
                   script_settings=dict(bench.script.script_settings or {}) if bench and bench.script else {},
+                  error=trial.error.strip().splitlines()[0] if trial.error.strip() and status != "ok" else "",
                   **_pair_fields(trial.assignment.reference, pair))
 
 
