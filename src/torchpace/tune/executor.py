@@ -93,7 +93,7 @@ class Budget:
             return False
         first_s = walls["first"].get(proposal.slot.removeprefix("confirm-")) if proposal.slot.startswith("confirm-") else None
         typical_s = statistics.median(walls["candidate"] or walls["whole"])
-        if compile_allowance_s({**(proposal.reference or {}), **proposal.config}):
+        if _compile_allowance_s(proposal):
             typical_s = statistics.median(walls["compiled"]) if walls["compiled"] else typical_s + _FIRST_COMPILE_S
         candidate_s = (first_s or typical_s) * (proposal.time_factor or 1)
         final_s = statistics.median(walls["whole"] or walls["candidate"])
@@ -402,7 +402,8 @@ class TrialExecutor:
 
 
 def _compile_allowance_s(assignment) -> float:
-    """The compile allowance of `assignment`'s trials (both arms of a comparison: the longer one): what its
+    """The compile allowance of `assignment`'s trials (an `Assignment` or a policy `Proposal`; both arms of a
+    comparison: the longer one): what its
     specs carry to the script's stall watchdog and what its caps add."""
     return compile_allowance_s({**(assignment.reference or {}), **assignment.config})
 
