@@ -403,8 +403,7 @@ class TrialExecutor:
 
 def _compile_allowance_s(assignment) -> float:
     """The compile allowance of `assignment`'s trials (an `Assignment` or a policy `Proposal`; both arms of a
-    comparison: the longer one): what its
-    specs carry to the script's stall watchdog and what its caps add."""
+    comparison: the longer one): what its specs carry to the script's stall watchdog and what its caps add."""
     return compile_allowance_s({**(assignment.reference or {}), **assignment.config})
 
 
