@@ -8,10 +8,6 @@ import inspect
 from torchpace.knobs.base import Knob, Point, Reach
 
 
-def _has_module(model, kinds: tuple[str, ...]) -> bool:
-    return any(type(m).__name__ in kinds for m in model.modules())
-
-
 def _cuda_bf16_supported() -> bool:
     import torch
 
@@ -84,7 +80,9 @@ class CudnnBenchmarkKnob(Knob):
     def applies(self, host, workload):
         if not host.cuda_available:
             return "cuDNN autotuning needs a CUDA device"
-        if workload.model is not None and not _has_module(workload.model, ("Conv1d", "Conv2d", "Conv3d")):
+        from torchpace.engine.layers import has_conv
+
+        if workload.model is not None and not has_conv(workload.model):
             return "the model has no convolution layers"
         return None
 
@@ -106,7 +104,9 @@ class ChannelsLastKnob(Knob):
 
     def applies(self, host, workload):
         # a script's model is known only once it runs: the launch hook checks it then (script/layout.py)
-        if workload.model is not None and not _has_module(workload.model, ("Conv2d",)):
+        from torchpace.engine.layers import has_conv
+
+        if workload.model is not None and not has_conv(workload.model, dims=(2,)):
             return "the model has no Conv2d layers; channels_last only changes 4-D conv layouts"
         return None
 

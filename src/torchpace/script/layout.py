@@ -91,7 +91,9 @@ def layout_reason(module) -> str | None:
     if name in _WRAPPERS or any(type(m).__name__ == _FSDP2_MARK for m in type(module).__mro__):
         return (f"the model is wrapped in {name} before its first forward, which laid out its gradients for the old "
                 "strides: set the layout before wrapping (torchpace.prepare() does)")
-    if not any(type(m).__name__ == "Conv2d" for m in module.modules()):
+    from torchpace.engine.layers import has_conv
+
+    if not has_conv(module, dims=(2,)):
         return f"{name} has no 2-D convolution: channels_last only changes the layout of 4-D convolutions"
     return None
 
