@@ -236,6 +236,26 @@ def test_on_a_quiet_host_or_for_a_study_tuned_before_the_stage_order_decides():
     assert large.next.slot == "pair:precision.amp=bf16"
 
 
+UNPROFILED_SPACE = [
+    KnobSpace("system", "system.allocator", "default", ("default", "tcmalloc")),
+    KnobSpace("data", "data.num_workers", 2, (0, 2, 4)),
+    KnobSpace("compute", "precision.amp", "off", ("off", "bf16")),
+]
+
+
+def test_a_script_whose_step_hardly_waits_on_data_has_its_compute_stage_decided_first():
+    # an unmodified script's baseline is measured, not profiled: no verdict, only its input wait
+    waiting = plan_greedy(UNPROFILED_SPACE, [base(input_bound_frac=0.002), aa()])
+    assert waiting.stage_order == ["compute", "system", "data"] and waiting.next.slot == "pair:precision.amp=bf16"
+    fed = plan_greedy(UNPROFILED_SPACE, [base(input_bound_frac=0.6), aa()])
+    assert fed.stage_order == ["data", "system", "compute"] and fed.next.slot == "pair:data.num_workers=0"
+    unknown = plan_greedy(UNPROFILED_SPACE, [base(), aa()])  # no input wait measured: the order given
+    assert unknown.stage_order == ["system", "data", "compute"]
+    # a study tuned with revision 6 is replayed in its own order
+    before = plan_greedy(UNPROFILED_SPACE, [base(input_bound_frac=0.002), aa()], revision=6)
+    assert before.stage_order == ["system", "data", "compute"] and before.next.slot == "pair:system.allocator=tcmalloc"
+
+
 def test_a_gain_confirmed_on_fewer_pooled_rounds_than_a_ci_needs_is_not_accepted():
     first = pair("pair:precision.amp=bf16", BF16, [4.9, 5.1])  # the time cap ended both comparisons early
     again = pair("confirm-pair:precision.amp=bf16", BF16, [4.7, 5.2])

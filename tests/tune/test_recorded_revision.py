@@ -47,7 +47,9 @@ def test_the_current_revision_decides_the_same_records_otherwise(recorded):
 
     trials = optuna.load_study(study_name=name, storage=f"sqlite:///{db}").get_trials(deepcopy=False)
     space, records = rebuild_space(load_report_data(str(db)).tune.trials), build_records(trials)
-    assert GREEDY_REVISION == 6  # revision 6 changed the guard only: this study's tabular curves are smooth
+    # revision 6 changed the guard only (this study's tabular curves are smooth), revision 7 the stage order of a
+    # baseline with no profile verdict whose step waits little on data (this one waited 87% of its step)
+    assert GREEDY_REVISION == 7
     tuned = plan_greedy(space, records, revision=4)
     assert_decided_as_printed(tuned.decisions)
     assert tuned.done

@@ -11,7 +11,7 @@ decision is the spread of its own paired ratios, not the spread between two sepa
    `noise`, an A/A comparison: its CI is the noise band of this host and workload, shown with the
    result, and its guard curve tells whether the guard can judge this workload at all);
 2. for each stage (system -> data -> compute -> memory; the stage the baseline's profile verdict
-   points at goes first), for each knob, compare every value with the incumbent, one knob at a time
+   points at goes first, or without a verdict the one its measured input wait points at), for each knob, compare every value with the incumbent, one knob at a time
    (slots `pair:KNOB=VALUE`); a failed value (crash, OOM, NaN, timeout) is never retried.
    When the A/A comparison (since revision 5, or a decision's comparisons) saw other processes' load that is
    material (`measure.contention.is_material`), the knobs that share cores (`KnobSpace.shares_cores`: threads,
@@ -81,6 +81,11 @@ head-to-head comparison of a knob's two best values (step 5); revision 5 (`_core
 Revision 6 (`guard_scatter`): the convergence guard's absolute tolerance widens to the baseline curve's own
 step-to-step scatter (`tune.guard.check_guard`): on a ResNet-18 at batch 32 the fixed 0.05 failed loader
 workers (which seed each worker's augmentations apart) and channels_last on chance departures of its curve.
+Revision 7 (`order_stages`): a baseline with no profile verdict (an unmodified script's) whose step waited on
+its DataLoader for less than a quarter of its time has its compute stage decided first, as a compute-bound
+verdict orders it: on the PyTorch ImageNet example (ResNet-18, 224 px, a 2 s step on 2 cores) a 15-minute
+tune in the order system -> data -> compute decided the allocator and threads and ran out of budget before
+bf16 and channels_last, the levers worth 1.5-1.9x there.
 
 Studies tuned before paired comparisons (their metadata has no `paired`) are replayed, resumed and
 reported with the policy they were tuned with (`plan_greedy(..., paired=False)`): each trial one
@@ -99,11 +104,11 @@ from typing import Callable, Iterable
 
 from torchpace.measure.contention import host_change, is_material
 from torchpace.measure.stats import MIN_WINDOWS_FOR_CI, Summary, summarize, summary_ratio_text
-from torchpace.profile.verdict import stages_to_try_first
+from torchpace.profile.verdict import VerdictKind, stages_to_try_first
 from torchpace.trial.schedule import SEQUENTIAL
 from torchpace.tune.space import KnobSpace
 
-GREEDY_REVISION = 6  # the paired policy's revision a new study is tuned with (see the module's docstring)
+GREEDY_REVISION = 7  # the paired policy's revision a new study is tuned with (see the module's docstring)
 _NOISE_FLOOR = 0.01  # never accept a change smaller than 1%: below what any host measures reliably
 ACCEPT_FLOOR = _NOISE_FLOOR  # the smallest gain a paired comparison must show (the tuner stops its rounds once clear of it)
 _INPUT_BOUND_FIRST = 0.25  # baseline waiting >= 25% of its step on data: try data knobs first
@@ -320,15 +325,19 @@ class _Replay:
         return records
 
 
-def order_stages(stages: list[str], baseline: Record) -> list[str]:
+def order_stages(stages: list[str], baseline: Record, revision: int = 1) -> list[str]:
     """Stage order for this workload: the stages the baseline's profile verdict points at go first
-    (e.g. data for input-bound); without a verdict, data first when the bench measured the baseline
-    waiting on data for >= 25% of its step; otherwise the order given."""
+    (e.g. data for input-bound); without a verdict (an unmodified script's baseline is measured, not
+    profiled), data first when the bench measured the baseline waiting on data for >= 25% of its step,
+    and since revision 7 compute first when it measured it waiting less (the verdict a profile gives
+    such a step); otherwise the order given."""
     first: list[str] = []
     if baseline.verdict:
         first = stages_to_try_first(baseline.verdict)
     elif baseline.input_bound_frac is not None and baseline.input_bound_frac >= _INPUT_BOUND_FIRST:
         first = ["data"]
+    elif baseline.input_bound_frac is not None and revision >= 7:
+        first = stages_to_try_first(VerdictKind.COMPUTE)
     first = [s for s in first if s in stages]
     return first + [s for s in stages if s not in first]
 
@@ -380,7 +389,7 @@ def _walk_paired(space: list[KnobSpace], replay: _Replay, conflicts, finish: boo
         state.script_settings = dict(base.script_settings)
     noise = replay.need_all([Proposal("noise", "noise", {}, reference={})])[0]
     state.noise = noise if noise.usable else None  # a failed A/A comparison only leaves the noise unknown
-    state.stage_order = order_stages(list(dict.fromkeys(k.stage for k in space)), base)
+    state.stage_order = order_stages(list(dict.fromkeys(k.stage for k in space)), base, state.revision)
     knobs = [k for stage in state.stage_order for k in space if k.stage == stage]
     if state.revision >= 2:
         state.cores_first = _cores_first(state.noise, knobs)
