@@ -11,8 +11,9 @@ decision is the spread of its own paired ratios, not the spread between two sepa
    `noise`, an A/A comparison: its CI is the noise band of this host and workload, shown with the
    result, and its guard curve tells whether the guard can judge this workload at all);
 2. for each stage (system -> data -> compute -> memory; the stage the baseline's profile verdict
-   points at goes first, or without a verdict the one its measured input wait points at), for each knob, compare every value with the incumbent, one knob at a time
-   (slots `pair:KNOB=VALUE`); a failed value (crash, OOM, NaN, timeout) is never retried.
+   points at goes first, or without a verdict the one its measured input wait points at), for each
+   knob, compare every value with the incumbent, one knob at a time (slots `pair:KNOB=VALUE`); a
+   failed value (crash, OOM, NaN, timeout) is never retried.
    When the A/A comparison (since revision 5, or a decision's comparisons) saw other processes' load that is
    material (`measure.contention.is_material`), the knobs that share cores (`KnobSpace.shares_cores`: threads,
    workers, ranks) are decided before all others (those left), in stage order: under load their effect is the largest and changes how every other
