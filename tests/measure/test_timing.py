@@ -147,6 +147,22 @@ def test_windows_that_disagree_on_a_loaded_host_stop_growing_at_8x_and_at_the_wa
     assert len(meter.windows) >= 6
 
 
+def test_windows_that_disagree_grow_no_longer_than_leaves_room_for_the_windows_a_ci_needs():
+    """A 20 s bench (0.5 s windows, warm-up until 8 s) whose windows disagree by 30% one after another: 8x
+    `window_s` would be 4 s windows, three of them in the 12 s measured. They stop growing at a sixth of
+    the measuring time, so the measured phase holds at least the windows a CI needs (at the step times
+    they were planned for; the slow ones run 30% over)."""
+    clock = ScriptedClock(lambda i: 0.0)
+    closed = []
+    clock.durations = lambda i: 0.01 if len(closed) % 2 == 0 else 0.013
+    options = TimingOptions(window_s=0.5)
+    meter = WindowMeter(clock, clock.sync, options, 8.0, 20.0)
+    _run_to_the_end(meter, clock, closed)
+    assert not meter.warmup_converged
+    assert max(w.elapsed_s for _, w in closed) <= (20.0 - 8.0) / options.min_windows * 1.3
+    assert len(meter.windows) >= 4 and meter.stopped_by == "time"
+
+
 def test_a_window_sized_from_prefetched_batches_ends_early_and_the_next_is_sized_from_steady_steps():
     """Loader workers had 4 batches ready before the first step: the single steps that size the window
     take 2 ms, the steady ones 40 ms. A window planned from 2 ms steps (50 steps, 2 s) would use the

@@ -135,7 +135,8 @@ class WindowMeter:
        the first step, which holds compile and start-up, left out) sizes the window.
     2. ``warmup``: windows until two consecutive ones agree within `warmup_tolerance` (converged) or
        the warm-up deadline passes (not converged). When two disagree, the next window is twice as
-       long (while that stays within 8x `window_s` and ends before the warm-up deadline): a window
+       long (while that stays within 8x `window_s`, ends before the warm-up deadline and leaves the
+       measuring time room for `min_windows` windows of its length, which a CI needs): a window
        must hold the step's own rhythm, e.g. DataLoader workers that deliver batches in bursts, or a
        1-step window alternates fast and slow forever. A warm-up window still running at 4x its
        planned length ends at that step, and the next is sized from its own step time: the single
@@ -253,11 +254,13 @@ class WindowMeter:
         elif self.clock() >= self._warmup_until:
             self._enter("measure")
         elif (previous is not None and 2 * window.elapsed_s <= _MAX_WINDOW_GROWTH * self.options.window_s
-              and self.clock() + 2 * window.elapsed_s <= self._warmup_until):
+              and self.clock() + 2 * window.elapsed_s <= self._warmup_until
+              and 2 * window.elapsed_s * self.options.min_windows <= self.deadline - self.warmup_deadline):
             # Neighbours disagree: the window may be too short to hold the step's own rhythm (loader
             # workers that deliver batches in bursts, periodic logging); the next one is twice as long,
-            # as long as it stays within 8x `window_s` and the warm-up's deadline (a host whose load
-            # makes every window disagree must not grow them into the time left for measuring).
+            # as long as it stays within 8x `window_s`, the warm-up's deadline and a `min_windows`-th of
+            # the measuring time (a host whose load makes every window disagree must not grow them into
+            # the time left for measuring: a 20 s bench grown to 4 s windows measured one window).
             self._per_window = min(_MAX_STEPS_PER_WINDOW, self._per_window * 2)
 
     @property
