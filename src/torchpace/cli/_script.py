@@ -15,8 +15,6 @@ import click
 from torchpace.errors import UsageError
 
 _META = "torchpace.script_command"
-# launchers that run the training in child processes: script mode measures the one process it starts
-_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
 class ScriptVerb(click.Command):
@@ -45,12 +43,6 @@ def script_command(workload: str | None) -> list[str] | None:
     from torchpace.launch.command import check_program_exists, parse_python_command
 
     program = parse_python_command(command)
-    module = program.module
-    if module in _LAUNCHER_MODULES:
-        raise UsageError(f"`-m {module}` runs the training in child processes, and script mode measures the one "
-                         "process it starts: give the training script itself (`-- python train.py ARGS`); "
-                         "`torchpace launch --nproc-per-node N --config F -- train.py ARGS` runs the tuned config "
-                         "on several processes")
     check_program_exists(program, pythonpath=os.environ.get("PYTHONPATH"))  # before a baseline or a study exists
     return command
 

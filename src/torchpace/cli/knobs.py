@@ -31,14 +31,15 @@ def plan_knob_table(host, workload) -> list[dict]:
     return rows
 
 
-def plan_script_knob_table(host, label: str) -> list[dict]:
+def plan_script_knob_table(host, label: str, command=None) -> list[dict]:
     """One row per knob for an unmodified script: how it reaches the script and its candidates here,
-    or that it needs `torchpace.prepare()` (with the code change), or why it does not apply here."""
+    or that it needs `torchpace.prepare()` (with the code change), or why it does not apply here (`command`: the
+    script's `PythonCommand`, whose launcher may say how many ranks share this host)."""
     # lazy: `torchpace knobs --help` loads this module; the verb's work loads only when it runs
     from torchpace.knobs import knobs_in_stage_order
     from torchpace.script.knobs import script_target
 
-    target, rows = script_target(label), []
+    target, rows = script_target(label, command), []
     for knob in knobs_in_stage_order():
         row = knob.describe()
         reason = knob.applies(host, target) if knob.script_reach else None
@@ -87,8 +88,9 @@ def _script_knobs(host, command_argv: list[str], as_json: bool) -> int:
     # lazy: `torchpace knobs --help` loads this module; the verb's work loads only when it runs
     from torchpace.launch.command import parse_python_command
 
-    label = parse_python_command(command_argv).label
-    rows = plan_script_knob_table(host, label)
+    program = parse_python_command(command_argv)
+    label = program.label
+    rows = plan_script_knob_table(host, label, program)
     if as_json:
         emit_json({"command": command_argv, "host": host.summary(), "knobs": rows, "prepare_change": PREPARE_CHANGE})
         return 0

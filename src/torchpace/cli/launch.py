@@ -111,8 +111,9 @@ def check_here(config, given: dict, host) -> None:
     the host allows (the knobs' own limits); `given`: the knobs' values by knob name."""
     # lazy: `torchpace launch --help` loads this module; the verb's work loads only when it runs
     from torchpace.config import check_on_host
+    from torchpace.script.knobs import SCRIPT_OWN_DEFAULTS
 
-    check_on_host(config, host)
+    check_on_host(config, host, SCRIPT_OWN_DEFAULTS)  # the script's own DDP takes the ddp.* knobs
     for knob in _flagged():
         check_knob_limit(knob.launch_flag.option, knob.name, given.get(knob.name), host)
 

@@ -111,14 +111,24 @@ class ChildDraft:
     """What the knobs planned so far that later knobs and the planner read.
 
     Attributes:
-        nproc: processes per node (`nproc_per_node`, planned first).
+        nproc: processes per node that torchpace starts (`nproc_per_node`, planned first).
         multi_node: the cli asked for several nodes or a rendezvous endpoint.
         bindings: each local rank's NUMA binding (empty when not binding).
+        launcher: the launcher the user's command runs itself (`torchrun`, `accelerate launch`), which starts
+            its own ranks; None for a program that runs directly.
+        launcher_ranks: the processes that launcher starts on this node, where its options say.
     """
 
     nproc: int = 1
     multi_node: bool = False
     bindings: tuple[RankBinding, ...] = ()
+    launcher: str | None = None
+    launcher_ranks: int | None = None
+
+    @property
+    def ranks(self) -> int:
+        """Processes of the job on this node: the user's launcher's, else torchpace's."""
+        return self.launcher_ranks or self.nproc
 
     @property
     def torchrun(self) -> bool:

@@ -104,8 +104,8 @@ class IntraOpThreadsKnob(IntKnob):
             return part
         elif configured != "auto":
             threads, source, reason = int(configured), Source.CONFIG, f"{self.name} = {configured} in {request.config_name}"
-        elif request.wants_auto(given) or draft.nproc > 1 or draft.bindings:
-            threads, reason = _auto_threads(request.host, draft.nproc, draft.bindings)
+        elif request.wants_auto(given) or draft.ranks > 1 or draft.bindings:
+            threads, reason = _auto_threads(request.host, draft.ranks, draft.bindings)
             source = Source.AUTO
         else:
             why = f"left unset: torch picks its thread count ({self.name} is auto in {request.config_name})"
@@ -324,6 +324,12 @@ class NumaKnob(Knob):
         nodes = _usable_nodes(host, request.allowed_cpus)
         if mode == "off":
             return ChildPart([Setting("numa", "off", source, asked or "binding is off")])
+        if draft.launcher is not None:  # its ranks are the launcher's: torchpace cannot put numactl before each
+            if mode == "node":
+                raise UsageError(f"NUMA binding was asked for ({asked}), and the command's own {draft.launcher} starts "
+                                 "the ranks: give it its own binding option (torchrun --numa-binding=node)")
+            return ChildPart([Setting("numa", None, Source.AUTO, f"the ranks are started by the command's own "
+                                                               f"{draft.launcher}: its options bind them")])
         if host.numactl is None and mode == "node":
             raise UsageError(f"NUMA binding was asked for ({asked}) but numactl is not installed; "
                              f"install it with: {request.install_command('numactl')}")

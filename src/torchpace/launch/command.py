@@ -1,4 +1,6 @@
-"""The Python program after `--`: `python train.py ARGS`, `python -m pkg.module ARGS` or `train.py ARGS`.
+"""The Python program after `--`: `python train.py ARGS`, `python -m pkg.module ARGS` or `train.py ARGS`, or a
+launcher that runs one on every rank (`torchrun ARGS train.py`, `accelerate launch ARGS train.py`, `python -m
+torch.distributed.run ARGS train.py`: `torchpace.launch.launchers`).
 
 `parse_python_command` is pure (it reads no file): it tells a Python program from any other command
 and returns a `PythonCommand`, which `launch` and script mode (`bench`/`tune`/`profile -- CMD`) run.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from torchpace.errors import UsageError
+from torchpace.launch.launchers import LAUNCHER_MODULES, Launcher, launcher_of, launcher_words, parse_launcher
 
 _PYTHON_NAME = re.compile(r"^(python|pypy)(\d+(\.\d+)*)?$")
 _SCRIPT_SUFFIXES = (".py", ".pyw")
@@ -53,6 +56,8 @@ class PythonCommand:
         interpreter: the interpreter as the user named it (None for a bare `train.py`); informative
             only, see the module docstring.
         interpreter_args: interpreter options given before the program (`-u`, `-X dev`).
+        launcher: the launcher this command runs (`torchrun`, `accelerate launch`), which starts `training`
+            on every rank; None for a program that runs directly (it may still start ranks of its own).
     """
 
     script: str | None = None
@@ -60,6 +65,7 @@ class PythonCommand:
     args: tuple[str, ...] = ()
     interpreter: str | None = None
     interpreter_args: tuple[str, ...] = ()
+    launcher: Launcher | None = None
 
     def __post_init__(self) -> None:
         if (self.script is None) == (self.module is None):
@@ -67,8 +73,21 @@ class PythonCommand:
 
     @property
     def label(self) -> str:
-        """The program as messages name it: `train.py` or `-m pkg.module`."""
+        """The program as messages name it: `train.py`, `-m pkg.module`, `torchrun train.py`."""
+        if self.launcher is not None:
+            return self.launcher.label()
         return self.script if self.script is not None else f"-m {self.module}"
+
+    @property
+    def training(self) -> "PythonCommand":
+        """The training program itself: what a launcher runs on each rank, else this command."""
+        return self.launcher.program if self.launcher is not None else self
+
+    @property
+    def name(self) -> str:
+        """The training program's short name (a study's name is made from it): `train.py`, `pkg.train`."""
+        training = self.training
+        return os.path.basename(training.script) if training.script is not None else str(training.module)
 
     def program(self) -> list[str]:
         """What follows the interpreter and its options: `train.py ARGS` or `-m pkg.module ARGS`."""
@@ -96,6 +115,9 @@ def parse_python_command(argv: Sequence[str]) -> PythonCommand:
     if not argv:
         raise UsageError("missing the command: put a Python program after `--` (e.g. `-- python train.py ARGS`)")
     first = argv[0]
+    launcher = launcher_of(argv)
+    if launcher is not None:
+        return launched(parse_launcher(launcher, argv[launcher_words(argv):], _launched_program(launcher)))
     if first.startswith("-"):
         raise UsageError(f"{first!r} is not a script: put torchpace's options before `--` and the command after it "
                          "(e.g. `-- python train.py` or `-- python -m pkg.train`)")
@@ -105,6 +127,28 @@ def parse_python_command(argv: Sequence[str]) -> PythonCommand:
         return PythonCommand(script=first, args=tuple(argv[1:]))
     raise UsageError(f"{first!r} is not a Python program (a Python interpreter or a .py file); {_ANY_COMMAND} "
                      "(a Python script without the .py suffix runs as `python FILE ARGS`)")
+
+
+def _launched_program(name: str):
+    """How launcher `name`'s parsed options name the program each rank runs (`launchers.ProgramOf`)."""
+    def program_of(parsed, script: str, rest: list) -> PythonCommand:
+        if getattr(parsed, "no_python", False):
+            try:
+                return parse_python_command([script, *rest])
+            except UsageError as err:
+                raise UsageError(f"`{name} --no-python {script}` runs {script!r} as it is, and torchpace measures Python "
+                                 f"programs: {err}") from err
+        if getattr(parsed, "module", False):
+            return PythonCommand(module=script, args=tuple(rest))
+        return PythonCommand(script=script, args=tuple(rest))
+
+    return program_of
+
+
+def launched(launcher: Launcher, interpreter: str | None = None, interpreter_args: tuple[str, ...] = ()) -> PythonCommand:
+    """The command that runs `launcher` as a module of torchpace's interpreter (`python -m MODULE ARGS PROGRAM`)."""
+    return PythonCommand(module=launcher.module, args=tuple(launcher.argv_tail()), interpreter=interpreter,
+                         interpreter_args=interpreter_args, launcher=launcher)
 
 
 def check_program_exists(program: PythonCommand, cwd: str | os.PathLike | None = None,
@@ -122,6 +166,7 @@ def _find_program(program: PythonCommand, cwd: str | os.PathLike | None, pythonp
     """The spec of the module `program` runs (a package's `__main__`), None for a script or a module that is not
     a file (built in, frozen); UsageError as `check_program_exists`."""
     cwd = os.fspath(cwd or os.getcwd())
+    program = program.training
     if program.script is not None:
         path = os.path.join(cwd, program.script)
         if os.path.isfile(path) or os.path.isfile(os.path.join(path, "__main__.py")):
@@ -154,6 +199,7 @@ def program_sources(program: PythonCommand, cwd: str | os.PathLike | None = None
     """
     cwd = os.fspath(cwd or os.getcwd())
     spec = _find_program(program, cwd, pythonpath)
+    program = program.training
     if program.script is not None:
         path = os.path.join(cwd, program.script)
         if os.path.isdir(path):
@@ -229,6 +275,9 @@ def _parse_interpreter_args(interpreter: str, rest: Sequence[str]) -> PythonComm
             module, i = (rest[i + 1] if i + 1 < len(rest) else "", i + 2) if arg == "-m" else (arg[2:], i + 1)
             if not module:
                 raise UsageError(f"`{interpreter} -m` names no module: give `{interpreter} -m pkg.module ARGS`")
+            if module in LAUNCHER_MODULES:
+                name = LAUNCHER_MODULES[module]
+                return launched(parse_launcher(name, rest[i:], _launched_program(name)), interpreter, tuple(options))
             return PythonCommand(module=module, args=tuple(rest[i:]), interpreter=interpreter, interpreter_args=tuple(options))
         if arg == "-" or not arg.startswith("-"):
             return _script(interpreter, arg, rest[i + 1:], options)

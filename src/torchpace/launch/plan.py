@@ -176,12 +176,16 @@ def plan_child(config: RunConfig, host: HostFacts, base_env: Mapping[str, str], 
         UsageError: bad options, or an allocator or numactl that was asked for but is missing.
     """
     _check_distributed(options)
-    draft = ChildDraft(multi_node=(options.nnodes or 1) > 1 or options.rdzv_endpoint is not None)
+    launcher = options.command.launcher
+    draft = ChildDraft(multi_node=(options.nnodes or 1) > 1 or options.rdzv_endpoint is not None,
+                       launcher=launcher.name if launcher is not None else None,
+                       launcher_ranks=launcher.ranks_per_node if launcher is not None else None)
     parts = _plan_knobs(config, host, base_env, options, draft)
+    _check_launcher(options, draft)
     parts += [
         _plan_launcher(options, draft),
         _plan_binding_env(draft.bindings, base_env, host, draft.torchrun),
-        _plan_nccl(host, base_env, draft.torchrun),
+        _plan_nccl(host, base_env, draft.torchrun or draft.ranks > 1),
         _plan_hook(config, base_env, options),
     ]
     nofile, nofile_setting = _plan_nofile(options)
@@ -230,11 +234,27 @@ def _plan_launcher(options: ChildOptions, draft: ChildDraft) -> ChildPart:
     if options.node_rank is not None:
         part.settings.append(Setting("node_rank", str(options.node_rank), Source.CLI,
                                      "node 0 hosts the c10d rendezvous store; global ranks follow the rendezvous"))
+    if draft.launcher is not None and not draft.torchrun:
+        ranks = f"{draft.launcher_ranks} process(es)" if draft.launcher_ranks else "the processes its options say"
+        part.settings.append(Setting("launcher", draft.launcher, Source.CLI,
+                                     f"the command's own: it starts {ranks} on this node, each with torchpace's hook"))
+        return part
     how = (f"torch.distributed.run (torchrun): {draft.nproc} process(es) on each of {nnodes} node(s)" if draft.torchrun
            else "one process: the script runs directly, no torchrun")
     part.settings.append(Setting("launcher", "torchrun" if draft.torchrun else "exec",
                                  Source.CLI if draft.torchrun else Source.DEFAULT, how))
     return part
+
+
+def _check_launcher(options: ChildOptions, draft: ChildDraft) -> None:
+    """UsageError when torchpace is asked to start ranks of a command whose own launcher starts them."""
+    if draft.launcher is None:
+        return
+    if draft.torchrun:
+        asked = (f"nproc_per_node = {draft.nproc}" if draft.nproc > 1 else "--nnodes / --rdzv-endpoint")
+        raise UsageError(f"{asked} asks torchpace to start the ranks, and the command's own {draft.launcher} starts them: "
+                         f"give the number of processes and nodes in its options (torchrun --nproc-per-node N, "
+                         f"accelerate launch --num_processes N), or run the script without its launcher")
 
 
 def _cli_or_default(name: str, given: int | None, default: int, default_reason: str) -> Setting:

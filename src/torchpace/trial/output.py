@@ -32,7 +32,7 @@ def plan_log_path(verb: str, command: list[str] | tuple[str, ...], root: Path = 
                   pid: int | None = None) -> Path:
     """`.torchpace/logs/VERB-SCRIPT-YYYYmmdd-HHMMSS-PID.log` for one `bench` or `profile` of `command`."""
     program = parse_python_command(command)
-    name = Path(program.script).stem if program.script else str(program.module)
+    name = Path(program.name).stem if program.training.script else program.name
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     return root / f"{verb}-{_safe(name)[:_PLAIN_MAX]}-{stamp}-{pid or os.getpid()}.log"
 

@@ -136,7 +136,7 @@ class Tuner:
             return load_workload(self.spec)
 
         program = parse_python_command(self.options.command)
-        return script_target(Path(program.script).name if program.script else str(program.module))
+        return script_target(program.name, program)
 
     # ---- the loop -------------------------------------------------------------------------------
     def run(self) -> TuneOutcome:
