@@ -289,6 +289,11 @@ def check_static_graph(host):
         assert run.model.static_graph
 
 
+def check_find_unused_parameters(host):
+    with _ddp(host, **{"ddp.find_unused_parameters": True}) as run:
+        assert run.model.find_unused_parameters
+
+
 def check_reshard_after_forward(host):
     for reshard, kind in ((True, "DTensor"), (False, "Parameter")):
         config = {"distributed.strategy": "fsdp", "fsdp.reshard_after_forward": reshard}
@@ -337,6 +342,8 @@ CLAIMS = {
     "ddp.gradient_as_bucket_view": ({"distributed.strategy": "ddp", "ddp.gradient_as_bucket_view": True},
                                     check_gradient_as_bucket_view),
     "ddp.static_graph": ({"distributed.strategy": "ddp", "ddp.static_graph": True}, check_static_graph),
+    "ddp.find_unused_parameters": ({"distributed.strategy": "ddp", "ddp.find_unused_parameters": True},
+                                   check_find_unused_parameters),
     "fsdp.reshard_after_forward": ({"distributed.strategy": "fsdp", "fsdp.reshard_after_forward": False},
                                    check_reshard_after_forward),
 }

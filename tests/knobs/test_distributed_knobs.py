@@ -63,7 +63,7 @@ def test_inference_workloads_have_no_distributed_knobs():
 def test_the_tuner_tries_two_processes_with_ddp_and_never_a_strategy_in_one_process(mlp):
     space = {k.name: k for k in build_space(CPU4, mlp, stages=("distributed",))}
     assert list(space) == ["nproc_per_node", "distributed.strategy", "ddp.bucket_cap_mb", "ddp.gradient_as_bucket_view",
-                           "ddp.static_graph", "fsdp.reshard_after_forward"]
+                           "ddp.static_graph", "ddp.find_unused_parameters", "fsdp.reshard_after_forward"]
     assert space["nproc_per_node"].companions == {2: {"distributed.strategy": "ddp"}, 4: {"distributed.strategy": "ddp"}}
     conflicts = make_conflicts(list(space.values()))
     assert conflicts({"distributed.strategy": "ddp"}) == "one process: nothing to distribute"
@@ -90,7 +90,8 @@ def test_the_wrappers_options_come_from_the_knobs_with_their_defaults():
 
     plain = data_parallel({})
     assert (plain.strategy, plain.backend, plain.enabled) == ("none", "auto", False)
-    assert plain.ddp == {"bucket_cap_mb": 25, "gradient_as_bucket_view": False, "static_graph": False}
+    assert plain.ddp == {"bucket_cap_mb": 25, "gradient_as_bucket_view": False, "static_graph": False,
+                         "find_unused_parameters": False}
     assert plain.fsdp == {"reshard_after_forward": True}
     tuned = data_parallel(RunConfig({"distributed.strategy": "ddp", "ddp.static_graph": True}).full_values())
     assert tuned.enabled and tuned.ddp["static_graph"] is True and tuned.ddp["bucket_cap_mb"] == 25

@@ -98,9 +98,13 @@ class _RecordingHook:
     def compile_forward(self, knob, value):
         self.calls.append(("compile_forward", knob.name))
 
+    def give_ddp(self, knob, value):
+        self.calls.append(("give_ddp", knob.name))
+
 
 _ACTION_OF_REACH = {Reach.GLOBAL: "enter_global", Reach.LOADER: "give_loaders", Reach.OPTIMIZER: "give_optimizers",
-                    Reach.AUTOCAST: "autocast_forward", Reach.LAYOUT: "layout_forward", Reach.COMPILE: "compile_forward"}
+                    Reach.AUTOCAST: "autocast_forward", Reach.LAYOUT: "layout_forward", Reach.COMPILE: "compile_forward",
+                    Reach.DDP: "give_ddp"}
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -118,7 +122,8 @@ def test_every_in_process_reach_says_how_and_what_of_the_script_it_reaches():
         assert reach.reaches and str(reach) == reach.value
         assert bool(reach.how) == reach.in_process
     # knobs that must meet something in the script say what a script they never met lacked
-    assert {r for r in Reach if r.missed} == {Reach.LOADER, Reach.OPTIMIZER, Reach.AUTOCAST, Reach.LAYOUT, Reach.COMPILE}
+    assert {r for r in Reach if r.missed} == {Reach.LOADER, Reach.OPTIMIZER, Reach.AUTOCAST, Reach.LAYOUT, Reach.COMPILE,
+                                              Reach.DDP}
 
 
 def test_a_workloads_own_loader_arguments_are_the_defaults_its_tune_starts_from(host):

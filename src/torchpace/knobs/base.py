@@ -80,6 +80,7 @@ class Reach(str, enum.Enum):
     AUTOCAST = "autocast"
     LAYOUT = "layout"
     COMPILE = "compile"
+    DDP = "ddp"
 
     def __str__(self) -> str:
         return self.value
@@ -103,7 +104,7 @@ class Reach(str, enum.Enum):
     def sets_arguments(self) -> bool:
         """True when it gives the script's objects their arguments (DataLoader, optimizer), over the script's own:
         then every value, the knob's default included, changes what runs where the script chose otherwise."""
-        return self in (Reach.LOADER, Reach.OPTIMIZER)
+        return self in (Reach.LOADER, Reach.OPTIMIZER, Reach.DDP)
 
     @property
     def missed(self) -> str | None:
@@ -129,6 +130,9 @@ _REACH_TEXT: dict[Reach, tuple[str, str, str | None]] = {
                    "the outermost module with 2-D convolutions converted to channels_last before its first forward, "
                    "its 4-D inputs at every call",
                    "it called no module with parameters"),
+    Reach.DDP: ("every DistributedDataParallel the script builds, over its own argument",
+                "given to every DistributedDataParallel the script builds, over its own argument (reported)",
+                "it built no torch.nn.parallel.DistributedDataParallel (a job of one process, or another wrapper)"),
     Reach.COMPILE: ("the outermost module with parameters, compiled in place after the first backward()",
                     "the outermost module with parameters compiled in place after the script's first backward()",
                     "it called no module with trainable parameters before its first backward()"),
@@ -201,13 +205,17 @@ class KnobSubject(Protocol):
 @dataclass(frozen=True)
 class ScriptSubject:
     """What the knobs see of code torchpace cannot look into: an unmodified script before it runs (no
-    model, data or optimizer known yet), or one DataLoader it builds (only its `dataset`)."""
+    model, data or optimizer known yet), or one DataLoader it builds (only its `dataset`).
+
+    `ranks_per_node`: the processes of the job on this node where its launcher's options say (`torchrun
+    --nproc-per-node 2`), or a baseline measured them; None when unknown (one, or ranks the script starts itself)."""
 
     name: str
     model: Any = None
     dataset: Any = None
     optimizer: Any = None
     is_training: bool = True
+    ranks_per_node: int | None = None
 
 
 class ScriptHook(Protocol):
@@ -236,6 +244,9 @@ class ScriptHook(Protocol):
     def compile_forward(self, knob: "Knob", value: "KnobValue") -> None:
         """Compile the outermost module in place, with the mode `value` names, after the script's first
         backward()."""
+
+    def give_ddp(self, knob: "Knob", value: "KnobValue") -> None:
+        """Give the value to every DistributedDataParallel the script builds, over its own argument."""
 
 
 @dataclass(frozen=True)
@@ -301,6 +312,8 @@ class Knob:
             hook.layout_forward(self, value)
         elif reach is Reach.COMPILE:
             hook.compile_forward(self, value)
+        elif reach is Reach.DDP:
+            hook.give_ddp(self, value)
 
     def validate(self, value: Any) -> KnobValue:
         """Return `value` normalised, or raise UsageError naming the knob and the valid values."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-from torchpace.knobs.base import IntKnob, Knob, KnobValue, LaunchFlag, Point
+from torchpace.knobs.base import IntKnob, Knob, KnobValue, LaunchFlag, Point, Reach
 from torchpace.knobs.child import ChildPart, Setting, Source
 
 
@@ -208,9 +208,30 @@ class _WrapperOption(Knob):
         return _needs_strategy(self.name, values, self.wrapper) if values.get(self.name, self.default) != self.default else None
 
 
-class BucketCapKnob(_WrapperOption, IntKnob):
+class _DdpOption(_WrapperOption):
+    """A DistributedDataParallel argument: `prepare()` gives it to the DDP wrapper of a `ddp` config, and the
+    launch hook to every DistributedDataParallel an unmodified script builds (`Reach.DDP`), over the script's
+    own argument; the script's own value (`script_value`) is its baseline's, and a script that built a DDP
+    runs with `distributed.strategy = ddp` as its own setting, so the knob's conflicts hold for it too."""
+
+    wrapper = "ddp"
+    script_reach = Reach.DDP
+    shares_cores = False
+
+    def script_value(self, arguments):
+        """The script's own value of the argument (DDP's default where it passed none)."""
+        if self.argument not in arguments:
+            return None
+        value = arguments[self.argument]
+        return self.default if value is None else self.validate(value)
+
+    def applies(self, host, workload):
+        return super().applies(host, workload) or _without_torch_distributed()
+
+
+class BucketCapKnob(_DdpOption, IntKnob):
     name = "ddp.bucket_cap_mb"
-    wrapper, argument = "ddp", "bucket_cap_mb"
+    argument = "bucket_cap_mb"
     stage = "distributed"
     point = Point.MODEL
     default = 25
@@ -225,8 +246,7 @@ class BucketCapKnob(_WrapperOption, IntKnob):
         return [25, 5, 100]
 
 
-class _DdpFlag(_WrapperOption):
-    wrapper = "ddp"
+class _DdpFlag(_DdpOption):
     default = False
     choices = (False, True)
 
@@ -243,6 +263,13 @@ class StaticGraphKnob(_DdpFlag):
     help = "tell DDP the graph is the same every step (lets it skip unused-parameter search, overlap better)."
 
 
+class FindUnusedParametersKnob(_DdpFlag):
+    name = "ddp.find_unused_parameters"
+    argument = "find_unused_parameters"
+    help = ("DDP traverses the autograd graph every step to find parameters the forward did not use; off where every "
+            "parameter is used (Hugging Face's Trainer turns it on by default: a step that then needs it fails).")
+
+
 class ReshardAfterForwardKnob(_WrapperOption):
     name = "fsdp.reshard_after_forward"
     wrapper, argument = "fsdp", "reshard_after_forward"
@@ -253,4 +280,4 @@ class ReshardAfterForwardKnob(_WrapperOption):
 
 STRATEGY, BACKEND = StrategyKnob(), BackendKnob()
 KNOBS = [NprocPerNodeKnob(), STRATEGY, BACKEND, BucketCapKnob(), GradientAsBucketViewKnob(), StaticGraphKnob(),
-         ReshardAfterForwardKnob()]
+         FindUnusedParametersKnob(), ReshardAfterForwardKnob()]

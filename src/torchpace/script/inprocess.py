@@ -19,7 +19,10 @@ its `script_reach` says:
 - `layout` (`model.channels_last`): the outermost module with 2-D convolutions converted in place
   before its first forward, and its 4-D inputs at every call, see `torchpace.script.layout`;
 - `compile` (`compile.mode`): the outermost modules with trainable parameters get a compiled forward
-  after the first backward(), see `torchpace.script.compile`.
+  after the first backward(), see `torchpace.script.compile`;
+- `ddp` (`ddp.bucket_cap_mb`, `ddp.gradient_as_bucket_view`, `ddp.static_graph`, `ddp.find_unused_parameters`):
+  the value given to every `torch.nn.parallel.DistributedDataParallel` the script builds (a framework's too),
+  also over the script's own argument, each change reported; the script's own values are its baseline's.
 
 `process` knobs (threads, allocator, NUMA) reached the process through its env before it started;
 the config's `threads.intra_op` also holds over the script's own `torch.set_num_threads()` calls
@@ -39,6 +42,7 @@ import inspect
 import logging
 import os
 import sys
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -81,6 +85,15 @@ class HookReport:
     compiled: Any = None
     script_settings: dict[str, Any] = field(default_factory=dict)
     _announced: set[tuple] = field(default_factory=set)
+    _ddp: list = field(default_factory=list)  # weak references to the DistributedDataParallel modules built
+
+    def note_ddp(self, module: Any) -> None:
+        """Keep (weakly) a DistributedDataParallel module the script built: its replicas are checked across ranks."""
+        self._ddp.append(weakref.ref(module))
+
+    def ddp_models(self) -> list:
+        """The DistributedDataParallel modules the script built that are still alive."""
+        return [m for m in (ref() for ref in self._ddp) if m is not None]
 
     def record_override(self, where: str, obj: str, argument: str, old: Any, new: Any, knob: str) -> None:
         """Note one changed argument; say so on stderr the first time at this call site."""
@@ -129,6 +142,7 @@ class _InScript:
         self.report = report
         self.global_knobs: list[tuple[Knob, KnobValue]] = []
         self.loader_knobs: list[tuple[Knob, KnobValue]] = []
+        self.ddp_knobs: list[tuple[Knob, KnobValue]] = []
 
     def enter_global(self, knob: Knob, value: KnobValue) -> None:
         self.global_knobs.append((knob, value))
@@ -141,6 +155,9 @@ class _InScript:
 
     def give_optimizers(self, knob: Knob, value: KnobValue) -> None:
         patch_optimizers(knob.name, str(value), self.report)
+
+    def give_ddp(self, knob: Knob, value: KnobValue) -> None:
+        self.ddp_knobs.append((knob, value))
 
     def autocast_forward(self, knob: Knob, value: KnobValue) -> None:
         if knob.script_reason(value) is not None or value == knob.default:
@@ -163,6 +180,7 @@ class _InScript:
         apply_global_knobs(self.global_knobs, self.report)
         patch_dataloader(self.loader_knobs, self.report)
         patch_optimizers(None, None, self.report)  # no optimizer knob: its own settings are still read
+        patch_ddp(self.ddp_knobs, self.report)  # also without a DDP knob: its own settings are read
 
 
 def apply_global_knobs(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport) -> None:
@@ -244,6 +262,43 @@ def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport
     setattr(__init__, _PATCHED, tuple(knobs))
     loader_cls.__init__ = __init__
     loader_cls._get_iterator = _get_iterator
+
+
+def patch_ddp(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport) -> None:
+    """Give every `DistributedDataParallel` the script builds the DDP knobs' values (over its own arguments, each
+    change reported), keep each one for the ranks' replica check, and record the script's own settings of the
+    first (with `distributed.strategy = ddp`: the script's own data parallelism)."""
+    import torch.distributed
+
+    if not torch.distributed.is_available():
+        return
+    from torch.nn.parallel import DistributedDataParallel
+
+    original = DistributedDataParallel.__init__
+    if getattr(original, _PATCHED, None) is not None:
+        return
+    signature = inspect.signature(original)
+    ddp_knobs = [knob for knob in REGISTRY.values() if knob.script_reach is Reach.DDP]
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind_partial(self, *args, **kwargs)
+        given = {name: bound.arguments.get(name, _default_of(signature, name)) for name in signature.parameters}
+        own = {knob.name: value for knob in ddp_knobs if (value := knob.script_value(given)) is not None}
+        where = caller_site()
+        for knob, value in knobs:
+            old = own.get(knob.name, knob.default)
+            bound.arguments[knob.argument] = value
+            report.reached.add(knob.name)
+            if not _same(old, value):
+                report.record_override(where, type(self).__name__, knob.argument, old, value, knob.name)
+        original(*bound.args, **bound.kwargs)
+        if not report.ddp_models():
+            report.script_settings.update({"distributed.strategy": "ddp", **own})
+        report.note_ddp(self)
+
+    setattr(__init__, _PATCHED, tuple(knobs))
+    DistributedDataParallel.__init__ = __init__
 
 
 def _fitting(knobs: Sequence[tuple[Knob, KnobValue]], dataset: Any, report: HookReport) -> list[tuple[Knob, KnobValue]]:

@@ -15,17 +15,25 @@ from torchpace.errors import UsageError
 from torchpace.knobs import REGISTRY, ScriptSubject
 
 
-def script_target(label: str) -> ScriptSubject:
-    """What the knobs' `applies` see of a script: nothing about its model or data is known before it runs."""
-    return ScriptSubject(name=label)
+def script_target(label: str, command: Any = None) -> ScriptSubject:
+    """What the knobs' `applies` see of a script: nothing about its model or data is known before it runs; of a
+    launcher's command (`command`, a `PythonCommand`), the ranks it starts on this node where its options say."""
+    launcher = getattr(command, "launcher", None)
+    return ScriptSubject(name=label, ranks_per_node=launcher.ranks_per_node if launcher is not None else None)
 
+
+
+# What an unmodified script is taken to run where its config does not say: its own data parallelism (a ddp.*
+# knob is given to every DistributedDataParallel the script builds; one that builds none leaves it unreached, and
+# the trial is `invalid` naming that)
+SCRIPT_OWN_DEFAULTS = {"distributed.strategy": "ddp"}
 
 
 def check_script_config(config: RunConfig, host, label: str) -> None:
     """UsageError naming the first knob of `config` that cannot run with an unmodified script here: beyond
     the host's limits or in conflict (`check_on_host`, the one bound policy of every mode), needing
     `torchpace.prepare()`, or not applying on this host."""
-    check_on_host(config, host)
+    check_on_host(config, host, SCRIPT_OWN_DEFAULTS)
     target = script_target(label)
     for name, value in config.non_default().items():
         knob = REGISTRY[name]
