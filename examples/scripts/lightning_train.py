@@ -8,6 +8,8 @@ tuned config with `torchpace launch --config torchpace.toml -- python ...`. The 
 nothing is downloaded. `StepClock`, a Lightning callback, is the framework's own clock: it prints the
 steps/s of each epoch (from its second step) and, with `--stamps FILE`, writes one timestamp per
 optimizer step, so the figures torchpace reports can be checked against the script's own.
+With `--devices 2 --strategy ddp` Lightning starts the ranks itself (the script runs once per rank, each
+rank's stamps in STAMPS.rankR): `torchpace bench -- python ...` measures every rank as one job.
 """
 
 import argparse
@@ -49,12 +51,17 @@ class StepClock(pl.Callback):
     runs once per optimizer step without gradient accumulation)."""
 
     def __init__(self, stamps_path=None, report_path=None):
-        self.stamps = open(stamps_path, "a", buffering=1) if stamps_path else None
+        self.stamps_path, self.stamps = stamps_path, None
         self.report_path = report_path
         self.epoch_stamps = []
 
+    def setup(self, trainer, module, stage):
+        if self.stamps_path and self.stamps is None:  # one file per rank when Lightning runs several
+            suffix = f".rank{trainer.global_rank}" if trainer.world_size > 1 else ""
+            self.stamps = open(f"{self.stamps_path}{suffix}", "a", buffering=1)
+
     def on_train_start(self, trainer, module):
-        if self.report_path:  # what the framework ended up with, read from its own objects
+        if self.report_path and trainer.global_rank == 0:  # what the framework ended up with, read from its own objects
             loader = trainer.train_dataloader
             optimizer = trainer.optimizers[0]
             with open(self.report_path, "w") as f:
@@ -85,13 +92,16 @@ def main():
     parser.add_argument("--samples", type=int, default=16384)
     parser.add_argument("--stamps", default=None, help="append one timestamp per optimizer step to this file")
     parser.add_argument("--report", default=None, help="write the DataLoader and optimizer settings used to this JSON file")
+    parser.add_argument("--devices", type=int, default=1, help="processes Lightning starts (its own launcher re-runs "
+                                                                "this script once per extra rank)")
+    parser.add_argument("--strategy", default="auto", help="Lightning's strategy (ddp with --devices 2 or more)")
     args = parser.parse_args()
 
     pl.seed_everything(0)
     features = torch.randn(args.samples, 64)
     labels = (features[:, :10].argmax(dim=1) + (features[:, 10] > 1).long()) % 10
     loader = DataLoader(TensorDataset(features, labels), batch_size=args.batch_size, shuffle=True, drop_last=True)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=args.epochs, logger=False,
+    trainer = pl.Trainer(accelerator="cpu", devices=args.devices, strategy=args.strategy, max_epochs=args.epochs, logger=False,
                          enable_checkpointing=False, enable_model_summary=False,
                          callbacks=[StepClock(args.stamps, args.report)])
     trainer.fit(Classifier(), loader)

@@ -241,9 +241,10 @@ def _reap_keepers() -> None:
     _UNREAPED_KEEPERS[:] = [proc for proc in _UNREAPED_KEEPERS if not proc.reap_keeper(0)]
 
 
-def owner_pid() -> int:
-    """The process that started this one: the parent, or past a keeper, the process that started the keeper."""
-    parent = os.getppid()
+def owner_pid(pid: int | None = None) -> int:
+    """The process that started this one (or process `pid`): its parent, or past a keeper, the process that started
+    the keeper."""
+    parent = os.getppid() if pid is None else _parent_of(pid)
     try:
         with open(f"/proc/{parent}/cmdline", "rb") as cmdline:
             is_keeper = _KEEPER_PATH.name.encode() in cmdline.read()
@@ -253,6 +254,15 @@ def owner_pid() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return parent
+
+
+def _parent_of(pid: int) -> int:
+    """Process `pid`'s parent (`pid` itself when it cannot be read: it ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return pid
 
 
 def child_setup(death_signal: int | None, nofile: int | None = None, parent_pid: int | None = None) -> Callable[[], None]:

@@ -67,6 +67,9 @@ class TrialSpec:
         gate: `"CONTROL_FD,EVENT_FD"` of the pipes to a parent that alternates this trial with another
             (`torchpace.trial.pair`): the real step is measured one window per turn
             (`torchpace.measure.gate`); None for a trial that runs alone.
+        script_ranks: script mode: the processes of the script's job where known (its launcher's options, or the
+            study's baseline): a job of several runs its comparisons as separate runs, since its ranks take
+            turns only as one (None: unknown, or one).
         compile_allowance_s: seconds the trial may spend compiling (torch.compile) beyond its time cap, its
             measurement starting once compiling is over: the parent's cap holds it, and a script's stall
             watchdog waits that long for one compile (`ScriptMeasure.compile_allowance_s`). Whoever builds the
@@ -94,6 +97,7 @@ class TrialSpec:
     script_profile: dict[str, Any] = field(default_factory=dict)
     gate: str | None = None
     compile_allowance_s: float = 0.0
+    script_ranks: int | None = None
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -122,6 +126,10 @@ class TrialResult:
         script: a script-mode trial without a bench (a profile): what the launch hook changed.
         ended_after: script mode, a script that ended before the measurement did: {"steps", "seconds" (run
             after its first step), "windows" (measured)}, so a trial can be sized to fit it.
+        separate_runs: script mode: why this trial cannot take turns with another one (a job of several ranks
+            asked to, `ScriptMeasure.in_turns`): the comparison goes on in separate runs; None otherwise.
+        ranks: script mode: the ranks of the script's job (1 for one process), as its hook found them; None
+            when unknown.
     """
 
     status: str
@@ -137,6 +145,8 @@ class TrialResult:
     failed_rank: int | None = None
     script: ScriptInfo | None = None
     ended_after: dict[str, Any] | None = None
+    separate_runs: str | None = None
+    ranks: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -36,7 +36,14 @@ CLAIMS = {
     "model.channels_last": ({"model.channels_last": True}, {"conv_channels_last": True, "input_channels_last": True}),
     # compiled in place after the first backward(): the script's own forward is traced by torch.compile
     "compile.mode": ({"compile.mode": "default"}, {"compiled": True}),
+    # every DistributedDataParallel of a two-rank job under torchrun, over the script's own arguments
+    # (scripts/ddp_probe.py passes bucket_cap_mb=50 and find_unused_parameters=True itself)
+    "ddp.bucket_cap_mb": ({"ddp.bucket_cap_mb": 5}, {"bucket_cap_mb": 5}),
+    "ddp.gradient_as_bucket_view": ({"ddp.gradient_as_bucket_view": True}, {"gradient_as_bucket_view": True}),
+    "ddp.static_graph": ({"ddp.static_graph": True}, {"static_graph": True}),
+    "ddp.find_unused_parameters": ({"ddp.find_unused_parameters": False}, {"find_unused_parameters": False}),
 }
+DDP_RANKS = 2  # the ddp.* knobs' claims run scripts/ddp_probe.py under `torchrun --nproc-per-node 2`
 SCRIPT_KNOBS = sorted(name for name, knob in REGISTRY.items() if knob.script_reach)
 
 
@@ -56,11 +63,17 @@ def _launch(config: dict, tmp_path: Path, child_env: dict) -> dict:
     toml = tmp_path / "torchpace.toml"
     toml.write_text("schema_version = 1\n[knobs]\n" + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in config.items()))
     report = tmp_path / "seen.json"
+    ddp = any(name.startswith("ddp.") for name in config)
+    program = (["torchrun", f"--nproc-per-node={DDP_RANKS}", str(SCRIPTS / "ddp_probe.py")] if ddp
+               else ["python", str(SCRIPTS / "knob_probe.py")])
     result = subprocess.run([sys.executable, "-m", "torchpace", "launch", "--config", str(toml), "--",
-                             "python", str(SCRIPTS / "knob_probe.py"), str(report), "3"],
-                            env=child_env, capture_output=True, text=True, timeout=180)
+                             *program, str(report), "3"], env=child_env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(report.read_text())
+    if not ddp:
+        return json.loads(report.read_text())
+    seen = [json.loads(Path(f"{report}.rank{rank}").read_text()) for rank in range(DDP_RANKS)]
+    assert all(rank == seen[0] for rank in seen), seen  # every rank's DDP was given the same
+    return seen[0]
 
 
 _HOSTS = {name: faked_host(name) for name in FAKED_HOSTS}

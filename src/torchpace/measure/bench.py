@@ -16,7 +16,8 @@ import torch
 from torchpace.host import probe_host
 from torchpace.measure.latency import Latency
 from torchpace.measure.memory import read_peak_memory
-from torchpace.measure.result import THROUGHPUT, BenchResult, LatencyFigures, ScriptInfo, StepShape, ThroughputFigures
+from torchpace.measure.result import (THROUGHPUT, BenchResult, LatencyFigures, RankFigures, ScriptInfo, StepShape,
+                                      ThroughputFigures, find_straggler)
 from torchpace.measure.timing import WARMUP_SHARE, Throughput, TimingOptions, window_for
 from torchpace.records import from_json
 
@@ -80,7 +81,9 @@ def latency_figures(latency: Latency) -> LatencyFigures:
 
 def build_script_bench(real: Throughput, *, samples_known: bool, device, losses: list[float], wall_s: float,
                        measured_wait_s: float | None, batch_size: int | None, backwards_per_step: int,
-                       script: dict[str, Any], other_load_cores: float | None = None) -> BenchResult:
+                       script: dict[str, Any], other_load_cores: float | None = None,
+                       ranks: tuple[RankFigures, ...] = (), global_batch_size: int | None = None,
+                       input_wait_frac: float | None = None, peak_bytes: int | None = None) -> BenchResult:
     """The BenchResult of a script measured from inside its process (`torchpace.script.hook`).
 
     There is no compute-only ceiling for a script (its batches cannot be replayed), so
@@ -88,16 +91,25 @@ def build_script_bench(real: Throughput, *, samples_known: bool, device, losses:
     `__next__` (None when the script read no DataLoader), and `compute_only_samples_per_s` is None. `config` is left empty: the parent, which
     planned the run, fills it in. `other_load_cores` is read by the caller over the measurement, as
     `torchpace.measure.contention` defines it.
+
+    A job of several processes (`ranks`, one `RankFigures` each, measured by `torchpace.script.job`): `real` is
+    the job's windows (every rank's samples per wall second), `batch_size` rank 0's samples of one step and
+    `global_batch_size` every rank's, `input_wait_frac` the ranks' mean share of time waiting on a DataLoader,
+    `peak_bytes` the largest rank's, and the straggler, if any, is named (`find_straggler`).
     """
     device = device if device is not None else torch.device("cpu")
     elapsed_s = sum(w.elapsed_s for w in real.windows)
-    peak_bytes, peak_kind = read_peak_memory(device)
+    own_peak, peak_kind = read_peak_memory(device)
     info = from_json(ScriptInfo, script)
+    if input_wait_frac is None and elapsed_s > 0 and measured_wait_s is not None:
+        input_wait_frac = min(1.0, measured_wait_s / elapsed_s)
+    world = max(1, len(ranks))
     return BenchResult(
         workload=shlex.join(info.command) or "script", config={}, device=str(device),
-        step=StepShape(batch_size=batch_size, grad_accumulation=max(1, backwards_per_step), world_size=1,
-                       global_batch_size=batch_size),
+        step=StepShape(batch_size=batch_size, grad_accumulation=max(1, backwards_per_step), world_size=world,
+                       global_batch_size=global_batch_size if ranks else batch_size),
         throughput=throughput_figures(real, samples_known), compute_only_samples_per_s=None,
-        input_bound_frac=min(1.0, measured_wait_s / elapsed_s) if elapsed_s > 0 and measured_wait_s is not None else None,
-        peak_memory_bytes=peak_bytes, peak_memory_kind=peak_kind, loss_values=tuple(losses), wall_time_s=wall_s,
-        host=probe_host().summary(), script=info, other_load_cores=other_load_cores)
+        input_bound_frac=input_wait_frac,
+        peak_memory_bytes=max(own_peak, peak_bytes or 0), peak_memory_kind=peak_kind, loss_values=tuple(losses),
+        wall_time_s=wall_s, host=probe_host().summary(), script=info, other_load_cores=other_load_cores,
+        ranks=tuple(ranks), straggler=find_straggler(ranks) if len(ranks) > 1 else None)

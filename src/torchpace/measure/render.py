@@ -88,6 +88,7 @@ def bench_rows(r: BenchResult) -> list[tuple[str, str]]:
     if step.world_size > 1:
         rows.append(("processes", f"{step.world_size} ranks x batch {step.batch_size} = global batch {step.global_batch_size}  "
                                   f"({t.unit} summed over ranks; step time and peak memory of the slowest / largest rank)"))
+    rows += rank_rows(r)
     if r.compute_only_samples_per_s:
         rows += [("compute-only samples/s", f"{r.compute_only_samples_per_s:,.1f}  (one batch pre-staged on {r.device})"),
                  ("input-bound", f"{r.input_bound_frac:.1%} of the step waits for data")]
@@ -103,6 +104,42 @@ def bench_rows(r: BenchResult) -> list[tuple[str, str]]:
     if r.loss_values:
         rows.append(("loss", f"{r.loss_values[0]:.4g} -> {r.loss_values[-1]:.4g} over {len(r.loss_values)} steps"))
     return rows + script_rows(r.script) + inference_rows(r)
+
+
+_RANKS_LISTED = 8  # ranks named one by one in a row; a larger job shows the spread (fewest, median, most)
+
+
+def rank_rows(r: BenchResult) -> list[tuple[str, str]]:
+    """A job of several processes measured from inside its script: each figure by rank (its own clock), the
+    spread, and the straggler when one held the others back."""
+    if len(r.ranks) < 2:
+        return []
+    rows = [("by rank: steps/s", _by_rank([f.steps_per_s for f in r.ranks], "{:.3g}") + "  (each rank's own clock)")]
+    if any(f.input_wait_frac is not None for f in r.ranks):
+        rows.append(("by rank: input wait", _by_rank([f.input_wait_frac for f in r.ranks], "{:.1%}")))
+    if any(f.backward_frac is not None for f in r.ranks):
+        rows.append(("by rank: in backward()", _by_rank([f.backward_frac for f in r.ranks], "{:.1%}")
+                     + "  (where DDP's all-reduce waits for the slowest rank)"))
+    rows.append(("by rank: peak memory", _by_rank([f.peak_memory_bytes for f in r.ranks], None)))
+    if any(f.mean_loss is not None for f in r.ranks):
+        rows.append(("by rank: mean loss", _by_rank([f.mean_loss for f in r.ranks], "{:.4g}")))
+    rows.append(("straggler", r.straggler.why if r.straggler is not None else
+                 "none: no rank's steps or input wait stand out from the others'"))
+    return rows
+
+
+def _by_rank(values: list, form: str | None) -> str:
+    def shown(value) -> str:
+        if value is None:
+            return "-"
+        return format_bytes(value) if form is None else form.format(value)
+
+    if len(values) <= _RANKS_LISTED:
+        return " · ".join(f"{rank}: {shown(v)}" for rank, v in enumerate(values))
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return "-"
+    return f"fewest {shown(known[0])}, median {shown(known[len(known) // 2])}, most {shown(known[-1])} over {len(values)} ranks"
 
 
 def script_rows(script: ScriptInfo | None) -> list[tuple[str, str]]:

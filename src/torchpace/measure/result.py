@@ -298,6 +298,115 @@ class ScriptInfo:
     more: Mapping[str, Any] = field(default_factory=dict, metadata=spec(rest=True))
 
 
+@dataclass(frozen=True)
+class RankFigures:
+    """One rank of a job of several processes over the measured windows, by its own clock (its time from leaving
+    one window's agreement to reaching the next: the time it waited there for slower ranks left out).
+
+    Attributes:
+        rank: its global rank.
+        local_rank: its rank on its host.
+        host: the host it ran on.
+        pid: its process id.
+        steps_per_s: the median of its windows' steps per second of its own time.
+        samples_per_s: the median of its windows' samples per second of its own time (null when unknown).
+        input_wait_frac: its share of its own time spent inside DataLoader `__next__`.
+        backward_frac: its share of its own time spent inside `backward()`, where DistributedDataParallel's
+            all-reduce waits for the slowest rank (on a CPU; a GPU's wait is on the device, not in this figure).
+        peak_memory_bytes: its peak memory (the CUDA allocator's peak on a GPU, peak RSS on a CPU).
+        mean_loss: the mean of its measured steps' losses (null when its steps had no loss tensor).
+    """
+
+    rank: int = field(metadata=spec(minimum=0))
+    local_rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    steps_per_s: float | None = None
+    samples_per_s: float | None = None
+    input_wait_frac: float | None = field(default=None, metadata=spec(minimum=0, maximum=1))
+    peak_memory_bytes: int | None = field(default=None, metadata=spec(minimum=0))
+    mean_loss: float | None = None
+    backward_frac: float | None = field(default=None, metadata=spec(minimum=0, maximum=1))
+
+    @property
+    def step_s(self) -> float | None:
+        """Its own seconds per step."""
+        return 1 / self.steps_per_s if self.steps_per_s else None
+
+    @property
+    def busy_s(self) -> float | None:
+        """Its own seconds per step outside `backward()`: its work, where the others' wait for it is inside theirs."""
+        step = self.step_s
+        return None if step is None else step * (1 - (self.backward_frac or 0.0))
+
+
+# A rank is a straggler when its own steps are this much slower than the other ranks' median (ranks that do not
+# wait for each other at every step), or when it spends this share of a step more than they do outside
+# backward(): in a synchronous job the others wait for it inside theirs, in the all-reduce
+STRAGGLER_SLOWER = 0.10
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank the others wait for (`find_straggler`).
+
+    Attributes:
+        rank: the rank.
+        why: in words, with the figures that say it.
+        slower_frac: how much longer its own work per step is than the other ranks' median, as a share of the
+            job's step (0.2: 20%).
+        input_wait_frac: its share of time waiting on its DataLoader.
+    """
+
+    rank: int
+    why: str
+    slower_frac: float | None = None
+    input_wait_frac: float | None = None
+
+
+def find_straggler(ranks: Sequence[RankFigures]) -> Straggler | None:
+    """The rank that holds the job back, when one does materially (see `STRAGGLER_SLOWER`), the slowest such rank;
+    None with fewer than two ranks, or when no rank stands out. Its own steps slower than the others' (they do not
+    wait for it), or, in a job whose ranks meet at every step, more of its step spent outside backward() than the
+    others spend: they wait for it in backward()'s all-reduce. Said with its input wait when that is most of it."""
+    found: list[tuple[float, Straggler]] = []
+    steps = [r.step_s for r in ranks if r.step_s]
+    if len(steps) < 2:
+        return None
+    job_step_s = _median(steps)
+    for figures in ranks:
+        others = [r for r in ranks if r.rank != figures.rank]
+        rates = [r.steps_per_s for r in others if r.steps_per_s]
+        if figures.steps_per_s and rates and 1 - figures.steps_per_s / _median(rates) >= STRAGGLER_SLOWER:
+            slower = 1 - figures.steps_per_s / _median(rates)
+            found.append((slower, Straggler(figures.rank, (
+                f"rank {figures.rank}'s own steps are {slower:.0%} slower than the other ranks' median "
+                f"({figures.steps_per_s:.3g} vs {_median(rates):.3g} steps/s)"), slower, figures.input_wait_frac)))
+            continue
+        busy = [r.busy_s for r in others if r.busy_s is not None]
+        if figures.busy_s is None or not busy:
+            continue
+        extra_s = figures.busy_s - _median(busy)
+        if extra_s < STRAGGLER_SLOWER * job_step_s:
+            continue
+        share = extra_s / job_step_s
+        waits = [r.input_wait_frac * r.step_s for r in others if r.input_wait_frac is not None and r.step_s]
+        own_wait_s = (figures.input_wait_frac or 0.0) * (figures.step_s or 0.0)
+        cause = (f"waiting on its DataLoader ({figures.input_wait_frac:.0%} of its time)"
+                 if waits and own_wait_s - _median(waits) >= extra_s / 2 else "outside its DataLoader")
+        found.append((share, Straggler(figures.rank, (
+            f"rank {figures.rank} spends {extra_s * 1e3:.3g} ms more of each step than the other ranks outside "
+            f"backward(), {cause}: {share:.0%} of the job's step; the others wait for it in backward()'s all-reduce"),
+            share, figures.input_wait_frac)))
+    return max(found, key=lambda item: item[0])[1] if found else None
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 @dataclass(frozen=True, kw_only=True)
 class BenchResult:
     """Everything a bench measured (see the module docstring). JSON: `to_dict` / `from_dict`.
@@ -321,6 +430,8 @@ class BenchResult:
         accuracy: outputs vs the fp32 eager reference on the first batches of the dataset.
         other_load_cores: cores processes outside torchpace's own tree kept busy while this was measured.
         script: script mode: the command, how steps and samples were counted, what the hook changed.
+        ranks: a job of several processes measured from inside its script: each rank by its own clock.
+        straggler: the rank the others waited for, when one did materially (`find_straggler` of `ranks`).
     """
 
     JSON_DERIVED = ("objective",)
@@ -344,6 +455,8 @@ class BenchResult:
     accuracy: AccuracyReport | None = None
     other_load_cores: float | None = field(default=None, metadata=spec(required=False, minimum=0))
     script: ScriptInfo | None = None
+    ranks: tuple[RankFigures, ...] = ()
+    straggler: Straggler | None = field(default=None, metadata=spec(required=False))
 
     @property
     def objective(self) -> Objective:

@@ -152,12 +152,21 @@ class WindowMeter:
     ``measure`` phase is one window per turn (of the gate's `turn_s`, else its planned time), ended by
     the parent (stopped by "pair"), not by the CI or the deadline; `clock` must then be the gate's,
     which leaves out the time stopped.
+
+    With `agree` (the ranks of a job of several processes, each running this meter), every decision is taken
+    at window ends only, so that each rank takes it at the same step: windows end at their planned steps (a
+    warm-up window does not end early on overrunning its plan, a time reading no two ranks share), and at each
+    window's end, after `sync()`, `agree(steps, samples)` returns the job's window (every rank's samples over
+    the slowest rank's time), read alike by every rank; `clock` must then read the time the ranks agreed at
+    their last window's end.
     """
 
     def __init__(self, clock: Clock, sync: Callable[[], None], options: TimingOptions, warmup_deadline: float,
                  deadline: float, on_window: Callable[[str, int, Summary | None], None] | None = None,
-                 gate: Gate | None = None):
-        self.clock, self.sync, self.options, self.gate = clock, sync, options, gate
+                 gate: Gate | None = None, agree: Callable[[int, int], Window] | None = None):
+        if gate is not None and agree is not None:
+            raise ValueError("a meter agreed across ranks cannot take turns at a gate")
+        self.clock, self.sync, self.options, self.gate, self.agree = clock, sync, options, gate, agree
         self.warmup_deadline, self.deadline, self.on_window = warmup_deadline, deadline, on_window
         self.phase = "idle"
         self.windows: list[Window] = []
@@ -199,7 +208,10 @@ class WindowMeter:
         if not self._window_full():
             return None
         self.sync()
-        window = Window(self._steps, self._samples, self.clock() - self._window_start)
+        if self.agree is not None:
+            window = self.agree(self._steps, self._samples)
+        else:
+            window = Window(self._steps, self._samples, self.clock() - self._window_start)
         self._steps = self._samples = 0
         {"single": self._after_single, "warmup": self._after_warmup, "measure": self._after_measured}[self.phase](window)
         self._window_start = self.clock()
@@ -231,6 +243,8 @@ class WindowMeter:
         gives turns of a millisecond or of many seconds to neither."""
         if self.phase == "single":
             return True
+        if self.agree is not None:  # the ranks end each window at the same step: by its steps alone
+            return self._steps >= self._per_window
         planned_s, elapsed_s = self._per_window * self._step_s, self.clock() - self._window_start
         if self.gate is not None and self.phase == "measure":
             return turn_full(elapsed_s, self._steps, self._turn_s())

@@ -25,6 +25,11 @@ it had, marked `script-ended`; one that shows no step within `no_step_timeout_s`
 naming what was looked for; one that stops stepping (`ScriptProbe.check_stall`) leaves what was measured,
 marked `script-stalled`, or a `timeout` naming the stall; time spent in torch.compile is no stall
 (`watch_compiles`), and a compile is waited for within the trial's compile allowance.
+
+Every process of the script's tree that imports torch gets these hooks (a launcher's ranks, ranks the script
+spawns, spawned DataLoader workers): which of them measures is decided at its first step
+(`torchpace.script.probe`); the ranks of a job measure it together (`torchpace.script.job`), and a process
+that never trains never measures.
 """
 
 from __future__ import annotations
@@ -66,16 +71,16 @@ def install(spec: ScriptMeasure, report: HookReport) -> ScriptProbe:
     ending.install()  # before the probe's exit handler: the ending's runs after every other one
     atexit.register(_own, probe, probe.on_exit)
     _excepthook_marks_crash(probe)
-    watchdog = threading.Timer(spec.no_step_timeout_s, _own, (probe, probe.on_no_step))
-    watchdog.daemon = True
-    watchdog.start()
-    probe.watch_for_stalls()
+    if not spec.descendant:  # the process torchpace started watches for a tree that never steps
+        watchdog = threading.Timer(spec.no_step_timeout_s, _own, (probe, probe.on_no_step))
+        watchdog.daemon = True
+        watchdog.start()
     return probe
 
 
 def install_from_json(raw: str, report: HookReport) -> ScriptProbe:
-    """`install` with the spec the parent passed in `MEASURE_ENV` (the launch hook has taken it out of
-    the environment, so that the processes the script starts do not measure themselves)."""
+    """`install` with the spec the parent passed in `MEASURE_ENV` (the processes the script starts inherit it as
+    descendants, `ScriptMeasure.for_descendants`: one that trains may be a rank of the job)."""
     return install(ScriptMeasure.from_json(raw), report)
 
 
@@ -105,12 +110,14 @@ def _hook_optimizers(torch, probe) -> None:
 
 def _hook_backward(torch, probe) -> None:
     original = torch.autograd.backward
+    clock = probe.clock
 
     @functools.wraps(original)
     def backward(tensors, *args, **kwargs):
+        start = clock()
         with _phase(probe, "torchpace.backward"):
             result = original(tensors, *args, **kwargs)
-        _own(probe, probe.on_backward, tensors)
+        _own(probe, probe.on_backward, tensors, clock() - start)
         return result
 
     torch.autograd.backward = backward
@@ -252,7 +259,7 @@ def _excepthook_marks_crash(probe) -> None:
     previous = sys.excepthook
 
     def excepthook(kind, value, tb):
-        probe.script_raised()
+        probe.script_raised(value)
         previous(kind, value, tb)
 
     sys.excepthook = excepthook

@@ -14,6 +14,7 @@ block, is written to `profile["trace_path"]` and the process ends; the parent an
 from __future__ import annotations
 
 import cProfile
+import os
 import json
 import pstats
 import shlex
@@ -31,7 +32,7 @@ from torchpace.protocol import CRASH, INVALID, OK, TIMEOUT, TrialResult
 from torchpace.records import from_json
 from torchpace.script.inprocess import HookReport
 from torchpace.script.knobs import unreached_knobs
-from torchpace.script.probe import ScriptProbe, write_result
+from torchpace.script.probe import BYSTANDER, RANK, UNDECIDED, ScriptProbe, write_result
 from torchpace.script.spec import ScriptMeasure
 
 
@@ -54,7 +55,7 @@ class ScriptProfiler(ScriptProbe):
         self.document: dict[str, Any] | None = None
         self.python: dict[str, Any] | None = None
         # the profiler's own export goes beside the trace the parent reads, in the parent's temporary folder
-        self._raw = Path(spec.profile["trace_path"]).with_name("raw-trace.json")
+        self._raw = Path(spec.profile["trace_path"]).with_name(f"raw-trace-{os.getpid()}.json")  # one per rank
         # what the run already does, for the advice (`torchpace.profile.effect`): autocast and parameter
         # dtypes (the hook notes them), the DataLoaders' workers and pinning
         self.run_facts: dict[str, Any] = {}
@@ -62,6 +63,8 @@ class ScriptProfiler(ScriptProbe):
 
     def on_batch(self, batch: Any, waited_s: float, loader_iter: Any = None) -> None:
         super().on_batch(batch, waited_s, loader_iter)
+        if self.role == BYSTANDER:
+            return
         if loader_iter is not None:
             workers = int(getattr(loader_iter, "_num_workers", 0) or 0)
             self.run_facts["num_workers"] = max(workers, self.run_facts.get("num_workers", 0))
@@ -69,14 +72,14 @@ class ScriptProfiler(ScriptProbe):
             self.run_facts["pin_memory"] = pinned or self.run_facts.get("pin_memory", False)
 
     def on_step(self) -> None:
-        if self.finished:
+        if self.finished or self.role == BYSTANDER:
             return
-        self._close_step_loss()
-        self.steps += 1
-        self.note_step()
-        self.step_samples()
+        self.events.close_step()
+        if self.role == UNDECIDED and not self.take_role():
+            return
+        self.watch.note_step(self.steps)
         if self.prof is None and self.document is None and self.steps >= self.wait:
-            if not self.compile_pending():  # the steps that compile stay untraced
+            if self._ready_to_measure():  # the steps that compile stay untraced (on every rank of a job)
                 self.wait = self.steps
                 self._start_profiler()
         elif self.prof is not None:
@@ -124,6 +127,15 @@ class ScriptProfiler(ScriptProbe):
         self.cprofile = None
         self.finish(ended_early=False)
 
+    def finish(self, ended_early: bool) -> None:
+        """As the probe's; each rank of a job but rank 0 first writes its own trace beside rank 0's
+        (`rank_trace_path`), which the parent reads for every rank's collectives and the straggler's wait."""
+        if self.role == RANK and self.job is not None and not self.job.is_leader and self.document is not None:
+            self.document[METADATA_KEY] = self._metadata(self.report.to_dict())
+            write_atomic(rank_trace_path(self.spec.profile["trace_path"], self.job.rank),
+                         json.dumps(self.document, separators=(",", ":")))
+        super().finish(ended_early)
+
     def on_exit(self) -> None:
         """atexit: the script ended before the profile did; stop the profiler first (a profiler still
         running at interpreter teardown crashes the process)."""
@@ -137,6 +149,9 @@ class ScriptProfiler(ScriptProbe):
         naming the stall."""
         if not self.claim_end():
             return
+        if not self.writes_result:
+            self.end()
+            return
         needed = self.wait + self.warmup + self.active + self.python_steps
         why = "" if compiling_s is not None else " (it stalled: a deadlock, a hung read, or a step far slower than the ones before)"
         write_result(TrialResult(TIMEOUT, wall_time_s=self.clock() - self.started_s, error=(
@@ -144,7 +159,7 @@ class ScriptProfiler(ScriptProbe):
             self.spec.result_path)
         self.end()
 
-    def build_result(self, ended_early: bool) -> TrialResult:
+    def build_result(self, ended_early: bool, ranks_disagree: str | None = None) -> TrialResult:
         wall_s = self.clock() - self.started_s
         unreached = unreached_knobs(self.report.config, self.report.reached, self.report.not_applied)
         if unreached and self.steps:  # the config could not run in this script: that is the verdict
@@ -173,7 +188,15 @@ class ScriptProfiler(ScriptProbe):
                 "warmup_steps": self.warmup, "peak_memory_bytes": peak_bytes, "peak_memory_kind": peak_kind,
                 "memory_capacity_bytes": _capacity_bytes(device), "torch_version": torch.__version__,
                 "python_profile": self.python, "script": True, "run": dict(self.run_facts), "hook": hook,
-                "other_load_cores": self.other_load_cores}
+                "other_load_cores": self.other_load_cores,
+                **({"rank": self.job.rank, "world_size": self.job.world_size} if self.job is not None else {})}
+
+
+def rank_trace_path(trace_path: str, rank: int) -> str:
+    """Where rank `rank` (> 0) of a profiled job writes its trace: beside rank 0's (`trace.json` ->
+    `trace.rank1.json`)."""
+    path = Path(trace_path)
+    return str(path.with_name(f"{path.stem}.rank{rank}{path.suffix}"))
 
 
 def _activities() -> list:

@@ -7,7 +7,8 @@ the launch hook installs `torchpace.script.hook` with it when the script imports
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 NO_STEP_MESSAGE = ("no optimizer step or backward() seen: script mode counts a step at each step() of a torch.optim "
@@ -26,6 +27,22 @@ STEPS_SUFFIX = ".steps"
 OWN_FAILURE = "torchpace's own failure, not the script's: its hook in the script's process raised"
 OWN_FAILURE_LINE = "torchpace: its hook in this script's process failed (torchpace's failure, not the script's):"
 OWN_FAILURE_EXIT = 70
+# Several processes of one job (`torchpace.script.job`): beside the result file, each rank that steps writes
+# RESULT.rankR (where it runs) at its first step and RESULT.rankR.failed (its traceback) when its script raises;
+# a process that trains without a process group claims the measurement with RESULT.claim, so that only one does.
+RANK_SUFFIX = ".rank{rank}"
+FAILED_SUFFIX = ".failed"
+CLAIM_SUFFIX = ".claim"
+
+
+def rank_file(result_path: str, rank: int) -> str:
+    """RESULT.rankR: where rank R of a job runs (pid, host), written at its first step."""
+    return result_path + RANK_SUFFIX.format(rank=rank)
+
+
+def rank_failure_file(result_path: str, rank: int) -> str:
+    """RESULT.rankR.failed: why rank R's script failed (its traceback), written as it raised."""
+    return rank_file(result_path, rank) + FAILED_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -49,6 +66,11 @@ class ScriptMeasure:
         profile: profile mode only: {"trace_path", "wait", "warmup", "active"} (steps of each phase).
         gate: `"CONTROL_FD,EVENT_FD"`: take turns with another trial in a paired comparison
             (`torchpace.measure.gate`); None to measure alone.
+        descendant: this process was started by the script's process, not by torchpace (a launcher's rank, a
+            rank the script spawned, a DataLoader worker): it measures only if it trains (`torchpace.script.job`).
+        in_turns: the process torchpace started takes turns with another trial (its `gate`): a job of several
+            ranks cannot, and says so in its result, so that the comparison goes on in separate runs.
+        root_pid: a descendant's: the pid of the process torchpace started (the root of the script's tree).
     """
 
     result_path: str
@@ -64,6 +86,15 @@ class ScriptMeasure:
     compile_allowance_s: float = 0.0
     profile: dict = field(default_factory=dict)
     gate: str | None = None
+    descendant: bool = False
+    in_turns: bool = False
+    root_pid: int | None = None
+
+    def for_descendants(self) -> "ScriptMeasure":
+        """The spec the processes this one starts inherit: they may be ranks of its job; the gate's pipes are
+        this process's alone."""
+        return replace(self, descendant=True, gate=None, in_turns=self.in_turns or self.gate is not None,
+                       root_pid=self.root_pid if self.descendant else os.getpid())
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

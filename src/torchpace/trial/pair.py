@@ -62,6 +62,7 @@ it (the options, the rounds, their stop rule, when the arms must be separate run
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 import itertools
 import logging
 import os
@@ -117,6 +118,14 @@ def run_pair(spec_a: TrialSpec, spec_b: TrialSpec, host: HostFacts, timeout_s: f
     if reason:  # the arms kept stay stopped: no CPU of the host's, and the caller judged their memory
         return _run_sequential(spec_a, spec_b, host, timeout_s, options, reason, base_env, workdir, figure, on_round, output)
     result = _run_alternating(spec_a, spec_b, host, timeout_s, options, base_env, workdir, on_round, output, kept_arms)
+    separate = result.a.separate_runs or result.b.separate_runs
+    if separate:  # a job of several ranks, found when it ran: it is measured as one job in separate runs
+        if kept_arms is not None:
+            kept_arms.release()
+        cap_s = fallback_timeout_s() if fallback_timeout_s else options.separate_runs_timeout_s or timeout_s
+        ranks = result.a.ranks or result.b.ranks
+        spec_a, spec_b = (replace(spec, script_ranks=ranks) for spec in (spec_a, spec_b))
+        return _run_sequential(spec_a, spec_b, host, cap_s, options, separate, base_env, workdir, figure, on_round, output)
     if OOM in (result.a.status, result.b.status):  # held together they did not fit: separate runs
         if kept_arms is not None:
             kept_arms.release()

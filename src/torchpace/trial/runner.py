@@ -31,7 +31,7 @@ from torchpace.launch.probe import probe_launch_facts
 from torchpace.process import start_child, stop_tree
 from torchpace.stop_policy import temporary_folder
 from torchpace.trial.output import follow
-from torchpace.trial.script import plan_script_trial, read_script_result
+from torchpace.trial.script import END_GRACE_S, FAILED_GRACE_S, JobWatch, plan_script_trial, read_script_result
 from torchpace.protocol import (CRASH, INVALID, STACK_DUMP_SIGNAL, TrialResult, TrialSpec, classify_exit,
                                 classify_timeout)
 from torchpace.trial.ranks import all_ranks_stderr, read_rank_failure
@@ -43,6 +43,7 @@ _KILL_GRACE_S = 3.0  # SIGTERM first, then SIGKILL after this
 _DUMP_WAIT_S = 2.0  # at most this long for the dumps, before the group is killed
 _DUMP_SETTLED_S = 0.2  # the dumps are written once stderr stopped growing this long
 _TRIAL_DIR_PREFIX = "torchpace-trial-"  # + the pid of the process running the trial
+_POLL_S = 0.25  # how often a script-mode trial's files are looked at while it runs (`JobWatch`)
 
 
 def plan_trial(config: Mapping[str, object], host: HostFacts, base_env: Mapping[str, str], spec_path: Path,
@@ -95,8 +96,9 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
             proc = start_child(argv, death_signal=signal.SIGKILL, nofile=nofile, env=env, stderr=err_file,
                                stdout=child_stdout(spec, err_file))
             _log.info("trial process %d started (cap %.0f s) for %s", proc.pid, timeout_s, spec.config or "the defaults")
+            ended_by = None  # what ended a script's tree early: its result, or a rank that failed or died
             try:
-                returncode: int | None = proc.wait(timeout=timeout_s)
+                returncode, ended_by = wait_trial(proc, spec, result_path, timeout_s)
             except subprocess.TimeoutExpired:
                 # the evidence is what the trial left before we act on it: its zombies and what it had said
                 # (killing the group makes DataLoader workers die, and their parent say so)
@@ -105,6 +107,9 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
                 dump_stacks(proc.pid, [err_path, *result_path.parent.glob("stderr.rank*.txt")])
             finally:  # also on Ctrl-C / SIGTERM of the parent: leave nothing behind (workers, ranks)
                 stop_tree(proc, _KILL_GRACE_S)
+        stopped = ended_by is not None and returncode is None  # torchpace stopped the tree after its grace
+        if stopped:
+            returncode = proc.returncode if proc.returncode is not None else -signal.SIGTERM
         wall_s = time.perf_counter() - start
         _log.info("trial process %d exited after %.1f s, start-up included: %s", proc.pid, wall_s,
                   "killed at its cap" if returncode is None else f"exit status {returncode}")
@@ -113,7 +118,39 @@ def run_trial(spec: TrialSpec, host: HostFacts, timeout_s: float, base_env: Mapp
             status, why = classify_timeout(said, dead)
             return TrialResult(status, error=f"no result after {timeout_s:.0f} s; the trial's process group was killed"
                                + (f": {why}" if why else ""), stderr_tail=stderr_tail, wall_time_s=wall_s)
-        return read_trial_result(spec, result_path, err_path, returncode, wall_s)
+        if ended_by in ("failed", "died"):
+            failure = JobWatch(result_path).failure(spec, _tail(err_path), wall_s, returncode)
+            if failure is not None and not result_path.exists():
+                return failure
+        return read_trial_result(spec, result_path, err_path, returncode, wall_s, stopped=stopped)
+
+
+def wait_trial(proc, spec: TrialSpec, result_path: Path, timeout_s: float) -> tuple[int | None, str | None]:
+    """Wait for the trial process: (its exit status, None) when it ends by itself. A script-mode trial's tree is
+    also watched (`JobWatch`): once its result is written, or one of its ranks failed or died, the tree gets a
+    grace to end by itself, then (None, what ended it) and the caller stops it.
+
+    Raises:
+        subprocess.TimeoutExpired: `timeout_s` passed first.
+    """
+    if not spec.command:
+        return proc.wait(timeout=timeout_s), None
+    watch, deadline = JobWatch(result_path), time.monotonic() + timeout_s
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(_POLL_S, deadline - time.monotonic()))), None
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+        seen = watch.check()
+        if seen is None:
+            continue
+        _log.info("trial process %d: %s; its tree gets a grace to end", proc.pid,
+                  "its result is written" if seen == "result" else f"a rank {seen}")
+        try:
+            return proc.wait(timeout=END_GRACE_S if seen == "result" else FAILED_GRACE_S), seen
+        except subprocess.TimeoutExpired:
+            return None, seen
 
 
 @contextlib.contextmanager
@@ -161,7 +198,8 @@ def plan_trial_child(spec: TrialSpec, host: HostFacts, base_env: Mapping[str, st
     return list(plan.argv), dict(plan.env), plan.nofile
 
 
-def read_trial_result(spec: TrialSpec, result_path: Path, err_path: Path, returncode: int, wall_s: float) -> TrialResult:
+def read_trial_result(spec: TrialSpec, result_path: Path, err_path: Path, returncode: int, wall_s: float,
+                      stopped: bool = False) -> TrialResult:
     """The result of a trial process that ended with `returncode`: its result file, or its failure.
 
     Raises:
@@ -171,7 +209,7 @@ def read_trial_result(spec: TrialSpec, result_path: Path, err_path: Path, return
     if returncode != 0 or not result_path.exists():
         check_disk_left([err_path, result_path], "the trial's output" if not spec.command else "the script's output log")
     if spec.command:
-        return read_script_result(spec, result_path, returncode, _tail(err_path), wall_s)
+        return read_script_result(spec, result_path, returncode, _tail(err_path), wall_s, stopped)
     if returncode != 0 and nproc_of(spec.config) > 1:
         return read_rank_failure(result_path, _tail(err_path), returncode, wall_s)
     return _read_result(result_path, returncode, _tail(err_path), wall_s)

@@ -181,6 +181,9 @@ def sequential_reason(spec_a: TrialSpec, spec_b: TrialSpec, *, peak_bytes: int |
     ranks = max(nproc_of(spec_a.config), nproc_of(spec_b.config))
     if ranks > 1:
         return f"a config runs {ranks} processes (torchrun), which cannot be stopped and continued as one"
+    script_ranks = max(spec_a.script_ranks or 1, spec_b.script_ranks or 1)
+    if script_ranks > 1:
+        return f"the script runs {script_ranks} ranks, measured as one job in separate runs"
     if spec_a.script_mode != "bench" or spec_b.script_mode != "bench" or spec_a.profile or spec_b.profile:
         return "a profiled run is not measured in turns"
     if not fits_beside(peak_bytes, available_bytes, new_processes):

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 
 import psutil
 
+from torchpace.launch.command import parse_python_command
 from torchpace.protocol import TIMEOUT, TrialResult, compile_allowance_s
 from torchpace.script.spec import NO_STEP_MESSAGE
 from torchpace.trial import TrialSpec, run_trial
@@ -223,7 +224,8 @@ class TrialExecutor:
                          guard_steps=o.guard_steps, sys_path=[os.getcwd()],
                          profile=o.profile_baseline and assignment.slot == "baseline" and not o.command,
                          command=list(o.command), samples_per_step=o.samples_per_step,
-                         compile_allowance_s=_compile_allowance_s(assignment), **self._inference_spec())
+                         compile_allowance_s=_compile_allowance_s(assignment), script_ranks=self.script_ranks(),
+                         **self._inference_spec())
         cap_s = self.cap_s(assignment, trial_time_s, comparison=assignment.reference is not None)
         return (spec, *self.budget.within(cap_s, self._reserve_s(assignment)))
 
@@ -278,6 +280,18 @@ class TrialExecutor:
             walls = comparison_walls(self.study.get_trials(deepcopy=False))
             fitted_s = max([2 * baseline_s, *walls["candidate"], *walls["whole"]])
         return max(cap_s, fitted_s * _FITTED_CAP_FACTOR * factor + compile_s)
+
+    def script_ranks(self) -> int | None:
+        """The processes of the script's job: its launcher's options say, else the study's baseline measured them
+        (None for a workload, or before either says)."""
+        if not self.options.command:
+            return None
+        launcher = parse_python_command(self.options.command).launcher
+        if launcher is not None and launcher.world_size:
+            return launcher.world_size
+        records = trial_records(self.study.get_trials(deepcopy=False))
+        bench = next((r.bench for r in records if r.slot == "baseline" and r.status == "ok" and r.bench), None)
+        return bench.step.world_size if bench is not None else None
 
     def baseline_wall_s(self) -> float | None:
         """Wall seconds of this study's baseline trial that ran to its result (None before it has)."""

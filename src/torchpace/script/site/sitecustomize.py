@@ -94,12 +94,28 @@ def _run_shadowed_sitecustomize():
     spec.loader.exec_module(module)
 
 
+def _for_descendants(measure):
+    """The measurement spec the processes this one starts inherit (`ScriptMeasure.for_descendants`, written here
+    with the standard library only): they may be the job's ranks (a launcher's, or ones the script spawns), and
+    each measures only if it trains; the gate's pipes are this process's alone."""
+    import json  # lazy: only a script-mode measurement needs it
+
+    spec = json.loads(measure)
+    spec["in_turns"] = bool(spec.get("in_turns") or spec.get("gate"))
+    if not spec.get("descendant"):
+        spec["root_pid"] = os.getpid()
+    spec.update(descendant=True, gate=None)
+    return json.dumps(spec, sort_keys=True)
+
+
 def _install():
     raw = os.environ.get(_CONFIG_ENV)
-    # A measurement is of this process only: the processes the script starts itself (spawned DataLoader
-    # workers, a subprocess) do not inherit it, or each would count no step and report for the script.
-    # The config's knobs do reach them, as under `launch`.
-    measure = os.environ.pop(_MEASURE_ENV, None)
+    # The processes the script starts (a launcher's ranks, ranks it spawns, DataLoader workers, a subprocess)
+    # inherit the measurement as descendants: one that trains is a rank of the job (or, alone, the measured
+    # process); the others never measure nor report. The config's knobs reach them all, as under `launch`.
+    measure = os.environ.get(_MEASURE_ENV)
+    if measure:
+        os.environ[_MEASURE_ENV] = _for_descendants(measure)
     if not raw and not measure:
         return
     if "torch" in sys.modules:
