@@ -22,6 +22,7 @@ from torchpace.launch.command import parse_python_command
 from torchpace.measure.result import ScriptInfo
 from torchpace.stop_policy import temporary_folder
 from torchpace.profile.effect import settings_in_effect
+from torchpace.profile.ranks import rank_profile, ranks_finding
 from torchpace.profile.result import build_profile_result
 from torchpace.profile.trace import METADATA_KEY, parse_trace
 from torchpace.profile.verdict import build_offer
@@ -116,6 +117,36 @@ class waiting_bar:
 
 
 
+def _rank_documents(raw: Path) -> dict[int, dict]:
+    """The traces the other ranks of a profiled job wrote beside rank 0's (`torchpace.script.profile.rank_trace_path`)."""
+    found = {}
+    for path in raw.parent.glob(f"{raw.stem}.rank*{raw.suffix}"):
+        rank = path.name[len(raw.stem) + len(".rank"):-len(raw.suffix)]
+        if rank.isdigit():
+            found[int(rank)] = json.loads(path.read_text())
+    return found
+
+
+def _save_rank_traces(document: dict, others: dict[int, dict], written: str | None, config: RunConfig):
+    """(each rank's `RankProfile`, the failure to write one's trace or None): rank 0's trace is the profile's
+    (`written`), each other rank's is written beside it (`trace.json.gz` -> `trace.rank1.json.gz`)."""
+    from torchpace.profile.run import save_trace_keeping_figures
+
+    if not others:
+        return [], None
+    profiles, failure = [rank_profile(0, parse_trace(document), written)], None
+    for rank, other in sorted(others.items()):
+        other[METADATA_KEY]["config"] = config.non_default()
+        path = None
+        if written is not None:
+            name = Path(written).name
+            stem, dot, suffix = name.partition(".")
+            path, failed = save_trace_keeping_figures(other, str(Path(written).with_name(f"{stem}.rank{rank}{dot}{suffix}")))
+            failure = failure or failed
+        profiles.append(rank_profile(rank, parse_trace(other), path))
+    return profiles, failure
+
+
 def profile_script(command: Sequence[str], config: RunConfig, options, host: HostFacts, *,
                    trace_path: str | None, show_progress: bool = True, show_output: bool = False):
     """`torchpace profile -- CMD`: a few of the script's own steps traced inside its process
@@ -150,9 +181,12 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
             raise script_failure(result, f"the script `{shlex.join(command)}` under the profiler ({result.status}): "
                                          f"{result.error}")
         document = json.loads(raw.read_text())
+        rank_documents = _rank_documents(raw)
     document[METADATA_KEY]["config"] = config.non_default()
     written, failure = save_trace_keeping_figures(document, trace_path)
-    target = script_target(label)
+    ranks, rank_failure = _save_rank_traces(document, rank_documents, written, config)
+    failure = failure or rank_failure
+    target = script_target(label, parse_python_command(command))
     space = build_space(host, target, script=True)
     knobs_by_stage: dict[str, list[str]] = {}
     for knob in space:
@@ -164,6 +198,9 @@ def profile_script(command: Sequence[str], config: RunConfig, options, host: Hos
                                   offer=offer, command=command, trace_path=written,
                                   wall_time_s=time.perf_counter() - start, usable_cores=host.usable_cores,
                                   other_load_cores=document[METADATA_KEY].get("other_load_cores"))
+    found = ranks_finding(ranks)
+    if found is not None:  # a job of several ranks: each rank's collectives, and the straggler's wait
+        result = replace(result, findings=(*result.findings, found))
     if failure is not None:  # the figures go with the error: the CLI prints them, then the one line
         failure.figures = result
         raise failure

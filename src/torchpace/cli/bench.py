@@ -20,11 +20,15 @@ from torchpace.protocol import MAX_EVAL_BATCHES
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Also save the JSON result here.")
 @click.option("--accuracy-batches", type=click.IntRange(0, MAX_EVAL_BATCHES), default=4, show_default=True,
               help="Inference workloads: report the outputs' distance from the fp32 eager reference on this many batches (0: skip).")
+@click.option("--scaling", "scaling", default=None, metavar="N0,N1,...",
+              help="Measure the job at each world size (ranks on this node) against the first, and report the scaling "
+                   "efficiency with its CI: a script's launcher option (torchrun --nproc-per-node) or a Workload's "
+                   "nproc_per_node is set for each; --max-time is each comparison's time.")
 @samples_per_step_option
 @show_output_option
 @json_option
-def command(workload, config_path, assignments, max_time_s, device, out_path, accuracy_batches, samples_per_step, show_output,
-            as_json):
+def command(workload, config_path, assignments, max_time_s, device, out_path, accuracy_batches, scaling, samples_per_step,
+            show_output, as_json):
     """Measure WORKLOAD's real training step (default: the built-in `tabular`), or an unmodified
     training script given after `--` (`torchpace bench -- python train.py ARGS`).
 
@@ -44,6 +48,9 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
     check_outputs({"--out": out_path}, inputs, source_dirs=script_sources(command_argv) if command_argv else ())
     config = build_config(config_path, assignments)
     host = probe_host()
+    if scaling is not None:
+        return _scaling(workload, command_argv, config, scaling, max_time_s, device, samples_per_step, host, out_path,
+                        as_json)
     if command_argv:
         # lazy: `torchpace bench --help` loads this module; the verb's work loads only when it runs
         from torchpace.bench.script import bench_script
@@ -62,3 +69,17 @@ def command(workload, config_path, assignments, max_time_s, device, out_path, ac
         click.echo(f"torchpace: error: {problem}", err=True)
         return 1
     return 0
+
+
+def _scaling(workload, command_argv, config, scaling: str, max_time_s: float, device, samples_per_step, host, out_path,
+             as_json: bool) -> int:
+    """`bench --scaling`: the job at each world size against the first (`torchpace.compare.scaling`)."""
+    # lazy: `torchpace bench --help` loads this module; the verb's work loads only when it runs
+    from torchpace.compare.run import CompareOptions
+    from torchpace.compare.scaling import measure_scaling, parse_scaling, render_scaling
+
+    sizes = parse_scaling(scaling, host)
+    options = CompareOptions(max_time_s=max_time_s, samples_per_step=samples_per_step, device=device)
+    result = measure_scaling(workload, command_argv, config, sizes, options, host, show_progress=not as_json)
+    output_result(result.to_dict(), out_path, as_json, lambda console, _: render_scaling(console, result))
+    return 0 if all(point.error is None for point in result.points) else 1
