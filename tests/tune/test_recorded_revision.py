@@ -9,6 +9,7 @@ import json
 import pytest
 
 from _support import FIXTURES, restore_recorded_study
+from torchpace.host import override_host_facts
 from torchpace.report.load import load_report_data, rebuild_space
 from torchpace.tune.attrs import StudyAttrs
 from torchpace.tune.policy import GREEDY_REVISION, plan_greedy
@@ -18,6 +19,13 @@ from torchpace.tune.tuner import TuneOptions, Tuner
 RECORDED = FIXTURES / "studies" / "paired_greedy_rev4.json"
 PRINTED = json.loads(RECORDED.read_text())["printed"]  # what `torchpace tune` reported when it was tuned
 KNOBS = frozenset({"threads.intra_op", "precision.amp", "optimizer.impl"})
+
+
+@pytest.fixture
+def host(host):
+    """The host the study was recorded on computed bf16 natively, so its space holds precision.amp: a host without
+    bf16 would resume it with one knob fewer, which the recorded decisions do not describe."""
+    return override_host_facts(host, {"bf16": True})
 
 
 @pytest.fixture
