@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.torchpace-installed
 
-.PHONY: install demo test docs bench bench-compare bench-coverage bench-tune bench-script bench-frameworks bench-data bench-inference bench-distributed bench-fleet bench-speedup gpu-check clean
+.PHONY: install demo test docs bench bench-compare bench-coverage bench-tune bench-script bench-frameworks bench-jobs bench-data bench-inference bench-distributed bench-fleet bench-speedup gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,10 @@ bench-script: $(STAMP)  # make bench-script ARGS="--workloads tabular --no-tune"
 # Lightning and HF Trainer scripts: torchpace's steps/s vs the framework's own clock, and compile's gain
 bench-frameworks: $(STAMP)  # make bench-frameworks ARGS="--clients hf --rounds 5 --threads 1"
 	$(BIN)/python benchmarks/bench_frameworks.py $(ARGS)
+
+# 2-rank jobs (torchrun DDP, Lightning devices=2, HF Trainer under torchrun): the job's figures vs rank 0's own clock, and --scaling 1,2
+bench-jobs: $(STAMP)  # make bench-jobs ARGS="--clients ddp --scaling 3"
+	$(BIN)/python benchmarks/bench_jobs.py $(ARGS)
 
 bench-tune: $(STAMP)  # make bench-tune ARGS="--keep DIR --workloads vision"
 	$(BIN)/python benchmarks/bench_tune.py $(ARGS)

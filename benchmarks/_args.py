@@ -127,3 +127,19 @@ class BusyLoops:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 continue
+
+
+def fmt(value, pattern: str) -> str:
+    """`pattern` of `value`, or "-" when there is none."""
+    return "-" if value is None else pattern.format(value)
+
+
+def show(table, report: dict) -> int:
+    """Print a benchmark's table (stdout) and its figures as JSON after it; the exit status."""
+    import json
+
+    from rich.console import Console
+
+    Console().print(table)
+    print(json.dumps(report, indent=2, default=str))
+    return 0

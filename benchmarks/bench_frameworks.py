@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _args import count, keep_folder, new_run_folder, seconds
+from _args import count, fmt, keep_folder, new_run_folder, seconds, show
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "scripts"
@@ -153,16 +153,10 @@ def main() -> int:
         table.add_column(column)
     for name, row in report.items():
         compiled = row.get("compiled") or {}
-        table.add_row(name, _fmt(row["same_run_ratio"], "{:.3f}"), _fmt(row["clock_ratio"], "{:.3f}"),
-                      _fmt(row.get("compile_ratio"), "{:.2f}x"),
+        table.add_row(name, fmt(row["same_run_ratio"], "{:.3f}"), fmt(row["clock_ratio"], "{:.3f}"),
+                      fmt(row.get("compile_ratio"), "{:.2f}x"),
                       f"{compiled.get('graphs', '-')}, {compiled.get('graph_breaks', '-')}" if compiled else "-")
-    Console().print(table)
-    print(json.dumps(report, indent=2, default=str))
-    return 0
-
-
-def _fmt(value, pattern: str) -> str:
-    return "-" if value is None else pattern.format(value)
+    return show(table, report)
 
 
 if __name__ == "__main__":

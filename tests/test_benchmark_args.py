@@ -66,7 +66,7 @@ def test_each_kept_run_gets_a_new_folder_and_an_earlier_ones_is_left(tmp_path):
     assert (first / "studies.db").read_text() == "first"
 
 
-@pytest.mark.parametrize("script", ["gpu_check.py", "bench_speedup.py", "bench_script.py", "bench_frameworks.py", "bench_tune.py"])
+@pytest.mark.parametrize("script", ["gpu_check.py", "bench_speedup.py", "bench_script.py", "bench_frameworks.py", "bench_jobs.py", "bench_tune.py"])
 def test_every_keep_option_refuses_a_file_with_exit_2(tmp_path, script):
     (tmp_path / "notes.txt").write_text("mine\n")
     done = subprocess.run([sys.executable, str(BENCHMARKS / script), "--keep", str(tmp_path / "notes.txt")],

@@ -40,7 +40,9 @@ class StepClock(TrainerCallback):
     """One timestamp per optimizer step (`on_step_end`), and the DataLoader/optimizer the Trainer built."""
 
     def __init__(self, stamps_path=None, report_path=None):
-        self.stamps = open(stamps_path, "a", buffering=1) if stamps_path else None
+        rank = os.environ.get("RANK")  # under torchrun or accelerate launch: one file per rank, STAMPS.rankR
+        suffix = f".rank{rank}" if rank is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+        self.stamps = open(f"{stamps_path}{suffix}", "a", buffering=1) if stamps_path else None
         self.report_path = report_path
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, train_dataloader=None, **kwargs):

@@ -76,3 +76,10 @@ def test_scaling_sets_the_launchers_ranks_and_keeps_every_other_word():
         ["python", "-m", "torch.distributed.run", "--nproc-per-node=2", "t.py"]
     with pytest.raises(UsageError, match="through a launcher's option"):
         scaled_command(["python", "t.py"], 2)
+
+
+def test_a_launcher_of_several_nodes_is_refused_before_anything_starts(cli_run, tmp_path):
+    (tmp_path / "train.py").write_text("raise SystemExit('never run')\n")
+    done = cli_run("bench", "--", "torchrun", "--nnodes", "2", "--nproc-per-node", "1", "train.py", timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "runs the job on 2 nodes" in done.stderr and "this host only" in done.stderr and "never run" not in done.stderr

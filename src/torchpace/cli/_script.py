@@ -43,6 +43,11 @@ def script_command(workload: str | None) -> list[str] | None:
     from torchpace.launch.command import check_program_exists, parse_python_command
 
     program = parse_python_command(command)
+    launcher = program.launcher
+    if launcher is not None and launcher.nnodes > 1:
+        raise UsageError(f"the command's {launcher.name} runs the job on {launcher.nnodes} nodes, and torchpace measures "
+                         f"a job's ranks on this host only: give it one node (drop --nnodes / --num_machines), "
+                         f"or measure the same script on one node")
     check_program_exists(program, pythonpath=os.environ.get("PYTHONPATH"))  # before a baseline or a study exists
     return command
 
