@@ -12,6 +12,13 @@ measurement into the graph.) The first step therefore runs eagerly; compilation 
 forward and backward, and a script-mode measurement starts only once a backward has completed after the
 first compiled forward (`warm`), so its warm-up never holds compile time.
 
+The compiled forward is an attribute of the instance, which the module's own class does not know: pickling
+(`torch.save(model)`, `pickle.dumps`, a model handed to `mp.spawn` or a DataLoader worker) and
+`copy.deepcopy` would try to save it by name and fail ("it's not the same object as Net.forward"). So
+`nn.Module.__getstate__` leaves torchpace's compiled forward out (`_keep_pickling`, once per process, as
+torch itself leaves out `_compiled_call_impl`): what is saved and loaded is the script's own model with its
+class's forward, and a deep copy (an EMA model) runs eagerly, as the script's own copy would.
+
 The global module hooks torchpace installs (autocast, profile labels, this finder) return at once while
 torch.compile traces, so they add nothing to the graph and break nothing; the graphs and graph breaks
 dynamo counted in this process are reported (`summary`). A model that cannot be compiled (dynamo or
@@ -31,6 +38,27 @@ from typing import Any
 from torchpace.script.autocast import OutermostModule
 
 _BREAK_REASONS_SHOWN = 5  # the most frequent graph-break reasons reported, first line of each
+_COMPILED_MARK = "_torchpace_compiled_forward"  # set on the forward torchpace gives a module instance
+
+
+def _keep_pickling() -> None:
+    """Make `nn.Module.__getstate__` leave torchpace's compiled forward out of a module's state (once)."""
+    import torch
+
+    original = torch.nn.Module.__getstate__
+    if getattr(original, _COMPILED_MARK, False):
+        return
+
+    @functools.wraps(original)
+    def __getstate__(self):
+        state = original(self)
+        if getattr(state.get("forward"), _COMPILED_MARK, False):
+            state = dict(state)
+            del state["forward"]
+        return state
+
+    setattr(__getstate__, _COMPILED_MARK, True)
+    torch.nn.Module.__getstate__ = __getstate__
 
 class ScriptCompile:
     """Finds the script's model, compiles it after the first backward(), and reports what happened.
@@ -109,6 +137,8 @@ class ScriptCompile:
         options = compile_options(self.mode)
         if uses_cuda_graphs(self.mode):
             register_optimizer_step_post_hook(lambda optimizer, args, kwargs: mark_cuda_graph_step())
+        if self.seen:
+            _keep_pickling()
         for module in self.seen.values():
             module.forward = self._compiled_forward(module, compiler(module.forward, **options))
             self.modules.append(type(module).__name__)
@@ -151,6 +181,7 @@ class ScriptCompile:
             self.compiled_calls += 1
             return output
 
+        setattr(forward, _COMPILED_MARK, True)
         return forward
 
     def fail(self, module, err: BaseException | str) -> None:
