@@ -222,6 +222,15 @@ def guard_thread_count(knob_name: str, threads: int, report: HookReport) -> None
     report.reached.add(knob_name)
 
 
+def _bound_with_own_settings(signature: inspect.Signature, reach: Reach, *args: Any, **kwargs: Any):
+    """(the call's bound arguments, the script's own value of each knob of `reach` in them: `Knob.script_value` of
+    every parameter as the call gives it or defaults it)."""
+    bound = signature.bind_partial(*args, **kwargs)
+    given = {name: bound.arguments.get(name, _default_of(signature, name)) for name in signature.parameters}
+    knobs = (knob for knob in REGISTRY.values() if knob.script_reach is reach)
+    return bound, {knob.name: value for knob in knobs if (value := knob.script_value(given)) is not None}
+
+
 def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport) -> None:
     """Give every `torch.utils.data.DataLoader` (subclasses included) the LOADER knobs' values, and record on
     each (and on its iterators) the script's own settings of those knobs (`OWN_SETTINGS`), also without any."""
@@ -232,13 +241,10 @@ def patch_dataloader(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport
     if getattr(original, _PATCHED, None) is not None:
         return
     signature = inspect.signature(original)
-    loader_knobs = [knob for knob in REGISTRY.values() if knob.script_reach is Reach.LOADER]
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        bound = signature.bind_partial(self, *args, **kwargs)
-        given = {name: bound.arguments.get(name, _default_of(signature, name)) for name in signature.parameters}
-        own = {knob.name: value for knob in loader_knobs if (value := knob.script_value(given)) is not None}
+        bound, own = _bound_with_own_settings(signature, Reach.LOADER, self, *args, **kwargs)
         fitting = _fitting(knobs, bound.arguments.get("dataset"), report)
         changes = loader_overrides(fitting, bound.arguments, signature)
         where = caller_site()
@@ -278,13 +284,10 @@ def patch_ddp(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport) -> No
     if getattr(original, _PATCHED, None) is not None:
         return
     signature = inspect.signature(original)
-    ddp_knobs = [knob for knob in REGISTRY.values() if knob.script_reach is Reach.DDP]
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        bound = signature.bind_partial(self, *args, **kwargs)
-        given = {name: bound.arguments.get(name, _default_of(signature, name)) for name in signature.parameters}
-        own = {knob.name: value for knob in ddp_knobs if (value := knob.script_value(given)) is not None}
+        bound, own = _bound_with_own_settings(signature, Reach.DDP, self, *args, **kwargs)
         where = caller_site()
         for knob, value in knobs:
             old = own.get(knob.name, knob.default)
