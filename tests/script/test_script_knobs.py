@@ -1,6 +1,9 @@
 """Script-mode conformance: every knob that claims to reach an unmodified script (`Knob.script_reach`)
 really changes what it claims, seen from inside a plain training script (scripts/knob_probe.py), both
-under `torchpace launch --config` and in a script-mode bench (one hook path: what is measured is what runs)."""
+under `torchpace launch --config` and in a script-mode bench (one hook path: what is measured is what runs), and
+leaves what the script does with its model after training as it was without the knob: whole-module and
+`state_dict` saves and loads, deep copies, evaluation, `torch.jit.trace`, `torch.export`, training again
+(scripts/after_training.py)."""
 
 from __future__ import annotations
 
@@ -76,6 +79,15 @@ def _launch(config: dict, tmp_path: Path, child_env: dict) -> dict:
     return seen[0]
 
 
+AFTER_TRAINING = ["torch.save(model)", "state_dict", "deepcopy", "eval", "jit.trace", "export", "pickle", "train again"]
+
+
+def _assert_life_after_training_as_without_knobs(seen: dict) -> None:
+    assert list(seen["after"]) == AFTER_TRAINING
+    broken = {step: verdict for step, verdict in seen["after"].items() if verdict != "ok"}
+    assert not broken, broken
+
+
 _HOSTS = {name: faked_host(name) for name in FAKED_HOSTS}
 
 
@@ -96,6 +108,7 @@ def test_script_knob_changes_what_it_claims_under_launch(name, host_name, tmp_pa
     _skip_unless_it_applies(host, config)
     seen = _launch(config, tmp_path, child_env)
     assert {key: seen[key] for key in expected} == expected
+    _assert_life_after_training_as_without_knobs(seen)
     if name == "system.numa":
         assert set(seen["affinity"]) <= set(host.numa_nodes[0].cpus)
 
@@ -105,6 +118,7 @@ def test_defaults_leave_the_script_as_it_is(host, tmp_path, child_env):
     assert (seen["num_workers"], seen["fused"], seen["autocast"], seen["output_dtype"]) == (0, False, False, "torch.float32")
     assert (seen["conv_channels_last"], seen["input_channels_last"]) == (False, False)
     assert seen["compiled"] is False
+    _assert_life_after_training_as_without_knobs(seen)
 
 
 def test_a_knob_a_host_cannot_run_is_refused_before_the_script_starts(cli_run, tmp_path):

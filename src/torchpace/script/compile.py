@@ -17,7 +17,10 @@ The compiled forward is an attribute of the instance, which the module's own cla
 `copy.deepcopy` would try to save it by name and fail ("it's not the same object as Net.forward"). So
 `nn.Module.__getstate__` leaves torchpace's compiled forward out (`_keep_pickling`, once per process, as
 torch itself leaves out `_compiled_call_impl`): what is saved and loaded is the script's own model with its
-class's forward, and a deep copy (an EMA model) runs eagerly, as the script's own copy would.
+class's forward, and a deep copy (an EMA model) runs eagerly, as the script's own copy would. A
+`torch.jit.trace` of the model (also inside `torch.onnx.export`) traces the class's own forward: dynamo's
+compiled code cannot be traced by the JIT ("Detected that you are using FX to torch.jit.trace a
+dynamo-optimized function").
 
 The global module hooks torchpace installs (autocast, profile labels, this finder) return at once while
 torch.compile traces, so they add nothing to the graph and break nothing; the graphs and graph breaks
@@ -155,6 +158,7 @@ class ScriptCompile:
 
     def _compiled_forward(self, module, compiled):
         from torch._dynamo.exc import TorchDynamoException
+        from torch.jit import is_tracing
 
         from torchpace.engine.compile import ShapeWatch, input_signature, uses_cuda_graphs
 
@@ -163,7 +167,7 @@ class ScriptCompile:
 
         @functools.wraps(eager)
         def forward(*args, **kwargs):
-            if self.failure is not None:
+            if self.failure is not None or is_tracing():  # the script's torch.jit.trace traces its own forward
                 return eager(*args, **kwargs)
             why = watch.see(input_signature((args, kwargs))) if watch is not None else None
             if why is not None:  # CUDA graphs would be recorded again for most calls: this mode does not fit

@@ -42,6 +42,7 @@ import inspect
 import logging
 import os
 import sys
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -320,8 +321,6 @@ def _let_gloo_workers_release_at_exit() -> None:
     with SIGABRT ("terminate called without an active exception") after a complete run: about one exit in
     four of a 2-rank gloo job with `static_graph=True` (torch 2.13, with or without torchpace). Sleeping
     here lets the worker take the GIL and finish before finalization starts."""
-    import time
-
     atexit.register(time.sleep, _GIL_WINDOW_AT_EXIT_S)
 
 

@@ -4,13 +4,16 @@ At its first optimizer step it writes JSON to the path in argv[1]: threads, matm
 autotune, its DataLoader's and optimizer's settings, whether the forward ran under autocast and in
 which dtype the output came back, and which allocator library is mapped into the process, and whether its conv weights and 4-D inputs are
 in channels_last. Then it
-trains on (argv[2] steps, default 40) and adds whether torch.compile traced its forward.
+trains on (argv[2] steps, default 40) and adds whether torch.compile traced its forward, and, under "after", what
+saving, copying, evaluating, tracing and exporting the trained model did (`after_training.life_after`).
 """
 
 import json
 import sys
+from pathlib import Path
 
 import torch
+from after_training import life_after
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -23,6 +26,8 @@ class Net(nn.Module):
         self.seen = {}
 
     def forward(self, images):  # images: (batch, 2, 2, 4)
+        if not self.training:  # evaluated, traced or exported after training: nothing more to record
+            return self.body(torch.flatten(self.conv(images) + images, 1))
         if torch.compiler.is_compiling():  # torch.compile is tracing this forward
             self.seen["compiled"] = True
         else:
@@ -70,5 +75,7 @@ while done < steps:
             break
 with open(sys.argv[1]) as f:  # what only shows after the first step: compile.mode compiles after it
     report = json.load(f)
+compiled = model.seen.get("compiled", False)
+after = life_after(model, torch.randn(8, 2, 2, 4), Path(sys.argv[1]).parent)
 with open(sys.argv[1], "w") as f:
-    json.dump({**report, "compiled": model.seen.get("compiled", False)}, f)
+    json.dump({**report, "compiled": compiled, "after": after}, f)
