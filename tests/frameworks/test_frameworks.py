@@ -191,7 +191,7 @@ def tuned(client, folder):
     knobs = [part for name in client.tune_knobs for part in ("--knob", name)]
     # three trials (the baseline, the defaults against themselves, the first candidate against them): short by
     # count, whatever the host's speed; the budget is only a cap
-    result = _torchpace(folder, "tune", "--budget", "8m", "--max-trials", "3", "--trial-time", "4", "--guard-steps", "5",
+    result = _torchpace(folder, "tune", "--run-on", "0", "--budget", "8m", "--max-trials", "3", "--trial-time", "4", "--guard-steps", "5",
                         *knobs, "--json", "--", *_command(client), timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     with sqlite3.connect(folder / ".torchpace" / "studies.db") as db:

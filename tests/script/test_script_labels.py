@@ -38,7 +38,7 @@ def test_a_script_that_ends_before_the_measurement_is_measured_again_sized_to_it
 @pytest.mark.slow
 def test_a_tune_sizes_its_trials_to_a_short_script_and_keeps_that_on_resume(cli_run, tmp_path):
     command = ["--", "python", str(SCRIPTS / "brief_manual.py"), "1000000", "0.005", "2.5"]
-    first = cli_run("tune", "--trial-time", "20", "--guard-steps", "5", "--max-trials", "2", "--json", *command, timeout=600)
+    first = cli_run("tune", "--run-on", "0", "--trial-time", "20", "--guard-steps", "5", "--max-trials", "2", "--json", *command, timeout=600)
     assert "every trial of study 'torchpace-brief_manual.py' now measures for" in first.stderr, first.stderr[-3000:]
     trials = json.loads(first.stdout)["trials"]
     assert trials[0]["slot"] == "baseline" and trials[0]["status"] == "ok", trials
@@ -46,18 +46,18 @@ def test_a_tune_sizes_its_trials_to_a_short_script_and_keeps_that_on_resume(cli_
         fitted = json.loads(db.execute("SELECT value_json FROM study_user_attributes WHERE key = "
                                        "'torchpace.trial_time_s'").fetchone()[0])
     assert 1.0 <= fitted < 20
-    again = cli_run("tune", "--resume", "--trial-time", "20", "--guard-steps", "5", "--max-trials", "1", "--json", *command,
+    again = cli_run("tune", "--run-on", "0", "--resume", "--trial-time", "20", "--guard-steps", "5", "--max-trials", "1", "--json", *command,
                     timeout=600)
     assert f"measure for {fitted:g} s, sized to the script when its baseline ran" in again.stderr, again.stderr[-3000:]
 
 
 def test_resume_of_a_study_whose_baseline_failed_says_how_to_start_again(cli_run, tmp_path):
     command = ["--", "python", str(SCRIPTS / "crash_at_start.py")]
-    first = cli_run("tune", "--trial-time", "2", "--max-trials", "1", *command, timeout=300)
+    first = cli_run("tune", "--run-on", "0", "--trial-time", "2", "--max-trials", "1", *command, timeout=300)
     assert first.returncode == 1, first.stderr[-3000:]
     log = tmp_path / ".torchpace" / "logs" / "torchpace-crash_at_start.py" / "trial-0.log"
     assert "planted failure before the first step" in log.read_text()  # the script's own output, kept
-    again = cli_run("tune", "--resume", "--trial-time", "2", "--max-trials", "1", *command, timeout=300)
+    again = cli_run("tune", "--run-on", "0", "--resume", "--trial-time", "2", "--max-trials", "1", *command, timeout=300)
     assert again.returncode == 1
     assert "study 'torchpace-crash_at_start.py' cannot go on: its baseline failed" in again.stderr
     assert f"start a new study: torchpace tune --study torchpace-crash_at_start.py-2 -- python {SCRIPTS / 'crash_at_start.py'}" \
@@ -66,7 +66,7 @@ def test_resume_of_a_study_whose_baseline_failed_says_how_to_start_again(cli_run
 
 def test_a_trial_cut_by_the_budget_says_budget_not_no_step(cli_run):
     # the script never steps; the budget (8 s) ends its trial long before the trial's own cap
-    result = cli_run("tune", "--budget", "8s", "--trial-time", "20", "--json", "--",
+    result = cli_run("tune", "--run-on", "0", "--budget", "8s", "--trial-time", "20", "--json", "--",
                      "python", str(SCRIPTS / "never_steps.py"), timeout=300)
     trials = json.loads(result.stdout)["trials"]
     assert trials[0]["status"] == "budget", trials

@@ -49,7 +49,7 @@ def test_a_set_default_on_a_script_that_builds_no_dataloader_is_invalid_not_igno
 @pytest.mark.slow
 def test_a_tune_judges_a_worker_option_on_the_workers_the_script_runs_with(cli_run):
     # the script's loader has 2 workers of its own: prefetching is a change to compare, not a config without workers
-    result = cli_run("tune", "--knob", "data.prefetch_factor", "--budget", "3m", "--trial-time", "3", "--max-trials", "3",
+    result = cli_run("tune", "--run-on", "0", "--knob", "data.prefetch_factor", "--budget", "3m", "--trial-time", "3", "--max-trials", "3",
                      "--json", "--storage", "sqlite:///studies.db", "--out", "tuned.toml", "--",
                      *COMMAND[:-1], "4096", timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]

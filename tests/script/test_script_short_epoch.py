@@ -20,7 +20,13 @@ def test_a_short_scripts_trials_follow_its_step_times_and_its_end_is_neither_a_s
     result = cli_run("-v", "tune", "--budget", "15m", "--trial-time", "20", "--guard-steps", "5", "--max-trials", "4",
                      "--knob", "optimizer.impl", "--json", "--", *command, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    trials = json.loads(result.stdout)["trials"]
+    outcome = json.loads(result.stdout)
+    trials = outcome["trials"]
+    if outcome["best_config"]:  # the kept config ran the script to its end, through its checkpoint (--run-on)
+        run_on = outcome["run_on"]
+        assert run_on["status"] == "ended" and any(e.startswith("save at ") for e in run_on["events"]), run_on
+    else:
+        assert outcome["run_on"] is None
     assert trials[0]["slot"] == "baseline" and trials[0]["status"] == "ok", trials[0]
     fitted = float(re.search(r"now measures for ([0-9.]+) s", result.stderr).group(1))
     # the budget held every trial: none of them is "cut by the budget", and none was taken for a stall

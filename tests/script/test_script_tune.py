@@ -32,7 +32,7 @@ def tuned(tmp_path_factory):
     folder = tmp_path_factory.mktemp("script-tune")
     command = ["python", str(SCRIPTS / "loader_adamw.py"), "--work", "0", "--io-ms", "10", "--batch-size", "8",
                "--samples", "8192"]  # an epoch outlasts a trial: no worker restarts inside the measurement
-    result = subprocess.run([sys.executable, "-m", "torchpace", "tune", "--budget", "6m", "--trial-time", "4",
+    result = subprocess.run([sys.executable, "-m", "torchpace", "tune", "--budget", "6m", "--trial-time", "4", "--run-on", "5",
                              "--guard-steps", "5", "--knob", "data.num_workers", "--json", "--", *command],
                             cwd=folder, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return folder, command, result
@@ -49,6 +49,9 @@ def test_tune_keeps_loader_workers_for_an_input_bound_script(tuned):
     assert saved["knobs"]["data.num_workers"] == outcome["best_config"]["data.num_workers"]
     assert saved["result"]["command"] == command  # the toml records what was tuned
     assert outcome["baseline"]["samples_per_s"] > 0 and outcome["speedup"] > 1.0
+    # the kept config ran the script past its measured steps (--run-on 5): this script never saves nor evaluates
+    assert outcome["run_on"]["config"] == outcome["best_config"] and outcome["run_on"]["status"] == "unreached"
+    assert saved["result"]["run_on"] == "unreached" and "nothing after its measured steps" in saved["result"]["run_on_note"]
 
 
 @pytest.mark.slow

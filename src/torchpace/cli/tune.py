@@ -68,11 +68,15 @@ def _check_study_name(ctx: click.Context, param: click.Parameter, value: str | N
               help="Inference: write the tuned model here (torch.export .pt2; TorchScript where export fails).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
               help="Also write an HTML report of the tune here (as `torchpace report` does).")
+@click.option("--run-on", "run_on", type=FiniteFloat(min=0, max=MAX_SECONDS), default=120.0, show_default=True,
+              help="Script mode: before --out is written, run the tuned config past its measured steps for up to this "
+                   "long, through the script's first save or evaluation (0: no such run).")
 @samples_per_step_option
 @show_output_option
 @json_option
 def command(workload, budget, max_trials, strategy, storage, study_name, resume, out_path, guard_steps, trial_time,
-            knob_names, objective, accuracy_rtol, min_top1, export_path, report_path, samples_per_step, show_output, as_json):
+            knob_names, objective, accuracy_rtol, min_top1, export_path, report_path, run_on, samples_per_step, show_output,
+            as_json):
     """Tune WORKLOAD (default: the built-in `tabular`), or an unmodified training script given after
     `--` (`torchpace tune -- python train.py ARGS`): baseline, then one knob at a time.
 
@@ -98,7 +102,8 @@ def command(workload, budget, max_trials, strategy, storage, study_name, resume,
                           show_output=show_output, budget_s=budget_s, max_trials=max_trials, strategy=strategy, storage=storage,
                           study=study_name, resume=resume, out=Path(out_path), guard_steps=guard_steps,
                           trial_time_s=trial_time, knobs=knobs, objective=objective, accuracy_rtol=accuracy_rtol,
-                          min_top1_agreement=min_top1, export_path=Path(export_path) if export_path else None)
+                          min_top1_agreement=min_top1, export_path=Path(export_path) if export_path else None,
+                          run_on_s=run_on)
     with _progress(not as_json and not show_output, budget_s) as on_event:  # SIGTERM and Ctrl-C raise (run_cli's signal policy)
         tuner = Tuner(options, probe_host(), on_event=on_event)
         try:
@@ -194,7 +199,8 @@ class _progress:
                     f"{ratio_text(summary.median, summary.ci_low, summary.ci_high)} the incumbent")
         else:
             desc = {"trial_start": f"trial {data.get('number')}: {what}", "trial_done": f"trial {data.get('number')} done",
-                    "waiting": "waiting for trials running elsewhere"}.get(kind, f"trial {data.get('number')}: {self.what}")
+                    "waiting": "waiting for trials running elsewhere",
+                    "run_on": "running the tuned config past its measured steps"}.get(kind, f"trial {data.get('number')}: {self.what}")
         best = (f"best {figure_text(self.best.value, self.best.ci_low, self.best.ci_high).partition(' ')[0]} {self.best.unit}"
                 if self.best else "")
         self.progress.update(self.task, description=desc, best=best, completed=min(self.budget_s, time.monotonic() - self.start))

@@ -367,6 +367,10 @@ def result_table(outcome: Any) -> dict[str, Any]:
             table["final_other_load_note"] = speedup_figure.load_note
     # every decision, those without a comparison's ratio too (every value failed the guard, or none could run)
     table["decisions"] = [_drop_none(d.row()) for d in outcome.decisions]
+    if outcome.run_on is not None:  # script mode: the kept config's run past its measured steps
+        table.update(run_on=outcome.run_on.run.status, run_on_note=outcome.run_on.describe())
+        if outcome.run_on.culprit:
+            table["run_on_taken_back"] = outcome.run_on.culprit
     return {key: value for key, value in table.items() if value not in (None, [])}  # TOML has no null
 
 

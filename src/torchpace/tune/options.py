@@ -35,3 +35,6 @@ class TuneOptions:
     accuracy_atol: float = 1e-5
     min_top1_agreement: float = 0.99  # classifiers: share of samples whose argmax must match
     export_path: Path | None = None  # write the chosen model here (torch.export .pt2 or TorchScript)
+    # script mode: the kept config runs the script past its measured steps for up to this long before it is
+    # written, through its first save or evaluation (`torchpace.trial.runon`); 0: no such check
+    run_on_s: float = 120.0

@@ -225,6 +225,8 @@ class TuneOutcome:
             best trial of a search.
         script_settings: script mode: the script's own values of the knobs that reach it, which its baseline ran
             with (`ScriptInfo.script_settings`; None when not read).
+        run_on: script mode: the kept config's run past the measured steps (`torchpace.trial.runon.RunOnCheck`);
+            None when not run. Its `kept` is the config written.
     """
 
     study: str
@@ -252,6 +254,12 @@ class TuneOutcome:
     command: tuple[str, ...] | None = None
     stepwise: bool = False
     script_settings: Mapping[str, Any] | None = None
+    run_on: Any = None
+
+    @property
+    def written_config(self) -> Mapping[str, Any]:
+        """The config --out holds: the tuned one, less a knob the run-on check found breaking the script."""
+        return self.run_on.kept if self.run_on is not None else self.best_config
 
     @property
     def baseline_label(self) -> str:
@@ -277,7 +285,8 @@ class TuneOutcome:
                 "out_path": self.out_path, "stopped": self.stopped, "failed_baseline": self.failed_baseline,
                 "guard_note": self.guard_note, "command": list(self.command) if self.command else None,
                 "script_settings": dict(self.script_settings) if self.script_settings is not None else None, "extras": extras,
-                "export": to_json(self.export) if self.export else None}
+                "export": to_json(self.export) if self.export else None,
+                "run_on": self.run_on.to_dict() if self.run_on is not None else None}
 
 
 @dataclass(frozen=True)

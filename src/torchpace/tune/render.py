@@ -65,6 +65,7 @@ def render_outcome(console, o: TuneOutcome) -> None:
         console.print(f"[yellow]warning:[/] {o.other_load.note}.")
     if o.figures_note:
         console.print(f"[dim]{o.figures_note}[/]")
+    _render_run_on(console, o.run_on)
     if o.out_path:
         console.print(launch_hint(o.out_path, o.command), markup=False, highlight=False, soft_wrap=True)
     _render_export(console, o.export)
@@ -149,6 +150,18 @@ def _render_inference_waterfall(console, o: TuneOutcome) -> None:
         table.add_row(f"+ {a.knob}={a.value}", _p50(a.latency), format_latency(a.latency.p99_s if a.latency else None),
                       _rate(a.throughput), f"{a.speedup:.2f}x", format_bytes(a.model_size_bytes), _accuracy_cell(a.accuracy))
     console.print(table)
+
+
+def _render_run_on(console, check) -> None:
+    """The kept config's run past the measured steps: what it got through, or what failed and what was taken back."""
+    if check is None:
+        return
+    colour = "green" if check.run.ok else "dim" if check.run.status == "unreached" else "red"
+    from rich.markup import escape  # lazy: as the console itself, rich loads only where a table is shown
+
+    console.print(f"[{colour}]run past the measured steps:[/] {escape(check.describe())}", highlight=False)
+    if check.culprit is not None or (check.run.status == "failed" and not check.own_failure):
+        console.print(f"written config: {dict(check.kept) or 'the defaults'}", markup=False, highlight=False)
 
 
 def _render_export(console, export: ExportOutcome | None) -> None:

@@ -268,11 +268,36 @@ class Tuner:
         _log.info("tune stopped (%s); best config: %s", stopped,
                   "none" if outcome.best is None else dict(outcome.best_config) or "the defaults")
         if outcome.best is not None:
+            if stopped not in ("interrupted", "storage failed"):
+                outcome = self._run_on(outcome)
             if self._save(outcome):
                 outcome = replace(outcome, out_path=str(self.options.out))
             if self.options.export_path is not None and stopped != "interrupted":
                 outcome = replace(outcome, export=self._export(outcome.best_config))
         return outcome
+
+    def _run_on(self, outcome: TuneOutcome) -> TuneOutcome:
+        """Script mode: run the kept config past its measured steps (`torchpace.trial.runon`) before it is written;
+        a knob found breaking the script there is taken back from what is written."""
+        o = self.options
+        if not o.command or o.run_on_s <= 0 or not outcome.best_config:
+            return outcome
+        # lazy: only a script study whose config is to be written runs the script on
+        from torchpace.trial.runon import find_culprit, run_on
+
+        self.on_event("run_on", limit_s=o.run_on_s)
+        folder = trial_log_path(self.study_name, 0).parent
+        runs = iter(range(1, 1 + 2 + len(outcome.best_config)))  # the config, the defaults, one per knob
+
+        def run(config):
+            log = folder / f"run-on-{next(runs)}.log"
+            return run_on(o.command, config, self.host, os.environ, o.run_on_s, log)
+
+        check = find_culprit(dict(outcome.best_config), run)
+        _log.info("run-on check: %s", check.describe())
+        self.on_event("notice", message=f"run-on check of the tuned config: {check.describe()} "
+                                        f"(its output: {folder}/run-on-1.log)")
+        return replace(outcome, run_on=check)
 
     def _study_meta(self) -> StudyMeta:
         o = self.options
@@ -297,7 +322,7 @@ class Tuner:
         result = {"workload": self.spec, **script, "study": self.study_name, "storage": redact_url(self.storage_url),
                   **result_table(outcome), **_inference_result(outcome)}
         try:
-            save_config(RunConfig(dict(outcome.best_config), self.host.summary(), result), self.options.out)
+            save_config(RunConfig(dict(outcome.written_config), self.host.summary(), result), self.options.out)
         except OutputWriteFailed as failure:  # a full disk: the outcome is still reported, then this error
             self.write_failure = failure
             return False

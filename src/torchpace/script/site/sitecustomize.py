@@ -16,6 +16,7 @@ from importlib.machinery import PathFinder
 
 _CONFIG_ENV = "TORCHPACE_LAUNCH_CONFIG"  # torchpace.launch.plan.CONFIG_ENV
 _MEASURE_ENV = "TORCHPACE_SCRIPT_MEASURE"  # torchpace.script.spec.MEASURE_ENV: a script-mode measurement
+_RUN_ON_ENV = "TORCHPACE_RUN_ON"  # torchpace.script.runon.RUN_ON_ENV: a tune's run past the measured steps
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -38,6 +39,13 @@ def _apply(raw, measure):
         apply_launch_config(json.loads(raw or "{}"), report)
     except Exception as err:  # the script's `import torch` must still succeed; say what was skipped
         sys.stderr.write(f"torchpace launch: the config was not applied: {err!r}\n")
+    run_on = os.environ.get(_RUN_ON_ENV)
+    if run_on and not measure:
+        try:
+            from torchpace.script.runon import install  # lazy: only a tune's run-on check needs it
+            install(run_on)
+        except Exception as err:
+            sys.stderr.write(f"torchpace: the run-on check could not start in this script: {err!r}\n")
     if measure:
         try:
             from torchpace.script.hook import install_from_json  # lazy: only a script-mode measurement needs it
@@ -116,7 +124,7 @@ def _install():
     measure = os.environ.get(_MEASURE_ENV)
     if measure:
         os.environ[_MEASURE_ENV] = _for_descendants(measure)
-    if not raw and not measure:
+    if not raw and not measure and not os.environ.get(_RUN_ON_ENV):
         return
     if "torch" in sys.modules:
         _apply(raw, measure)
