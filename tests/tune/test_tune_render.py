@@ -169,3 +169,31 @@ def test_a_script_tunes_baseline_is_said_to_be_its_own_settings_not_pytorch_defa
     assert outcome.to_dict()["script_settings"] == own
     workload = _render(replace(outcome, command=None, script_settings=None))
     assert "baseline (PyTorch defaults)" in workload
+
+
+def test_a_run_on_failure_names_the_knob_taken_back_in_the_summary_the_toml_and_the_json():
+    from torchpace.trial.runon import FAILED, PAST, RunOn, RunOnCheck
+
+    config = {"threads.intra_op": 1, "model.channels_last": True}
+    failed = RunOn(FAILED, 4.2, ("eval at train.py:47",), error="exit status 1; its last output lines:\n  | Traceback\n"
+                   "  | RuntimeError: view size is not compatible [with] input", config=config)
+    check = RunOnCheck(failed, {"threads.intra_op": 1}, culprit="model.channels_last",
+                       runs=(failed, RunOn(PAST, 3.0), RunOn(FAILED, 4.0), RunOn(PAST, 3.1)))
+    row = TrialRow(number=0, slot="baseline", config={}, throughput=Objective("throughput", "samples/s", 10.0, 9.8, 10.2))
+    outcome = _outcome(baseline=row, best=row, best_config=config, speedup=1.0, command=("python", "train.py"), run_on=check)
+    text = _render(outcome)
+    assert "run past the measured steps: the script failed after 4 s (eval at train.py:47): exit status 1" in text
+    assert "RuntimeError: view size is not compatible [with] input" in text  # the script's words, not rich markup
+    assert "model.channels_last is taken back" in text and "written config: {'threads.intra_op': 1}" in text
+    assert outcome.written_config == {"threads.intra_op": 1} and outcome.best_config == config  # measured vs written
+    table = result_table(outcome)
+    assert table["run_on"] == FAILED and table["run_on_taken_back"] == "model.channels_last"
+    dumped = outcome.to_dict()["run_on"]
+    assert dumped["culprit"] == "model.channels_last" and dumped["kept"] == {"threads.intra_op": 1}
+    assert [r["status"] for r in dumped["runs"]] == [FAILED, PAST, FAILED, PAST]
+
+
+def test_a_tune_without_a_run_on_writes_the_config_it_measured():
+    outcome = _outcome(best_config={"data.num_workers": 2})
+    assert outcome.written_config == {"data.num_workers": 2} and outcome.to_dict()["run_on"] is None
+    assert "run past the measured steps" not in _render(outcome)
