@@ -35,7 +35,7 @@ def test_healthy_host_has_nothing_to_fix(healthy):
     findings = checks.run_checks(healthy)
     assert [f.id for f in findings if f.severity.rank >= WARN.rank] == []
     assert all(f.area for f in findings)
-    assert len({f.area for f in findings}) == 8  # every area says something
+    assert len({f.area for f in findings}) == 9  # every area says something
 
 
 @pytest.mark.parametrize("check", checks.ALL_CHECKS, ids=lambda c: c.__name__)
@@ -453,3 +453,44 @@ def test_allocator_evidence_names_one_path_per_library_and_the_json_keeps_them_a
     [finding] = checks.check_allocator(facts)
     assert finding.evidence == f"jemalloc: {jemalloc[0]} (+1 more); tcmalloc: {tcmalloc[0]} (+8 more)"
     assert finding.data["installed"] == [*jemalloc, *tcmalloc]
+
+
+# ---- the scheduler allocation ---------------------------------------------------------------------------------
+
+def _in_allocation(facts, env):
+    from torchpace.doctor.probes import probe_allocation
+
+    return replace(facts, allocation=probe_allocation(env))
+
+
+def test_no_allocation_is_said_so(healthy):
+    findings = checks.check_allocation(_in_allocation(healthy, {}))
+    assert [(f.id, f.severity) for f in findings] == [("cluster.allocation", OK)]
+    assert "Not in a scheduler allocation" in findings[0].title
+
+
+def test_a_step_that_fits_its_allocation_has_only_the_record(healthy):
+    gpus = ",".join(str(i) for i in range(len(healthy.nvml.gpus)))
+    env = {"SLURM_JOB_ID": "12", "SLURM_JOB_NAME": "train", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "n1",
+           "SLURM_CPUS_PER_TASK": "64", "SLURM_STEP_GPUS": gpus, "SLURM_STEP_ID": "0"}
+    findings = checks.check_allocation(_in_allocation(healthy, env))
+    assert [(f.id, f.severity) for f in findings] == [("cluster.allocation", OK)]
+    assert "slurm job 12 (train): 1 node(s)" in findings[0].evidence and findings[0].data["master_addr"] == "n1"
+
+
+def test_what_does_not_fit_the_allocation_is_named(healthy):
+    env = {"SLURM_JOB_ID": "12", "SLURM_JOB_NAME": "bash", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "n[1-2]",
+           "SLURM_CPUS_PER_TASK": "1", "SLURM_STEP_GPUS": "0"}
+    facts = _in_allocation(replace(healthy, env=replace(healthy.env, omp_num_threads="8")), env)
+    found = {f.id: f for f in checks.check_allocation(facts)}
+    assert found["cluster.threads"].severity == WARN and "OMP_NUM_THREADS=8 > SLURM_CPUS_PER_TASK=1" in found["cluster.threads"].evidence
+    assert found["cluster.srun"].severity == WARN and "no SLURM_STEP_ID" in found["cluster.srun"].evidence
+    assert found["cluster.interactive"].severity == INFO
+    assert len(healthy.nvml.gpus) > 1  # the canned host's GPUs are all visible; the step was given one
+    assert found["cluster.gpus"].severity == WARN and found["cluster.gpus"].data["step_gpus"] == ["0"]
+
+
+def test_variables_that_cannot_be_read_are_a_warning_naming_them(healthy):
+    findings = checks.check_allocation(_in_allocation(healthy, {"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n[1-"}))
+    assert [(f.id, f.severity) for f in findings] == [("cluster.allocation", WARN)]
+    assert "cannot read the SLURM node list 'n[1-'" in findings[0].evidence

@@ -70,7 +70,7 @@ def test_text_groups_by_area_with_evidence_and_commands(healthy):
     render.render_text(Console(file=out, width=100, color_system=None), facts, checks.run_checks(facts), False, 2.5)
     text = out.getvalue()
     headings = [line for line in text.splitlines() if line in render.AREAS.values()]
-    assert headings == ["PyTorch build", "GPUs", "CPU", "Memory", "Limits", "Storage", "Allocator", "Smoke tests"]
+    assert headings == ["PyTorch build", "GPUs", "CPU", "Memory", "Limits", "Storage", "Allocator", "Cluster", "Smoke tests"]
     assert "  FAIL  Open-files limit too low for DataLoader workers" in text
     assert "ulimit -n = 256 (hard 256)" in text
     assert "$ unset CUDA_LAUNCH_BLOCKING" in text

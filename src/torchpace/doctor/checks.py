@@ -779,6 +779,60 @@ def check_dataloader_smoke(facts: DoctorFacts) -> list[Finding]:
     return [_finding("smoke", "smoke.dataloader", OK, "DataLoader workers produce batches", evidence, **data)]
 
 
+# ===================================================================================== cluster
+
+
+def check_allocation(facts: DoctorFacts) -> list[Finding]:
+    """The scheduler allocation (`torchpace.allocation`): what the job step was given, and what does not fit it."""
+    found = facts.allocation
+    if found.error:
+        return [_finding("cluster", "cluster.allocation", WARN, "The scheduler's variables cannot be read", found.error,
+                         Remedy("Run under the scheduler's own launcher (srun, the PyTorchJob pod), or unset the "
+                                "variable copied from another job."))]
+    a = found.allocation
+    if a is None:
+        return [_finding("cluster", "cluster.allocation", OK, "Not in a scheduler allocation",
+                         "no SLURM, torchelastic, Kubeflow or LSF variables in the environment")]
+    where = (f"{a.scheduler} job {a.job_id or '?'}" + (f" ({a.job_name})" if a.job_name else "")
+             + f": {a.nodes or '?'} node(s)" + (f", this one #{a.node_index}" if a.node_index is not None else "")
+             + (f", {a.tasks} task(s)" if a.tasks else "") + (f", rank {a.rank}" if a.rank is not None else "")
+             + (f", {a.cpus_per_task} CPUs per task" if a.cpus_per_task else "")
+             + (f", GPUs {','.join(a.gpus) or 'none'}" if a.gpus is not None else "")
+             + (f", {format_bytes(a.memory_limit_bytes)} per node" if a.memory_limit_bytes else "")
+             + (f"; rendezvous {a.master_addr}:{a.master_port}" if a.master_addr else ""))
+    findings = [_finding("cluster", "cluster.allocation", OK, f"In a {a.scheduler} allocation", where, **a.to_dict())]
+    findings += _allocation_verdicts(facts, a)
+    return findings
+
+
+def _allocation_verdicts(facts: DoctorFacts, a) -> list[Finding]:
+    findings = []
+    threads = facts.env.omp_num_threads
+    if a.cpus_per_task and threads and threads.strip().isdigit() and int(threads) > a.cpus_per_task:
+        findings.append(_finding("cluster", "cluster.threads", WARN, "OMP_NUM_THREADS is over the step's cores per task",
+                                 f"OMP_NUM_THREADS={threads} > SLURM_CPUS_PER_TASK={a.cpus_per_task}",
+                                 Remedy(f"Set OMP_NUM_THREADS to at most {a.cpus_per_task}.",
+                                        f"export OMP_NUM_THREADS={a.cpus_per_task}"),
+                                 threads=int(threads), cpus_per_task=a.cpus_per_task))
+    visible = len(facts.nvml.gpus)
+    if a.gpus is not None and visible > len(a.gpus):
+        findings.append(_finding("cluster", "cluster.gpus", WARN, "GPUs are visible that the job step was not given",
+                                 f"{visible} GPUs visible, the step was given {len(a.gpus)} ({','.join(a.gpus) or 'none'})",
+                                 Remedy("Ask for the GPUs (--gpus-per-task / --gres=gpu:N) or let the scheduler bind "
+                                        "CUDA_VISIBLE_DEVICES; other jobs may be using the rest."),
+                                 visible_gpus=visible, step_gpus=list(a.gpus)))
+    if a.scheduler == "slurm" and (a.nodes or 1) > 1 and not a.under_srun:
+        findings.append(_finding("cluster", "cluster.srun", WARN, "A job of several nodes runs outside srun",
+                                 f"{a.nodes} nodes, but no SLURM_STEP_ID: this process is the batch script on the "
+                                 "first node only", Remedy("Start the training with srun, one task per node, each "
+                                                           "running torchpace launch (or torchrun)."), nodes=a.nodes))
+    if a.interactive:
+        findings.append(_finding("cluster", "cluster.interactive", INFO, "An interactive job",
+                                 f"the job is named {a.job_name!r}: a shell inside an allocation, whose time limit ends "
+                                 "the training with it", job_name=a.job_name))
+    return findings
+
+
 def check_probe_errors(facts: DoctorFacts) -> list[Finding]:
     """Probes that raised: their facts are missing, and the report says so instead of guessing."""
     return [_finding("doctor", f"doctor.probe.{name}", WARN, f"The {name} probe could not run", error,
@@ -796,6 +850,7 @@ ALL_CHECKS: tuple[Callable[[DoctorFacts], list[Finding]], ...] = (
     check_nofile, check_nproc, check_shm,
     check_data_dir, check_disk_free,
     check_allocator,
+    check_allocation,
     check_dataloader_smoke,
     check_probe_errors,
 )

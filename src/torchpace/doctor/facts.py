@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from torchpace.allocation import Allocation
 from torchpace.host import DistroInfo, NumaNode
 
 
@@ -328,6 +329,19 @@ class AllocatorFacts:
 
 
 @dataclass(frozen=True)
+class AllocationFacts:
+    """The scheduler allocation this process runs in (`torchpace.allocation.read_allocation`).
+
+    Attributes:
+        allocation: the record; None outside any scheduler, or when its variables cannot be read.
+        error: why the scheduler's variables could not be read (a node list, a count), naming the variable.
+    """
+
+    allocation: Allocation | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class DoctorFacts:
     """Everything doctor measured. Built by `probes.collect_facts`; read by the pure checks.
 
@@ -349,4 +363,5 @@ class DoctorFacts:
     limits: LimitsFacts = field(default_factory=LimitsFacts)
     disk: DiskFacts | None = None
     allocator: AllocatorFacts = field(default_factory=AllocatorFacts)
+    allocation: AllocationFacts = field(default_factory=AllocationFacts)
     probe_errors: tuple[tuple[str, str], ...] = ()

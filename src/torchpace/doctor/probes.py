@@ -23,7 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchpace.allocation import read_allocation
 from torchpace.doctor.facts import (
+    AllocationFacts,
     AllocatorFacts,
     CpuFacts,
     CudaToolkitFacts,
@@ -53,6 +55,7 @@ from torchpace.host import (
     read_text,
     which,
 )
+from torchpace.errors import UsageError
 from torchpace.process import kill_tree, start_child
 
 _TORCH_TIMEOUT_S = 60.0  # import torch plus a tiny DataLoader take ~3 s here; 60 s only catches a hang
@@ -723,10 +726,19 @@ def collect_facts(
                 errors, "disk", lambda: DiskFacts(data_dir, ProbeState.FAILED), probe_disk, root, data_dir
             ),
             allocator=_guarded(errors, "allocator", AllocatorFacts, probe_allocator, root, env, python),
+            allocation=_guarded(errors, "allocation", AllocationFacts, probe_allocation, environ),
         )
         torch, smoke = torch_future.result()
         nvml_facts = nvml_future.result()
     return DoctorFacts(torch=torch, smoke=smoke, nvml=nvml_facts, probe_errors=tuple(errors), **facts)
+
+
+def probe_allocation(environ: Mapping[str, str]) -> AllocationFacts:
+    """The scheduler allocation `environ` describes (SLURM, torchelastic, Kubeflow, LSF), or why it cannot be read."""
+    try:
+        return AllocationFacts(read_allocation(environ))
+    except UsageError as err:
+        return AllocationFacts(None, str(err))
 
 
 def _probe_distro(root: Path) -> DistroInfo:

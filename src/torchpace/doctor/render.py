@@ -25,6 +25,7 @@ AREAS: dict[str, str] = {
     "limits": "Limits",
     "storage": "Storage",
     "allocator": "Allocator",
+    "cluster": "Cluster",
     "smoke": "Smoke tests",
     "doctor": "Doctor",
 }

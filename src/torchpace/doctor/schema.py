@@ -33,7 +33,7 @@ _FINDING = {
                 },
             ]
         },
-        "area": {"type": "string", "enum": ["torch", "gpu", "cpu", "memory", "limits", "storage", "allocator", "smoke", "doctor"]},
+        "area": {"type": "string", "enum": ["torch", "gpu", "cpu", "memory", "limits", "storage", "allocator", "cluster", "smoke", "doctor"]},
         "data": {"type": "object", "description": "machine-readable evidence; units in key names (*_bytes, *_s, *_c)"},
     },
 }
