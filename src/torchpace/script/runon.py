@@ -3,7 +3,8 @@
 A trial ends the script when its measurement is over, before the script's first checkpoint or evaluation, so no
 trial sees what a knob does to the rest of the script's life. The tune's run-on check (`torchpace.trial.runon`)
 runs the kept config once more, as `launch --config` runs it, with `RUN_ON_ENV` naming an events file; here the
-`sitecustomize` hook notes, after the script's first optimizer step, each of these calls that returned:
+`sitecustomize` hook notes, after the script's first training step (its first `backward()`: scripts that update
+their parameters by hand have no optimizer step), each of these calls that returned:
 
 - `save`: `torch.save` (a whole module, a state_dict, a checkpoint dict; Lightning's and the Hugging Face
   Trainer's checkpoints go through it too);
@@ -11,7 +12,7 @@ runs the kept config once more, as `launch --config` runs it, with `RUN_ON_ENV` 
 - `trace`, `export`: `torch.jit.trace`, `torch.jit.script`, `torch.export.export` (`torch.onnx.export` goes
   through one of them);
 
-and then the first optimizer step after one of them (`step`): the script has gone through its save or its
+and then the first `backward()` after one of them (`step`): the script has gone through its save or its
 evaluation and trains on, so the check has seen what it came for and the parent ends the run. One JSON object
 per line, appended (every process of a job writes its own lines). A call that raises is the script's failure,
 seen by the parent as its exit status and traceback; nothing is noted for it here.
@@ -78,10 +79,17 @@ class RunOnWatch:
 def install(path: str) -> RunOnWatch:
     """Note the script's saves, evaluations, traces and exports in `path` for the rest of the process."""
     import torch
-    from torch.optim.optimizer import register_optimizer_step_post_hook
 
     watch = RunOnWatch(path)
-    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: watch.on_step())
+    backward = torch.autograd.backward  # Tensor.backward calls it: every training step, with or without an optimizer
+
+    @functools.wraps(backward)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        result = backward(*args, **kwargs)
+        watch.on_step()
+        return result
+
+    torch.autograd.backward = counted
     torch.save = watch.wrap("save", torch.save)
     torch.nn.Module.train = watch.wrap("eval", torch.nn.Module.train, _evaluates)
     torch.jit.trace = watch.wrap("trace", torch.jit.trace)
