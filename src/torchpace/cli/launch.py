@@ -145,12 +145,16 @@ def command(command, config_path, dry_run, as_json, **given):
 
     if as_json and not dry_run:
         raise UsageError("--json prints the plan, so it goes with --dry-run")
-    config, options = build_options(command, config_path, **given)
     base_env = dict(os.environ)
+    rendezvous = _rendezvous_of_allocation(given, base_env)
+    config, options = build_options(command, config_path, **given)
     host = probe_launch_host(env=base_env)
     check_here(config, options.given, host)
     plan = plan_child(config, host, base_env, options)
     plan = _with_interpreter_note(plan, options, base_env)
+    if rendezvous is not None:
+        plan = replace(plan, notes=(*plan.notes, f"--nnodes {rendezvous.nnodes} --node-rank {rendezvous.node_rank} "
+                                                 f"--rdzv-endpoint {rendezvous.endpoint} from {rendezvous.source}"))
     if dry_run:
         if as_json:
             emit_json(plan_to_dict(plan, base_env))
@@ -162,6 +166,21 @@ def command(command, config_path, dry_run, as_json, **given):
 
     click.echo(render_summary(plan, base_env), err=True, nl=False)
     return execute(plan)
+
+
+def _rendezvous_of_allocation(given: dict, env: dict):
+    """Where the command line gives no rendezvous, the one the scheduler allocation implies (`launch.cluster`),
+    filled into `given` (--nnodes, --node-rank, --rdzv-endpoint); None when there is none to derive."""
+    if any(given.get(name) is not None for name in ("nnodes", "node_rank", "rdzv_endpoint")):
+        return None  # the command line's flags win over the allocation
+    # lazy: `torchpace launch --help` loads this module; the verb's work loads only when it runs
+    from torchpace.allocation import read_allocation
+    from torchpace.launch.cluster import rendezvous_of
+
+    rendezvous = rendezvous_of(read_allocation(env))
+    if rendezvous is not None:
+        given.update(nnodes=rendezvous.nnodes, node_rank=rendezvous.node_rank, rdzv_endpoint=rendezvous.endpoint)
+    return rendezvous
 
 
 def _with_interpreter_note(plan, options, base_env):
