@@ -39,21 +39,18 @@ def _free_ports(n: int) -> list[int]:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             base = probe.getsockname()[1]
-        if base + n > 65535:
-            continue
-        try:
-            socks = []
-            for port in range(base, base + n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", port))
-                socks.append(s)
+        if base + n <= 65535 and all(_is_free(port) for port in range(base, base + n)):
             return list(range(base, base + n))
-        except OSError:
-            continue
-        finally:
-            for s in locals().get("socks", []):
-                s.close()
     raise RuntimeError("no free port range for slurmd")
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @dataclass

@@ -152,6 +152,20 @@ def postgres():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def slurm():
+    """A throw-away two-node SLURM cluster on this host for the session (tests/_slurm.py): slurm-wlm and munge are
+    installed with apt-get when missing and root; elsewhere the test is skipped, saying why."""
+    from _slurm import ThrowawaySlurm, install
+
+    missing = install()
+    if missing:
+        pytest.skip(missing)
+    cluster = ThrowawaySlurm.start()
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 4 MiB filesystem (tmpfs) mounted under tmp_path; root only."""

@@ -9,22 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 SCRIPTS = Path(__file__).parents[1] / "script" / "scripts"
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    sys.path.insert(0, str(Path(__file__).parents[1]))
-    from _slurm import ThrowawaySlurm, install
-
-    missing = install()
-    if missing:
-        pytest.skip(missing)
-    cluster = ThrowawaySlurm.start()
-    yield cluster
-    cluster.stop()
 
 
 def _srun(slurm, *argv, extra_env=None, timeout=240):

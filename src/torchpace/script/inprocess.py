@@ -297,8 +297,7 @@ def patch_ddp(knobs: Sequence[tuple[Knob, KnobValue]], report: HookReport) -> No
             if not _same(old, value):
                 report.record_override(where, type(self).__name__, knob.argument, old, value, knob.name)
         original(*bound.args, **bound.kwargs)
-        if getattr(self, "static_graph", False):
-            _let_gloo_workers_release_at_exit()
+        _let_gloo_workers_release_at_exit()
         if not report.ddp_models():
             report.script_settings.update({"distributed.strategy": "ddp", **own})
         report.note_ddp(self)
@@ -312,15 +311,15 @@ _GIL_WINDOW_AT_EXIT_S = 0.1
 
 @functools.cache
 def _let_gloo_workers_release_at_exit() -> None:
-    """Once per process with a `static_graph` DDP: an atexit handler that releases the GIL for a moment.
+    """Once per process that builds a DDP: an atexit handler that releases the GIL for a moment.
 
     A gloo worker thread drops its last reference to a finished allreduce after the waiting rank has gone on;
-    a static-graph DDP's work holds a Python object in its thread-local state, so that drop waits for the
-    GIL. If the main thread is past its last blocking call by then, it holds the GIL into interpreter
-    finalization, the worker's GIL wait ends the thread inside a noexcept destructor, and the rank dies
-    with SIGABRT ("terminate called without an active exception") after a complete run: about one exit in
-    four of a 2-rank gloo job with `static_graph=True` (torch 2.13, with or without torchpace). Sleeping
-    here lets the worker take the GIL and finish before finalization starts."""
+    where the work's thread-local state holds a Python object (a static-graph DDP's always does; other DDPs' after
+    the script traced or exported its model), that drop waits for the GIL. If the main thread is past its last
+    blocking call by then, it holds the GIL into interpreter finalization, the worker's GIL wait ends the thread
+    inside a noexcept destructor, and the rank dies with SIGABRT ("terminate called without an active exception")
+    after a complete run: about one exit in four of a 2-rank gloo job with `static_graph=True` (torch 2.13, with or
+    without torchpace). Sleeping here lets the worker take the GIL and finish before finalization starts."""
     atexit.register(time.sleep, _GIL_WINDOW_AT_EXIT_S)
 
 
