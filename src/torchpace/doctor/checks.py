@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from torchpace.allocation import SLURM
 from torchpace.doctor import remedies
 from torchpace.doctor.facts import DoctorFacts, GpuFacts, ProbeState, RLimit
 from torchpace.findings import Finding, Remedy, Severity
@@ -821,7 +822,7 @@ def _allocation_verdicts(facts: DoctorFacts, a) -> list[Finding]:
                                  Remedy("Ask for the GPUs (--gpus-per-task / --gres=gpu:N) or let the scheduler bind "
                                         "CUDA_VISIBLE_DEVICES; other jobs may be using the rest."),
                                  visible_gpus=visible, step_gpus=list(a.gpus)))
-    if a.scheduler == "slurm" and (a.nodes or 1) > 1 and not a.under_srun:
+    if a.scheduler == SLURM and (a.nodes or 1) > 1 and not a.under_srun:
         findings.append(_finding("cluster", "cluster.srun", WARN, "A job of several nodes runs outside srun",
                                  f"{a.nodes} nodes, but no SLURM_STEP_ID: this process is the batch script on the "
                                  "first node only", Remedy("Start the training with srun, one task per node, each "

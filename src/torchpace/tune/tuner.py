@@ -6,6 +6,7 @@ user presses Ctrl-C, the best config so far is written.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shlex
@@ -287,7 +288,7 @@ class Tuner:
 
         self.on_event("run_on", limit_s=o.run_on_s)
         folder = trial_log_path(self.study_name, 0).parent
-        runs = iter(range(1, 1 + 2 + len(outcome.best_config)))  # the config, the defaults, one per knob
+        runs = itertools.count(1)  # the config's run, then the defaults', then one per knob taken back
 
         def run(config):
             log = folder / f"run-on-{next(runs)}.log"
